@@ -1,0 +1,208 @@
+package adapters
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Event is one logical event as a broker delivers it.
+//
+// Namespace and ID together are the event's identity: the same ID in two
+// namespaces names two different events. Payload equality is byte equality of
+// the payload as delivered.
+type Event struct {
+	Namespace string
+	ID        string
+	Payload   []byte
+}
+
+// String returns the event's identity as namespace/id, quoted where needed,
+// for messages.
+func (e Event) String() string {
+	return fmt.Sprintf("%s/%s", quoteIfNeeded(e.Namespace), quoteIfNeeded(e.ID))
+}
+
+// Delivery is one delivery of an event. Attempt is the harness's delivery
+// number for this event, starting at 1; concurrent deliveries of one event get
+// distinct numbers. Implementations pass the Delivery unchanged to
+// [Effect.Apply].
+type Delivery struct {
+	Event
+	Attempt int
+}
+
+// Outcome is what an implementation reports for one acknowledged delivery.
+type Outcome int
+
+const (
+	// Applied means this delivery claimed the event and applied its effect.
+	Applied Outcome = iota + 1
+	// Duplicate means the event had already been claimed; nothing was applied.
+	Duplicate
+	// Rejected means the event's identity had already been claimed with a
+	// different payload, and the implementation's conflict policy rejects the
+	// delivery. Nothing was applied.
+	Rejected
+)
+
+// String returns the outcome's name.
+func (o Outcome) String() string {
+	switch o {
+	case Applied:
+		return "Applied"
+	case Duplicate:
+		return "Duplicate"
+	case Rejected:
+		return "Rejected"
+	default:
+		return fmt.Sprintf("Outcome(%d)", int(o))
+	}
+}
+
+// Valid reports whether o is one of the defined outcomes.
+func (o Outcome) Valid() bool { return o >= Applied && o <= Rejected }
+
+// Implementation handles deliveries. It must be safe for concurrent use: the
+// harness delivers from many goroutines at once.
+type Implementation interface {
+	// Deliver handles one delivery. A nil error acknowledges the delivery
+	// with the returned outcome. A non-nil error means "not acknowledged";
+	// the harness will deliver the event again. Deliver must return promptly
+	// once ctx is done.
+	Deliver(ctx context.Context, d Delivery) (Outcome, error)
+	// Close releases the instance's resources (connections, goroutines).
+	Close(ctx context.Context) error
+}
+
+// Purger is implemented by implementations that remove deduplication state.
+// Purge removes the markers of events claimed before cutoff and reports how
+// many it removed. Markers claimed at or after cutoff must survive.
+type Purger interface {
+	Purge(ctx context.Context, cutoff time.Time) (int64, error)
+}
+
+// ErrInvalidInput marks a delivery refused because the event itself is not
+// acceptable to the implementation (for example an empty id). Wrap it in the
+// error returned from Deliver; the harness classifies such deliveries as
+// cleanly rejected input and does not redeliver them.
+var ErrInvalidInput = errors.New("invalid input")
+
+// ErrPayloadConflict marks a delivery refused because its identity was claimed
+// with a different payload. Returning Rejected is the preferred way to say so;
+// an error wrapping ErrPayloadConflict is accepted as the same verdict and is
+// not redelivered.
+var ErrPayloadConflict = errors.New("payload conflict")
+
+// ConflictPolicy is what an implementation does with a delivery whose
+// identity was already claimed with a different payload.
+type ConflictPolicy string
+
+const (
+	// NoConflictPolicy declares no policy. Rules that require conflicts to be
+	// detected fail for such an implementation.
+	NoConflictPolicy ConflictPolicy = ""
+	// RejectConflicts answers a conflicting delivery with [Rejected] (or an
+	// error wrapping [ErrPayloadConflict]) and never applies it. It follows
+	// Stripe and the IETF Idempotency-Key draft, which answer a reused key
+	// with a different request body with 422 Unprocessable Content.
+	RejectConflicts ConflictPolicy = "reject"
+)
+
+// Declaration is what an implementation claims about itself. Declarations
+// select which rules apply to it; they never weaken an assertion, and a
+// stronger claim never skips a rule.
+type Declaration struct {
+	// ConflictPolicy is the implementation's documented answer to a payload
+	// conflict.
+	ConflictPolicy ConflictPolicy
+	// RedeliveryWindow is how long the implementation keeps deduplication
+	// state: redeliveries within the window must be recognised. Zero means no
+	// window is declared.
+	RedeliveryWindow time.Duration
+	// AcceptsClock reports whether the implementation uses [Env.Clock] for
+	// every time it records or compares, so the harness can move time.
+	AcceptsClock bool
+}
+
+// Env is what the harness gives an implementation instance at construction.
+// Every spec gets a fresh Env with its own schema, so implementations never
+// share state between specs or runs.
+type Env struct {
+	// DSN connects to the database under test. It carries an
+	// application_name that tags the connection as this run's, so the harness
+	// can find (and kill) exactly the connections it owns. Use it unchanged.
+	DSN string
+	// Schema is a schema created for this spec. The implementation creates
+	// its own tables here; it is dropped when the spec ends.
+	Schema string
+	// Effect is the effect the implementation must apply, in the same
+	// transaction as its marker, whenever a delivery claims its event.
+	Effect Effect
+	// Clock is the harness's clock. Implementations that declare
+	// AcceptsClock must read the time only from it.
+	Clock Clock
+	// Instance numbers the instances built for one spec, from 1: two
+	// instances stand for two workers of the same service.
+	Instance int
+	// Logf, when not nil, writes a diagnostic line to the spec's output.
+	Logf func(format string, args ...any)
+}
+
+// Clock tells the time.
+type Clock interface {
+	Now() time.Time
+}
+
+// SystemClock is a [Clock] that reads the system's time.
+type SystemClock struct{}
+
+// Now returns time.Now().
+func (SystemClock) Now() time.Time { return time.Now() }
+
+// Factory builds one instance of an implementation from the harness's
+// environment. The instance owns its connections; the harness calls Close.
+type Factory func(ctx context.Context, env Env) (Implementation, error)
+
+// Adapter names an implementation, states its declaration and builds
+// instances of it. It is what suite.Run and the harmless CLI take.
+type Adapter struct {
+	// Name identifies the adapter in reports and on the command line.
+	Name string
+	// Declares is what the implementation claims.
+	Declares Declaration
+	// New builds one instance.
+	New Factory
+}
+
+// Validate reports an error when the adapter cannot be used.
+func (a Adapter) Validate() error {
+	if a.Name == "" {
+		return errors.New("adapter has no name")
+	}
+	if a.New == nil {
+		return fmt.Errorf("adapter %q has no factory", a.Name)
+	}
+	switch a.Declares.ConflictPolicy {
+	case NoConflictPolicy, RejectConflicts:
+	default:
+		return fmt.Errorf("adapter %q declares unknown conflict policy %q (known: %q)", a.Name, a.Declares.ConflictPolicy, RejectConflicts)
+	}
+	if a.Declares.RedeliveryWindow < 0 {
+		return fmt.Errorf("adapter %q declares a negative redelivery window %s", a.Name, a.Declares.RedeliveryWindow)
+	}
+	return nil
+}
+
+func quoteIfNeeded(s string) string {
+	for _, r := range s {
+		if r == '/' || r < 0x21 || r > 0x7e || r == '"' {
+			return fmt.Sprintf("%q", s)
+		}
+	}
+	if s == "" {
+		return `""`
+	}
+	return s
+}
