@@ -1,0 +1,54 @@
+// Package faults injects failures into the one place the harness owns inside
+// an implementation's transaction: the effect.
+//
+// Every implementation under test applies its effect as one INSERT into the
+// spec's ledger table (see [adapters.Effect]), in the same transaction that
+// claims the event's deduplication marker. That INSERT is the harness's
+// foothold. A fault planned on it fails the transaction at a known point,
+// and the harness then checks that the marker rolled back with the effect,
+// so that the broker's redelivery still applies the effect exactly once.
+//
+// # Database-side faults
+//
+// [Install] puts a plan table, a trigger function and two triggers on the
+// ledger, all in the spec's own schema, so dropping the schema removes them.
+// [Arm] records a [Plan]: which event (namespace and id, compared as exact
+// bytes with the ledger row), which delivery attempt (0 for every attempt),
+// where it fires ([Point]) and what it does ([Action]):
+//
+//   - [AtEffect] fires as the effect row is inserted (a plain AFTER INSERT
+//     row trigger); [AtCommit] fires when the transaction commits (a
+//     DEFERRABLE INITIALLY DEFERRED constraint trigger), after everything the
+//     implementation did, just before the commit becomes durable.
+//   - [Raise] fails the statement (or the COMMIT) with SQLSTATE
+//     [InjectedSQLState]; [IsInjected] recognises the error. [Sleep] holds
+//     the transaction open to widen race windows between concurrent
+//     deliveries. [Terminate] makes the backend terminate itself: the client
+//     sees SQLSTATE 57P01 or a closed connection, and the transaction is
+//     gone.
+//
+// Because they are triggers, these faults work for implementations written
+// in any language and using any driver.
+//
+// A fault is worth nothing if it never fired: a spec that "survived" a fault
+// that did not happen proves nothing. Each armed fault therefore has its own
+// sequence, advanced by the trigger before it acts. Sequences are not
+// transactional, so [Fault.Fired] counts firings even though the fault
+// itself rolled back the transaction that fired it, and even when the backend
+// terminated.
+//
+// # Go-level hooks
+//
+// In-process Go implementations can also be failed before the INSERT is
+// sent: [Hooks.Effect] is an [adapters.EffectHook] that returns an error
+// wrapping [ErrInjected], panics with an [InjectedPanic], or cancels the
+// delivery's context (stored with [WithCancel]) so that the effect's Exec
+// fails. [HookFault.Fired] is the evidence.
+//
+// # Killing connections from outside
+//
+// [TerminateBackends] terminates the backends whose application_name starts
+// with a prefix of this run (the harness tags every connection it hands
+// out), and waits until they are gone. It refuses prefixes that could reach
+// connections the run does not own.
+package faults

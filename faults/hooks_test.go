@@ -1,0 +1,197 @@
+package faults_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/harmless-dev/harmless/adapters"
+	"github.com/harmless-dev/harmless/faults"
+)
+
+func wantHookFired(t *testing.T, f *faults.HookFault, want int64) {
+	t.Helper()
+	if got := f.Fired(); got != want {
+		t.Errorf("%s fired %d times, want %d", f, got, want)
+	}
+}
+
+func TestHookError(t *testing.T) {
+	fx := setup(t)
+	h := faults.NewHooks()
+	f := h.Arm(faults.HookPlan{Namespace: "ns", ID: "42", Attempt: 1, Action: faults.HookError})
+	d := delivery("ns", "42", 1)
+
+	at, err := deliver(t.Context(), fx.pool, fx.effect(h.Effect), d)
+	if at != stageApply || !errors.Is(err, faults.ErrInjected) {
+		t.Fatalf("delivery failed at %q with %v, want at apply with ErrInjected", at, err)
+	}
+	if !strings.Contains(err.Error(), "error in effect hook for ns/42 attempt 1") {
+		t.Errorf("error %q does not name the fault", err)
+	}
+	wantHookFired(t, f, 1)
+	fx.wantEffects(t, d, 0)
+}
+
+func TestHookPanic(t *testing.T) {
+	fx := setup(t)
+	h := faults.NewHooks()
+	f := h.Arm(faults.HookPlan{Namespace: "ns", ID: "42", Action: faults.HookPanic})
+	d := delivery("ns", "42", 3)
+
+	recovered := func() (r any) {
+		defer func() { r = recover() }()
+		_, _ = deliver(t.Context(), fx.pool, fx.effect(h.Effect), d)
+		return nil
+	}()
+	p, ok := recovered.(faults.InjectedPanic)
+	if !ok {
+		t.Fatalf("recovered %#v (%T), want a faults.InjectedPanic", recovered, recovered)
+	}
+	if !reflect.DeepEqual(p.Delivery, d) {
+		t.Errorf("panic names delivery %+v, want %+v", p.Delivery, d)
+	}
+	if !errors.Is(p, faults.ErrInjected) {
+		t.Errorf("panic value %v does not wrap ErrInjected", p)
+	}
+	if want := "harmless injected panic in the effect of ns/42 attempt 3"; p.String() != want || p.Error() != want {
+		t.Errorf("panic value says %q / %q, want %q", p.String(), p.Error(), want)
+	}
+	wantHookFired(t, f, 1)
+	fx.wantEffects(t, d, 0)
+}
+
+func TestHookCancel(t *testing.T) {
+	fx := setup(t)
+	h := faults.NewHooks()
+	f := h.Arm(faults.HookPlan{Namespace: "ns", ID: "42", Action: faults.HookCancel})
+	d := delivery("ns", "42", 1)
+
+	ctx, cancel := context.WithCancelCause(t.Context())
+	defer cancel(nil)
+	tx, err := fx.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(t.Context()) }()
+
+	err = fx.effect(h.Effect).Apply(faults.WithCancel(ctx, cancel), tx, d)
+	if !errors.Is(err, context.Canceled) {
+		t.Errorf("Apply = %v, want the INSERT to fail with context canceled", err)
+	}
+	if cause := context.Cause(ctx); !errors.Is(cause, faults.ErrInjectedCancel) {
+		t.Errorf("context cause = %v, want ErrInjectedCancel", cause)
+	}
+	wantHookFired(t, f, 1)
+	if err := tx.Rollback(t.Context()); err != nil {
+		t.Errorf("rollback after the cancelled INSERT: %v", err)
+	}
+	fx.wantEffects(t, d, 0)
+}
+
+func TestHookCancelNeedsCancelFunc(t *testing.T) {
+	h := faults.NewHooks()
+	f := h.Arm(faults.HookPlan{Namespace: "ns", ID: "42", Action: faults.HookCancel})
+	err := h.Effect(t.Context(), delivery("ns", "42", 1))
+	if err == nil || !strings.Contains(err.Error(), "no cancel func") {
+		t.Errorf("Effect without a cancel func in ctx = %v, want an error saying so", err)
+	}
+	wantHookFired(t, f, 1)
+}
+
+func TestHookMatching(t *testing.T) {
+	tests := []struct {
+		name  string
+		plan  faults.HookPlan
+		fires bool
+	}{
+		{"same attempt", faults.HookPlan{Namespace: "ns", ID: "42", Attempt: 2}, true},
+		{"any attempt", faults.HookPlan{Namespace: "ns", ID: "42"}, true},
+		{"other attempt", faults.HookPlan{Namespace: "ns", ID: "42", Attempt: 1}, false},
+		{"other id", faults.HookPlan{Namespace: "ns", ID: "43"}, false},
+		{"other namespace", faults.HookPlan{Namespace: "other", ID: "42"}, false},
+	}
+	d := delivery("ns", "42", 2)
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := faults.NewHooks()
+			tt.plan.Action = faults.HookError
+			f := h.Arm(tt.plan)
+			err := h.Effect(t.Context(), d)
+			if got := errors.Is(err, faults.ErrInjected); got != tt.fires {
+				t.Errorf("%s on %s attempt %d: Effect = %v, want fired %v", f, d.Event, d.Attempt, err, tt.fires)
+			}
+			wantHookFired(t, f, map[bool]int64{true: 1}[tt.fires])
+		})
+	}
+}
+
+func TestHooksFireInArmOrderUntilOneFails(t *testing.T) {
+	h := faults.NewHooks()
+	ctx, cancel := context.WithCancelCause(t.Context())
+	defer cancel(nil)
+	cancelled := h.Arm(faults.HookPlan{Namespace: "ns", ID: "42", Action: faults.HookCancel})
+	failed := h.Arm(faults.HookPlan{Namespace: "ns", ID: "42", Action: faults.HookError})
+	panicked := h.Arm(faults.HookPlan{Namespace: "ns", ID: "42", Action: faults.HookPanic})
+
+	if err := h.Effect(faults.WithCancel(ctx, cancel), delivery("ns", "42", 1)); !errors.Is(err, faults.ErrInjected) {
+		t.Errorf("Effect = %v, want ErrInjected", err)
+	}
+	wantHookFired(t, cancelled, 1)
+	wantHookFired(t, failed, 1)
+	wantHookFired(t, panicked, 0)
+}
+
+func TestHooksArmPanicsOnInvalidPlan(t *testing.T) {
+	tests := []struct {
+		name string
+		plan faults.HookPlan
+		want string
+	}{
+		{"unknown action", faults.HookPlan{ID: "42", Action: "explode"}, `unknown hook action "explode"`},
+		{"no action", faults.HookPlan{ID: "42"}, "unknown hook action"},
+		{"no event id", faults.HookPlan{Action: faults.HookError}, "no event id"},
+		{"negative attempt", faults.HookPlan{ID: "42", Attempt: -2, Action: faults.HookError}, "attempt -2 out of range"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			defer func() {
+				r := recover()
+				if msg := fmt.Sprint(r); r == nil || !strings.Contains(msg, tt.want) {
+					t.Errorf("Arm(%+v) panicked with %v, want a panic saying %q", tt.plan, r, tt.want)
+				}
+			}()
+			faults.NewHooks().Arm(tt.plan)
+		})
+	}
+}
+
+func TestHooksConcurrentUse(t *testing.T) {
+	const workers, deliveries = 8, 200
+	h := faults.NewHooks()
+	var wg sync.WaitGroup
+	armed := make([]*faults.HookFault, workers)
+	for w := range workers {
+		wg.Go(func() {
+			id := fmt.Sprint(w)
+			armed[w] = h.Arm(faults.HookPlan{Namespace: "ns", ID: id, Action: faults.HookError})
+			for attempt := 1; attempt <= deliveries; attempt++ {
+				// Every worker also delivers an event nobody planned for.
+				if err := h.Effect(t.Context(), adapters.Delivery{Event: adapters.Event{Namespace: "ns", ID: "unplanned"}, Attempt: attempt}); err != nil {
+					t.Errorf("unplanned event: %v", err)
+				}
+				if err := h.Effect(t.Context(), adapters.Delivery{Event: adapters.Event{Namespace: "ns", ID: id}, Attempt: attempt}); !errors.Is(err, faults.ErrInjected) {
+					t.Errorf("worker %d attempt %d: %v, want ErrInjected", w, attempt, err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	for _, f := range armed {
+		wantHookFired(t, f, deliveries)
+	}
+}

@@ -1,0 +1,218 @@
+package faults
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/harmless-dev/harmless/adapters"
+	"github.com/harmless-dev/harmless/internal/ledger"
+)
+
+// Point is where a planned database-side fault fires.
+type Point string
+
+const (
+	// AtEffect fires when the effect row is inserted into the ledger, from a
+	// plain AFTER INSERT ... FOR EACH ROW trigger: the effect's statement fails.
+	AtEffect Point = "effect"
+	// AtCommit fires when the transaction that inserted the effect row
+	// commits, from a DEFERRABLE INITIALLY DEFERRED constraint trigger: the
+	// COMMIT fails. An implementation that runs SET CONSTRAINTS ALL IMMEDIATE
+	// moves this point to the end of its statements.
+	AtCommit Point = "commit"
+)
+
+// Action is what a planned database-side fault does when it fires.
+type Action string
+
+const (
+	// Raise fails with SQLSTATE [InjectedSQLState] and a message naming the
+	// fault. The transaction rolls back.
+	Raise Action = "raise"
+	// Sleep holds the transaction for [Plan.Sleep] (pg_sleep), widening race
+	// windows so that concurrent deliveries overlap. Nothing fails.
+	Sleep Action = "sleep"
+	// Terminate makes the backend terminate itself
+	// (pg_terminate_backend(pg_backend_pid())). The client sees SQLSTATE
+	// 57P01 or a closed connection; the transaction is gone.
+	Terminate Action = "terminate"
+)
+
+// InjectedSQLState is the SQLSTATE of the error a [Raise] fault raises.
+const InjectedSQLState = "HF001"
+
+// Plan says which effect insert a database-side fault fires on, and what it
+// does there.
+type Plan struct {
+	// Namespace and ID name the event. They are compared, as exact bytes,
+	// with the ledger row's namespace and event_id.
+	Namespace, ID string
+	// Attempt is the delivery attempt the fault fires on; 0 matches every
+	// attempt.
+	Attempt int
+	// Point is where the fault fires.
+	Point Point
+	// Action is what it does.
+	Action Action
+	// Sleep is how long a [Sleep] fault sleeps, at least a microsecond, in
+	// whole microseconds. It must be zero for the other actions.
+	Sleep time.Duration
+}
+
+func (p Plan) validate() error {
+	switch p.Point {
+	case AtEffect, AtCommit:
+	default:
+		return fmt.Errorf("unknown point %q (known: %q, %q)", p.Point, AtEffect, AtCommit)
+	}
+	switch p.Action {
+	case Raise, Terminate:
+		if p.Sleep != 0 {
+			return fmt.Errorf("a %s fault takes no sleep duration, got %s", p.Action, p.Sleep)
+		}
+	case Sleep:
+		if p.Sleep < time.Microsecond {
+			return fmt.Errorf("a sleep fault needs a sleep duration of at least 1µs, got %s", p.Sleep)
+		}
+	default:
+		return fmt.Errorf("unknown action %q (known: %q, %q, %q)", p.Action, Raise, Sleep, Terminate)
+	}
+	return validateTarget(p.ID, p.Attempt)
+}
+
+// validateTarget checks the event and attempt of a database-side or Go-level
+// plan.
+func validateTarget(id string, attempt int) error {
+	if id == "" {
+		return errors.New("no event id: a plan for an empty id never fires")
+	}
+	if attempt < 0 || attempt > math.MaxInt32 {
+		return fmt.Errorf("attempt %d out of range (0 for every attempt, else 1 to %d)", attempt, math.MaxInt32)
+	}
+	return nil
+}
+
+// describe tells which deliveries a plan targets, e.g. "ns/42 attempt 1".
+func describe(namespace, id string, attempt int) string {
+	ev := adapters.Event{Namespace: namespace, ID: id}
+	if attempt == 0 {
+		return ev.String() + " every attempt"
+	}
+	return ev.String() + " attempt " + strconv.Itoa(attempt)
+}
+
+// String describes the plan, e.g. "raise at commit for ns/42 attempt 1".
+func (p Plan) String() string {
+	action := string(p.Action)
+	if p.Action == Sleep {
+		action += " " + p.Sleep.String()
+	}
+	return fmt.Sprintf("%s at %s for %s", action, p.Point, describe(p.Namespace, p.ID, p.Attempt))
+}
+
+//go:embed plan.sql
+var installSQL string
+
+// Install creates the fault points on the ledger of schema: a plan table, a
+// trigger function and two triggers ([AtEffect], [AtCommit]), all in schema.
+// The ledger must already be installed. Dropping the schema removes
+// everything.
+//
+// The triggers run as the role that inserts the effect, which therefore
+// needs to read the plan table and advance the faults' sequences: the same
+// role as the harness's, as [adapters.Env] intends.
+func Install(ctx context.Context, db ledger.DB, schema string) error {
+	sql := strings.NewReplacer(
+		"{{schema}}", pgx.Identifier{schema}.Sanitize(),
+		"{{ledger}}", ledger.Table(schema),
+	).Replace(installSQL)
+	// Without arguments, Exec uses the simple protocol: the statements run
+	// as one implicit transaction.
+	if _, err := db.Exec(ctx, sql); err != nil {
+		return fmt.Errorf("install fault points in schema %q: %w", schema, err)
+	}
+	return nil
+}
+
+// Fault is one armed database-side fault.
+type Fault struct {
+	id       int64
+	plan     Plan
+	evidence string // quoted, schema-qualified sequence
+}
+
+// Arm validates p and arms it in schema, where [Install] has run. The fault
+// fires on every matching effect insert from then on; several faults
+// matching one insert fire in the order they were armed, until one of them
+// fails the transaction. Arm before delivering: a transaction at REPEATABLE
+// READ or SERIALIZABLE that started earlier does not see the plan.
+func Arm(ctx context.Context, db ledger.DB, schema string, p Plan) (*Fault, error) {
+	if err := p.validate(); err != nil {
+		return nil, fmt.Errorf("arm fault %s: invalid plan: %w", p, err)
+	}
+	ids := pgx.Identifier{schema, "harmless_fault_ids"}.Sanitize()
+	id, err := queryOne[int64](ctx, db, "SELECT nextval($1::regclass)", ids)
+	if err != nil {
+		return nil, fmt.Errorf("arm fault %s: number it: %w", p, err)
+	}
+	f := &Fault{
+		id:       id,
+		plan:     p,
+		evidence: pgx.Identifier{schema, fmt.Sprintf("harmless_fault_%d_fired", id)}.Sanitize(),
+	}
+	// Should the INSERT fail, an unused sequence is left behind: harmless.
+	if _, err := db.Exec(ctx, "CREATE SEQUENCE "+f.evidence); err != nil {
+		return nil, fmt.Errorf("arm fault %s: create its evidence sequence: %w", p, err)
+	}
+	plans := pgx.Identifier{schema, "harmless_fault_plans"}.Sanitize()
+	_, err = db.Exec(ctx, "INSERT INTO "+plans+` (id, namespace, event_id, attempt, point, action, sleep, evidence, description)
+VALUES ($1, $2, $3, $4, $5, $6, $7 * interval '1 microsecond', $8::regclass, $9)`,
+		id, []byte(p.Namespace), []byte(p.ID), int32(p.Attempt), string(p.Point), string(p.Action),
+		p.Sleep.Microseconds(), f.evidence, p.String())
+	if err != nil {
+		return nil, fmt.Errorf("arm fault %s: record its plan: %w", p, err)
+	}
+	return f, nil
+}
+
+// Fired reports how many times the fault fired, counting firings whose
+// transaction rolled back or whose backend terminated.
+func (f *Fault) Fired(ctx context.Context, db ledger.DB) (int64, error) {
+	n, err := queryOne[int64](ctx, db, "SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM "+f.evidence)
+	if err != nil {
+		return 0, fmt.Errorf("count firings of fault %s: %w", f, err)
+	}
+	return n, nil
+}
+
+// Plan returns the fault's plan.
+func (f *Fault) Plan() Plan { return f.plan }
+
+// String describes the fault, e.g. "raise at commit for ns/42 attempt 1".
+func (f *Fault) String() string { return f.plan.String() }
+
+// IsInjected reports whether err, possibly wrapped, is the error raised by a
+// [Raise] fault.
+func IsInjected(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == InjectedSQLState
+}
+
+// queryOne runs a query that returns exactly one row of one column.
+func queryOne[T any](ctx context.Context, db ledger.DB, sql string, args ...any) (T, error) {
+	rows, err := db.Query(ctx, sql, args...)
+	if err != nil {
+		var zero T
+		return zero, err
+	}
+	return pgx.CollectExactlyOneRow(rows, pgx.RowTo[T])
+}

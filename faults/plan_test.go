@@ -1,0 +1,267 @@
+package faults_test
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/harmless-dev/harmless/faults"
+)
+
+var points = []faults.Point{faults.AtEffect, faults.AtCommit}
+
+// failedAt is where a fault at point makes a delivery fail.
+func failedAt(p faults.Point) stage {
+	if p == faults.AtCommit {
+		return stageCommit
+	}
+	return stageApply
+}
+
+func TestSleep(t *testing.T) {
+	const nap = 150 * time.Millisecond
+	for _, point := range points {
+		t.Run(string(point), func(t *testing.T) {
+			fx := setup(t)
+			d := delivery("ns", "42", 1)
+			f := fx.arm(t, faults.Plan{Namespace: "ns", ID: "42", Point: point, Action: faults.Sleep, Sleep: nap})
+
+			start := time.Now()
+			if at, err := deliver(t.Context(), fx.pool, fx.effect(nil), d); err != nil {
+				t.Fatalf("delivery failed at %s: %v", at, err)
+			}
+			if took := time.Since(start); took < nap {
+				t.Errorf("delivery took %s, less than the %s sleep", took, nap)
+			}
+			fx.wantEffects(t, d, 1)
+			fx.wantFired(t, f, 1)
+		})
+	}
+}
+
+// TestFailingFaults delivers on a connection of its own: a raise leaves it
+// usable, a terminate kills it.
+func TestFailingFaults(t *testing.T) {
+	for _, action := range []faults.Action{faults.Raise, faults.Terminate} {
+		for _, point := range points {
+			t.Run(string(action)+" at "+string(point), func(t *testing.T) {
+				fx := setup(t)
+				d := delivery("ns", "42", 1)
+				f := fx.arm(t, faults.Plan{Namespace: "ns", ID: "42", Attempt: 1, Point: point, Action: action})
+				fx.wantFired(t, f, 0)
+				conn := connect(t, "harmless-faults-test-"+unique(t))
+
+				at, err := deliver(t.Context(), conn, fx.effect(nil), d)
+				if at != failedAt(point) {
+					t.Fatalf("delivery failed at %q (%v), want at %q", at, err, failedAt(point))
+				}
+				t.Logf("delivery failed at %s: %v", at, err)
+				if action == faults.Raise {
+					if !faults.IsInjected(err) {
+						t.Errorf("IsInjected(%v) = false", err)
+					}
+					if !strings.Contains(err.Error(), f.String()) {
+						t.Errorf("error %q does not name the fault %q", err, f)
+					}
+					if !alive(t, conn) {
+						t.Error("a raise fault killed the connection")
+					}
+				} else {
+					wantDead(t, fx.pool, conn, conn.PgConn().PID(), err)
+				}
+				fx.wantEffects(t, d, 0)
+				fx.wantFired(t, f, 1)
+			})
+		}
+	}
+}
+
+func TestAttemptMatching(t *testing.T) {
+	tests := []struct {
+		planned   int
+		delivered []int
+		fires     []bool // per delivery
+	}{
+		{planned: 2, delivered: []int{1, 3, 2}, fires: []bool{false, false, true}},
+		{planned: 0, delivered: []int{1, 2, 7}, fires: []bool{true, true, true}},
+	}
+	for _, tt := range tests {
+		t.Run(fmt.Sprintf("planned attempt %d", tt.planned), func(t *testing.T) {
+			fx := setup(t)
+			f := fx.arm(t, faults.Plan{Namespace: "ns", ID: "42", Attempt: tt.planned, Point: faults.AtEffect, Action: faults.Raise})
+			var fired, applied int
+			for i, attempt := range tt.delivered {
+				_, err := deliver(t.Context(), fx.pool, fx.effect(nil), delivery("ns", "42", attempt))
+				switch {
+				case tt.fires[i] && !faults.IsInjected(err):
+					t.Errorf("attempt %d: got %v, want the injected fault", attempt, err)
+				case !tt.fires[i] && err != nil:
+					t.Errorf("attempt %d: got %v, want no fault", attempt, err)
+				}
+				if tt.fires[i] {
+					fired++
+				} else {
+					applied++
+				}
+			}
+			fx.wantEffects(t, delivery("ns", "42", 0), applied)
+			fx.wantFired(t, f, int64(fired))
+		})
+	}
+}
+
+func TestPlanForAnotherEventDoesNotFire(t *testing.T) {
+	fx := setup(t)
+	f := fx.arm(t, faults.Plan{Namespace: "ns", ID: "42", Point: faults.AtEffect, Action: faults.Raise})
+	others := []struct{ name, ns, id string }{
+		{"other id", "ns", "43"},
+		{"other namespace", "other", "42"},
+		{"id prefix", "ns", "4"},
+		{"id extended", "ns", "420"},
+		{"case differs", "NS", "42"},
+		{"boundary moved", "ns4", "2"},
+		{"empty namespace", "", "42"},
+	}
+	for _, o := range others {
+		t.Run(o.name, func(t *testing.T) {
+			d := delivery(o.ns, o.id, 1)
+			if at, err := deliver(t.Context(), fx.pool, fx.effect(nil), d); err != nil {
+				t.Errorf("%s failed at %s: %v", d.Event, at, err)
+			}
+			fx.wantEffects(t, d, 1)
+		})
+	}
+	fx.wantFired(t, f, 0)
+}
+
+func TestFaultsOnOneInsertFireInPlanOrder(t *testing.T) {
+	type armed struct {
+		point  faults.Point
+		action faults.Action
+		fires  int64
+	}
+	tests := []struct {
+		name  string
+		plans []armed
+	}{
+		{"sleep then raise", []armed{{faults.AtEffect, faults.Sleep, 1}, {faults.AtEffect, faults.Raise, 1}}},
+		{"raise then sleep", []armed{{faults.AtEffect, faults.Raise, 1}, {faults.AtEffect, faults.Sleep, 0}}},
+		{"raise at effect stops commit", []armed{{faults.AtCommit, faults.Raise, 0}, {faults.AtEffect, faults.Raise, 1}}},
+		{"sleep at effect then raise at commit", []armed{{faults.AtCommit, faults.Raise, 1}, {faults.AtEffect, faults.Sleep, 1}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			fx := setup(t)
+			var armedFaults []*faults.Fault
+			for _, a := range tt.plans {
+				p := faults.Plan{Namespace: "ns", ID: "42", Point: a.point, Action: a.action}
+				if a.action == faults.Sleep {
+					p.Sleep = time.Millisecond
+				}
+				armedFaults = append(armedFaults, fx.arm(t, p))
+			}
+			d := delivery("ns", "42", 1)
+			if _, err := deliver(t.Context(), fx.pool, fx.effect(nil), d); !faults.IsInjected(err) {
+				t.Fatalf("got %v, want the injected fault", err)
+			}
+			fx.wantEffects(t, d, 0)
+			for i, f := range armedFaults {
+				fx.wantFired(t, f, tt.plans[i].fires)
+			}
+		})
+	}
+}
+
+func TestArmRejectsInvalidPlans(t *testing.T) {
+	fx := setup(t)
+	valid := faults.Plan{Namespace: "ns", ID: "42", Attempt: 1, Point: faults.AtEffect, Action: faults.Raise}
+	tests := []struct {
+		name   string
+		change func(*faults.Plan)
+		want   string
+	}{
+		{"no point", func(p *faults.Plan) { p.Point = "" }, "unknown point"},
+		{"unknown point", func(p *faults.Plan) { p.Point = "rollback" }, `unknown point "rollback"`},
+		{"unknown action", func(p *faults.Plan) { p.Action = "explode" }, `unknown action "explode"`},
+		{"negative attempt", func(p *faults.Plan) { p.Attempt = -1 }, "attempt -1 out of range"},
+		{"no event id", func(p *faults.Plan) { p.ID = "" }, "no event id"},
+		{"sleep without duration", func(p *faults.Plan) { p.Action = faults.Sleep }, "needs a sleep duration"},
+		{"negative sleep", func(p *faults.Plan) { p.Action, p.Sleep = faults.Sleep, -time.Second }, "needs a sleep duration"},
+		{"sleep under a microsecond", func(p *faults.Plan) { p.Action, p.Sleep = faults.Sleep, time.Nanosecond }, "at least 1µs"},
+		{"raise with duration", func(p *faults.Plan) { p.Sleep = time.Second }, "takes no sleep duration"},
+		{"terminate with duration", func(p *faults.Plan) { p.Action, p.Sleep = faults.Terminate, time.Second }, "takes no sleep duration"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := valid
+			tt.change(&p)
+			f, err := faults.Arm(t.Context(), fx.pool, fx.schema, p)
+			if err == nil {
+				t.Fatalf("Arm(%+v) armed %s, want an error", p, f)
+			}
+			if !strings.Contains(err.Error(), tt.want) || !strings.Contains(err.Error(), "invalid plan") {
+				t.Errorf("Arm(%+v) = %q, want an invalid plan error saying %q", p, err, tt.want)
+			}
+		})
+	}
+	// None of them was recorded: a delivery the valid plan would match
+	// commits.
+	d := delivery("ns", "42", 1)
+	if at, err := deliver(t.Context(), fx.pool, fx.effect(nil), d); err != nil {
+		t.Errorf("delivery failed at %s: %v", at, err)
+	}
+}
+
+func TestArmWithoutInstall(t *testing.T) {
+	fx := setup(t)
+	_, err := faults.Arm(t.Context(), fx.pool, fx.schema+"_missing", faults.Plan{ID: "42", Point: faults.AtEffect, Action: faults.Raise})
+	if err == nil || !strings.Contains(err.Error(), "arm fault raise at effect") {
+		t.Errorf("Arm in a schema without fault points = %v, want an error naming the fault", err)
+	}
+}
+
+func TestFaultString(t *testing.T) {
+	fx := setup(t)
+	tests := []struct {
+		plan faults.Plan
+		want string
+	}{
+		{faults.Plan{Namespace: "ns", ID: "42", Attempt: 1, Point: faults.AtCommit, Action: faults.Raise}, "raise at commit for ns/42 attempt 1"},
+		{faults.Plan{Namespace: "ns", ID: "42", Point: faults.AtEffect, Action: faults.Sleep, Sleep: 250 * time.Millisecond}, "sleep 250ms at effect for ns/42 every attempt"},
+		{faults.Plan{Namespace: "a/b", ID: "x y", Attempt: 3, Point: faults.AtEffect, Action: faults.Terminate}, `terminate at effect for "a/b"/"x y" attempt 3`},
+	}
+	for _, tt := range tests {
+		f := fx.arm(t, tt.plan)
+		if got := f.String(); got != tt.want {
+			t.Errorf("String() = %q, want %q", got, tt.want)
+		}
+		if f.Plan() != tt.plan {
+			t.Errorf("Plan() = %+v, want %+v", f.Plan(), tt.plan)
+		}
+	}
+}
+
+func TestIsInjected(t *testing.T) {
+	injected := &pgconn.PgError{Code: faults.InjectedSQLState}
+	tests := []struct {
+		name string
+		err  error
+		want bool
+	}{
+		{"nil", nil, false},
+		{"plain error", errors.New("boom"), false},
+		{"other SQLSTATE", &pgconn.PgError{Code: "23505"}, false},
+		{"injected", injected, true},
+		{"injected, wrapped", fmt.Errorf("deliver: %w", injected), true},
+		{"hook error", fmt.Errorf("x: %w", faults.ErrInjected), false},
+	}
+	for _, tt := range tests {
+		if got := faults.IsInjected(tt.err); got != tt.want {
+			t.Errorf("%s: IsInjected(%v) = %v, want %v", tt.name, tt.err, got, tt.want)
+		}
+	}
+}

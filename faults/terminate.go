@@ -1,0 +1,116 @@
+package faults
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/harmless-dev/harmless/internal/ledger"
+)
+
+// RunPrefix is how every application_name of the harness's connections
+// begins; a run's own prefix extends it.
+const RunPrefix = "harmless-"
+
+// maxApplicationName is the most bytes PostgreSQL keeps of an
+// application_name (NAMEDATALEN - 1).
+const maxApplicationName = 63
+
+// pollInterval is how often TerminateBackends looks for its victims.
+const pollInterval = 10 * time.Millisecond
+
+// TerminateBackends terminates every client backend whose application_name
+// starts with prefix, except the backend running the query, and waits until
+// they are gone from pg_stat_activity. It returns the pids it terminated.
+//
+// prefix is matched literally (no LIKE wildcards). It must start with
+// [RunPrefix] and say more than that: the bare RunPrefix would reach other
+// runs' connections. If ctx ends before the backends are gone, the pids are
+// returned with an error.
+func TerminateBackends(ctx context.Context, db ledger.DB, applicationNamePrefix string) ([]int, error) {
+	prefix := applicationNamePrefix
+	switch {
+	case prefix == "":
+		return nil, fmt.Errorf("terminate backends: refusing an empty prefix: it matches every connection")
+	case !strings.HasPrefix(prefix, RunPrefix):
+		return nil, fmt.Errorf("terminate backends: refusing prefix %q: it does not start with %q, so the connections may not be this run's", prefix, RunPrefix)
+	case prefix == RunPrefix:
+		return nil, fmt.Errorf("terminate backends: refusing prefix %q: it matches every run's connections, not one run's", prefix)
+	case len(prefix) > maxApplicationName:
+		return nil, fmt.Errorf("terminate backends: prefix %q is longer than the %d bytes PostgreSQL keeps of an application_name", prefix, maxApplicationName)
+	}
+
+	rows, err := db.Query(ctx, `SELECT pid, backend_start, pg_terminate_backend(pid) AS terminated
+FROM pg_stat_activity
+WHERE backend_type = 'client backend'
+  AND pid <> pg_backend_pid()
+  AND starts_with(application_name, $1::text)`, prefix)
+	if err != nil {
+		return nil, fmt.Errorf("terminate backends named %q*: %w", prefix, err)
+	}
+	type victim struct {
+		PID          int32
+		BackendStart time.Time
+		Terminated   bool
+	}
+	found, err := pgx.CollectRows(rows, pgx.RowToStructByName[victim])
+	if err != nil {
+		return nil, fmt.Errorf("terminate backends named %q*: %w", prefix, err)
+	}
+	var pids []int
+	var starts []time.Time
+	for _, v := range found {
+		// Not terminated: the backend ended on its own meanwhile.
+		if v.Terminated {
+			pids = append(pids, int(v.PID))
+			starts = append(starts, v.BackendStart)
+		}
+	}
+	if len(pids) == 0 {
+		return nil, nil
+	}
+	if err := waitGone(ctx, db, pids, starts); err != nil {
+		return pids, fmt.Errorf("terminate backends named %q*: %w", prefix, err)
+	}
+	return pids, nil
+}
+
+// waitGone polls pg_stat_activity until none of the backends (pid and start
+// time, so that a reused pid is not mistaken for its victim) is left.
+func waitGone(ctx context.Context, db ledger.DB, pids []int, starts []time.Time) error {
+	ticker := time.NewTicker(pollInterval)
+	defer ticker.Stop()
+	for {
+		// Inside a transaction, pg_stat_activity is a snapshot: drop it.
+		if _, err := db.Exec(ctx, "SELECT pg_stat_clear_snapshot()"); err != nil {
+			return fmt.Errorf("wait for backends %v to end: %w", pids, err)
+		}
+		left, err := queryOne[int64](ctx, db, `SELECT count(*)
+FROM pg_stat_activity a
+JOIN unnest($1::int4[], $2::timestamptz[]) AS v(pid, started) ON a.pid = v.pid AND a.backend_start = v.started`, pids, starts)
+		if err != nil {
+			return fmt.Errorf("wait for backends %v to end: %w", pids, err)
+		}
+		if left == 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("wait for backends %v to end: %d still there: %w", pids, left, ctxErr(ctx))
+		case <-ticker.C:
+		}
+	}
+}
+
+// ctxErr is ctx's error, with its cause when that says more.
+func ctxErr(ctx context.Context) error {
+	err, cause := ctx.Err(), context.Cause(ctx)
+	if errors.Is(cause, err) {
+		return cause
+	}
+	return fmt.Errorf("%w: %w", err, cause)
+}
