@@ -1,0 +1,375 @@
+package provision
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"net"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+const (
+	// clusterDirPrefix starts the name of every cluster directory, followed
+	// by the owner's pid: harmless-pg-<pid>-<random>.
+	clusterDirPrefix = "harmless-pg-"
+	// ownerFile, in a cluster directory, records the owner and the
+	// binaries that made the cluster.
+	ownerFile = "owner"
+	// clusterStartTimeout bounds `pg_ctl start -w` and the first connection.
+	clusterStartTimeout = 60 * time.Second
+	// systemBinGlob is where Debian and Ubuntu put the server binaries.
+	systemBinGlob = "/usr/lib/postgresql/*/bin"
+)
+
+// binariesWhere names the cluster way and where it looks for binaries.
+func (st settings) binariesWhere() string {
+	if st.binDir != "" {
+		return fmt.Sprintf("local server binaries (initdb, pg_ctl in %s=%s)", st.binDirSource, st.binDir)
+	}
+	return "local server binaries (initdb, pg_ctl on PATH or " + systemBinGlob + ")"
+}
+
+// findBinaries returns the directory that holds both initdb and pg_ctl.
+func findBinaries(st settings) (string, error) {
+	notFound := errors.New("not found")
+	if st.binDir != "" {
+		if hasServerBinaries(st.binDir) {
+			return st.binDir, nil
+		}
+		return "", notFound
+	}
+	candidates := filepath.SplitList(st.path)
+	system, _ := filepath.Glob(systemBinGlob)
+	// Newest major version first: /usr/lib/postgresql/17/bin before 15.
+	slices.SortFunc(system, func(a, b string) int { return majorOf(b) - majorOf(a) })
+	for _, dir := range append(candidates, system...) {
+		if dir != "" && hasServerBinaries(dir) {
+			return dir, nil
+		}
+	}
+	return "", notFound
+}
+
+func majorOf(binDir string) int {
+	n, _ := strconv.Atoi(filepath.Base(filepath.Dir(binDir)))
+	return n
+}
+
+func hasServerBinaries(dir string) bool {
+	for _, name := range []string{"initdb", "pg_ctl"} {
+		fi, err := os.Stat(filepath.Join(dir, name))
+		if err != nil || !fi.Mode().IsRegular() || fi.Mode().Perm()&0o111 == 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// runner runs the server binaries, as the postgres user when this process
+// is root (initdb and pg_ctl refuse to run as root).
+type runner struct {
+	cred     *syscall.Credential // nil: as this process
+	uid, gid int
+}
+
+func clusterRunner() (runner, error) {
+	if os.Geteuid() != 0 {
+		return runner{uid: -1, gid: -1}, nil
+	}
+	u, err := user.Lookup("postgres")
+	if err != nil {
+		return runner{}, fmt.Errorf("running as root, and initdb refuses root: no postgres user to run it as (%w)", err)
+	}
+	uid, _ := strconv.Atoi(u.Uid)
+	gid, _ := strconv.Atoi(u.Gid)
+	var groups []uint32
+	if ids, err := u.GroupIds(); err == nil {
+		for _, id := range ids {
+			if g, err := strconv.Atoi(id); err == nil {
+				groups = append(groups, uint32(g))
+			}
+		}
+	}
+	return runner{cred: &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid), Groups: groups}, uid: uid, gid: gid}, nil
+}
+
+// run runs a server binary in dir and returns its combined output; a
+// failure's error includes that output.
+func (r runner) run(ctx context.Context, dir, bin string, args ...string) (string, error) {
+	cmd := exec.CommandContext(ctx, bin, args...)
+	cmd.Dir = dir // a directory the postgres user can enter
+	if r.cred != nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: r.cred}
+	}
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return string(out), fmt.Errorf("%s %s: %w: %s", filepath.Base(bin), args[0], err, strings.TrimSpace(string(out)))
+	}
+	return string(out), nil
+}
+
+// chown gives path to the user the server runs as.
+func (r runner) chown(path string) error {
+	if r.cred == nil {
+		return nil
+	}
+	return os.Chown(path, r.uid, r.gid)
+}
+
+// cluster is a throwaway cluster in its own directory:
+//
+//	harmless-pg-<pid>-<random>/
+//	  owner        who made it (see owner) and bin=<binaries dir>
+//	  data/        PGDATA
+//	  server.log   the server's log
+//	  .s.PGSQL.*   the unix socket
+type cluster struct {
+	bin  string
+	dir  string
+	as   runner
+	port int
+	logf func(format string, args ...any)
+}
+
+func (c *cluster) data() string    { return filepath.Join(c.dir, "data") }
+func (c *cluster) logFile() string { return filepath.Join(c.dir, "server.log") }
+func (c *cluster) pgCtl() string   { return filepath.Join(c.bin, "pg_ctl") }
+
+func (c *cluster) dsn() string {
+	return fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", c.port)
+}
+
+func (c *cluster) describe() string { return "throwaway cluster in " + c.dir }
+
+// openCluster starts a throwaway cluster from local server binaries.
+func openCluster(ctx context.Context, st settings) (srv *Server, err error) {
+	bin, err := findBinaries(st)
+	if err != nil {
+		return nil, err
+	}
+	as, err := clusterRunner()
+	if err != nil {
+		return nil, err
+	}
+	began := time.Now()
+	dir, err := os.MkdirTemp("", fmt.Sprintf("%s%d-", clusterDirPrefix, os.Getpid()))
+	if err != nil {
+		return nil, fmt.Errorf("create cluster directory: %w", err)
+	}
+	c := &cluster{bin: bin, dir: dir, as: as, logf: st.logf}
+	defer func() {
+		if err != nil {
+			if cerr := c.close(context.WithoutCancel(ctx)); cerr != nil {
+				st.logf("cleaning up after a failed start: %v", cerr)
+			}
+		}
+	}()
+	info := append(self().marshal(), "bin="+bin+"\n"...)
+	if err := os.WriteFile(filepath.Join(dir, ownerFile), info, 0o644); err != nil {
+		return nil, fmt.Errorf("write owner file: %w", err)
+	}
+	if err := as.chown(dir); err != nil {
+		return nil, fmt.Errorf("give %s to the postgres user: %w", dir, err)
+	}
+	st.logf("starting throwaway cluster in %s (binaries: %s)", dir, bin)
+
+	if _, err := as.run(ctx, dir, filepath.Join(bin, "initdb"),
+		"-D", c.data(), "-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-locale", "--no-sync"); err != nil {
+		return nil, err
+	}
+	conf := fmt.Sprintf("\n# harmless throwaway cluster\nlisten_addresses = '127.0.0.1'\n"+
+		"unix_socket_directories = '%s'\nfsync = off\n", dir)
+	if err := appendFile(filepath.Join(c.data(), "postgresql.conf"), conf); err != nil {
+		return nil, fmt.Errorf("configure cluster: %w", err)
+	}
+	version, err := c.start(ctx)
+	if err != nil {
+		return nil, err
+	}
+	st.logf("cluster ready in %.1fs on 127.0.0.1:%d (PostgreSQL %s)", time.Since(began).Seconds(), c.port, version)
+	return &Server{Kind: KindCluster, Version: version, dsn: c.dsn(), b: c, logf: st.logf}, nil
+}
+
+func appendFile(name, text string) error {
+	f, err := os.OpenFile(name, os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		return err
+	}
+	if _, err := f.WriteString(text); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+// start starts the server on c.port if it is set and free, else on a free
+// port, and waits until it accepts connections. A port taken between
+// choosing and binding it is retried with another.
+func (c *cluster) start(ctx context.Context) (string, error) {
+	const attempts = 3
+	for i := 1; ; i++ {
+		if c.port == 0 || i > 1 {
+			port, err := freePort()
+			if err != nil {
+				return "", err
+			}
+			c.port = port
+		}
+		logStart := fileSize(c.logFile())
+		_, err := c.as.run(ctx, c.dir, c.pgCtl(), "start", "-w", "-t", strconv.Itoa(int(clusterStartTimeout.Seconds())),
+			"-D", c.data(), "-l", c.logFile(), "-o", fmt.Sprintf("-p %d", c.port))
+		if err == nil {
+			break
+		}
+		log := c.logSince(logStart)
+		if i < attempts && strings.Contains(log, "could not bind") {
+			c.logf("port %d was taken; trying another", c.port)
+			continue
+		}
+		return "", fmt.Errorf("%w; server log: %s", err, lastLines(log, 10))
+	}
+	return waitReady(ctx, c.dsn(), clusterStartTimeout, func() string {
+		return "server log: " + lastLines(c.logSince(0), 10)
+	})
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, fmt.Errorf("find a free port: %w", err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+func fileSize(name string) int64 {
+	fi, err := os.Stat(name)
+	if err != nil {
+		return 0
+	}
+	return fi.Size()
+}
+
+// logSince returns the server log from byte offset off.
+func (c *cluster) logSince(off int64) string {
+	f, err := os.Open(c.logFile())
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	b, _ := io.ReadAll(io.NewSectionReader(f, off, 1<<20))
+	return string(b)
+}
+
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, " | ")
+}
+
+func (c *cluster) running() bool {
+	_, err := os.Stat(filepath.Join(c.data(), "postmaster.pid"))
+	return err == nil
+}
+
+func (c *cluster) crash(ctx context.Context) error {
+	_, err := c.as.run(ctx, c.dir, c.pgCtl(), "stop", "-w", "-m", "immediate", "-D", c.data())
+	return err
+}
+
+func (c *cluster) restart(ctx context.Context) (string, error) {
+	if c.running() {
+		return "", errors.New("the server is running: Crash it first")
+	}
+	if _, err := c.start(ctx); err != nil {
+		return "", err
+	}
+	return c.dsn(), nil
+}
+
+// close stops the server if it runs and removes the directory.
+func (c *cluster) close(ctx context.Context) error {
+	return stopAndRemoveCluster(ctx, c.dir, c.bin, c.as)
+}
+
+// stopAndRemoveCluster stops the server of a cluster directory with
+// `pg_ctl stop -m immediate` if it runs (the data is thrown away), then
+// removes the directory.
+func stopAndRemoveCluster(ctx context.Context, dir, bin string, as runner) error {
+	data := filepath.Join(dir, "data")
+	if _, err := os.Stat(filepath.Join(data, "postmaster.pid")); err == nil {
+		if bin == "" || !hasServerBinaries(bin) {
+			return fmt.Errorf("%s has a running server and no pg_ctl to stop it with: left in place", dir)
+		}
+		// No server behind postmaster.pid (it is stale) is fine too.
+		out, err := as.run(ctx, dir, filepath.Join(bin, "pg_ctl"), "stop", "-w", "-m", "immediate", "-D", data)
+		if err != nil && !strings.Contains(out, "Is server running?") && !strings.Contains(out, "No such process") {
+			return err
+		}
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		return fmt.Errorf("remove %s: %w", dir, err)
+	}
+	return nil
+}
+
+// cleanLeftoverClusters removes the cluster directories in os.TempDir whose
+// owner is dead, stopping their servers first. Failures are logged, not
+// returned: they must not keep this run from starting.
+func cleanLeftoverClusters(ctx context.Context, st settings) {
+	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), clusterDirPrefix+"*"))
+	for _, dir := range dirs {
+		if fi, err := os.Lstat(dir); err != nil || !fi.IsDir() {
+			continue
+		}
+		o, bin := clusterOwner(dir)
+		if !o.dead() {
+			continue
+		}
+		if bin == "" {
+			bin, _ = findBinaries(st)
+		}
+		as, err := clusterRunner()
+		if err == nil {
+			err = stopAndRemoveCluster(ctx, dir, bin, as)
+		}
+		if err != nil {
+			if !errors.Is(err, fs.ErrNotExist) {
+				st.logf("leftover cluster of dead process %d: %v", o.pid, err)
+			}
+			continue
+		}
+		st.logf("removed leftover cluster %s of dead process %d", dir, o.pid)
+	}
+}
+
+// clusterOwner reads the owner of a cluster directory from its owner file,
+// or, while that is not written yet, from the pid in its name.
+func clusterOwner(dir string) (owner, string) {
+	b, err := os.ReadFile(filepath.Join(dir, ownerFile))
+	if err != nil {
+		rest := strings.TrimPrefix(filepath.Base(dir), clusterDirPrefix)
+		pid, _ := strconv.Atoi(strings.SplitN(rest, "-", 2)[0])
+		return owner{pid: pid}, ""
+	}
+	var bin string
+	for line := range bytes.Lines(b) {
+		if v, ok := bytes.CutPrefix(bytes.TrimSpace(line), []byte("bin=")); ok {
+			bin = string(v)
+		}
+	}
+	return parseOwner(b), bin
+}

@@ -1,0 +1,330 @@
+package provision
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"net/url"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/moby/moby/client"
+	"github.com/testcontainers/testcontainers-go"
+	tclog "github.com/testcontainers/testcontainers-go/log"
+	tcpostgres "github.com/testcontainers/testcontainers-go/modules/postgres"
+)
+
+const (
+	// engineProbeTimeout bounds finding and asking the engine: no engine
+	// must mean a quick fallback, not a hang.
+	engineProbeTimeout = 15 * time.Second
+	// pullTimeout bounds the one attempt to pull a missing image.
+	// (testcontainers-go would retry a failing pull for 15 minutes.)
+	pullTimeout = 5 * time.Minute
+	// containerReadyTimeout bounds the wait for the server in a started
+	// container, first start (initdb) included.
+	containerReadyTimeout = 90 * time.Second
+	// containerStopTimeout bounds waiting for a killed container to stop.
+	containerStopTimeout = 30 * time.Second
+
+	containerUser     = "postgres"
+	containerPassword = "postgres"
+	containerDB       = "postgres"
+)
+
+// logAdapter sends testcontainers-go's log lines to Options.Logf.
+type logAdapter func(format string, args ...any)
+
+func (l logAdapter) Printf(format string, args ...any) {
+	l("testcontainers: "+strings.TrimRight(format, "\n"), args...)
+}
+
+var _ tclog.Logger = logAdapter(nil)
+
+// pgContainer is a throwaway server in a container.
+type pgContainer struct {
+	ctr      *tcpostgres.PostgresContainer
+	provider *testcontainers.DockerProvider
+	image    string
+	host     string
+	dsn      string
+}
+
+func (c *pgContainer) describe() string {
+	return fmt.Sprintf("container %.12s (%s)", c.ctr.GetContainerID(), c.image)
+}
+
+// openContainer starts a throwaway server in a container.
+func openContainer(ctx context.Context, st settings) (srv *Server, err error) {
+	logger := logAdapter(st.logf)
+	provider, err := detectEngine(ctx, logger)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			provider.Close()
+		}
+	}()
+	cli := provider.Client()
+	cleanLeftoverContainers(ctx, cli, st.logf)
+
+	if !testcontainers.ReadConfig().RyukDisabled {
+		if err := ensureImage(ctx, cli, testcontainers.ReaperDefaultImage, st.logf); err != nil {
+			return nil, fmt.Errorf("%w; set TESTCONTAINERS_RYUK_DISABLED=true (harmless removes its own containers)", err)
+		}
+	}
+	if err := ensureImage(ctx, cli, st.image, st.logf); err != nil {
+		return nil, fmt.Errorf("%w; without a registry, build one with ci/build-postgres-image.sh and name it in HARMLESS_IMAGE", err)
+	}
+
+	began := time.Now()
+	st.logf("starting container from %s", st.image)
+	ctr, err := tcpostgres.Run(ctx, st.image,
+		testcontainers.WithLogger(logger),
+		testcontainers.WithLabels(self().labels()),
+		tcpostgres.WithUsername(containerUser),
+		tcpostgres.WithPassword(containerPassword),
+		tcpostgres.WithDatabase(containerDB),
+	)
+	if err != nil {
+		if ctr != nil {
+			_ = ctr.Terminate(context.WithoutCancel(ctx), testcontainers.StopTimeout(0))
+		}
+		return nil, fmt.Errorf("start container from %s: %w", st.image, err)
+	}
+	c := &pgContainer{ctr: ctr, provider: provider, image: st.image}
+	defer func() {
+		if err != nil {
+			_ = ctr.Terminate(context.WithoutCancel(ctx), testcontainers.StopTimeout(0))
+		}
+	}()
+	if c.host, err = containerHost(ctx, cli, ctr); err != nil {
+		return nil, err
+	}
+	version, err := c.waitReady(ctx)
+	if err != nil {
+		return nil, err
+	}
+	st.logf("container ready in %.1fs: %s on %s (PostgreSQL %s)",
+		time.Since(began).Seconds(), c.describe(), c.hostPort(), version)
+	return &Server{Kind: KindContainer, Version: version, dsn: c.dsn, b: c, logf: st.logf}, nil
+}
+
+// detectEngine finds a container engine and checks that it answers. The
+// probe is bounded: NewDockerProvider takes no context.
+func detectEngine(ctx context.Context, logger tclog.Logger) (*testcontainers.DockerProvider, error) {
+	ctx, cancel := context.WithTimeout(ctx, engineProbeTimeout)
+	defer cancel()
+	type result struct {
+		p   *testcontainers.DockerProvider
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		p, err := testcontainers.NewDockerProvider(testcontainers.WithLogger(logger))
+		if err == nil {
+			if err = p.Health(ctx); err != nil {
+				p.Close()
+			}
+		}
+		done <- result{p, err}
+	}()
+	select {
+	case r := <-done:
+		if r.err != nil {
+			return nil, fmt.Errorf("none found: %w", r.err)
+		}
+		return r.p, nil
+	case <-ctx.Done():
+		go func() { // close the provider if the probe ever returns
+			if r := <-done; r.err == nil {
+				r.p.Close()
+			}
+		}()
+		return nil, fmt.Errorf("none answered within %s: %w", engineProbeTimeout, context.Cause(ctx))
+	}
+}
+
+// ensureImage makes sure the engine has the image: it pulls it once if
+// missing, with a bound.
+func ensureImage(ctx context.Context, cli client.APIClient, image string, logf func(string, ...any)) error {
+	if _, err := cli.ImageInspect(ctx, image); err == nil {
+		return nil
+	}
+	logf("image %s is not present; pulling it", image)
+	ctx, cancel := context.WithTimeout(ctx, pullTimeout)
+	defer cancel()
+	pull, err := cli.ImagePull(ctx, image, client.ImagePullOptions{})
+	if err == nil {
+		err = pull.Wait(ctx)
+		pull.Close()
+	}
+	if err != nil {
+		return fmt.Errorf("image %s is not present and could not be pulled: %w", image, err)
+	}
+	return nil
+}
+
+// containerHost returns the host on which the container's published ports
+// are reached. testcontainers-go answers the bridge gateway when this
+// process runs in a container (/.dockerenv), which is right when the engine
+// is the host's, but not when the engine runs beside us, in our own network
+// namespace: then, as for any local engine, 127.0.0.1 is right.
+// TESTCONTAINERS_HOST_OVERRIDE wins, as in testcontainers-go.
+func containerHost(ctx context.Context, cli client.APIClient, ctr testcontainers.Container) (string, error) {
+	if h := os.Getenv("TESTCONTAINERS_HOST_OVERRIDE"); h != "" {
+		return h, nil
+	}
+	if u, err := url.Parse(cli.DaemonHost()); err == nil && u.Scheme == "unix" {
+		if _, err := os.Stat("/.dockerenv"); err != nil || engineIsLocal(ctx, cli) {
+			return "127.0.0.1", nil
+		}
+	}
+	h, err := ctr.Host(ctx)
+	if err != nil {
+		return "", fmt.Errorf("container host: %w", err)
+	}
+	return h, nil
+}
+
+// engineIsLocal reports whether the engine's default bridge gateway is an
+// address of this network namespace, that is, whether the engine publishes
+// ports where this process runs.
+func engineIsLocal(ctx context.Context, cli client.APIClient) bool {
+	nw, err := cli.NetworkInspect(ctx, "bridge", client.NetworkInspectOptions{})
+	if err != nil {
+		return false
+	}
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		return false
+	}
+	for _, cfg := range nw.Network.IPAM.Config {
+		for _, a := range addrs {
+			if ipn, ok := a.(*net.IPNet); ok {
+				if ip, ok := netip.AddrFromSlice(ipn.IP); ok && ip.Unmap() == cfg.Gateway.Unmap() {
+					return true
+				}
+			}
+		}
+	}
+	return false
+}
+
+func (c *pgContainer) hostPort() string {
+	u, err := url.Parse(c.dsn)
+	if err != nil {
+		return ""
+	}
+	return u.Host
+}
+
+// waitReady reads the published port (it changes on every start), sets
+// c.dsn and waits until the server accepts connections.
+func (c *pgContainer) waitReady(ctx context.Context) (string, error) {
+	port, err := c.ctr.MappedPort(ctx, "5432/tcp")
+	if err != nil {
+		return "", fmt.Errorf("published port: %w", err)
+	}
+	c.dsn = (&url.URL{
+		Scheme:   "postgres",
+		User:     url.UserPassword(containerUser, containerPassword),
+		Host:     net.JoinHostPort(c.host, port.Port()),
+		Path:     "/" + containerDB,
+		RawQuery: "sslmode=disable",
+	}).String()
+	return waitReady(ctx, c.dsn, containerReadyTimeout, c.logTail)
+}
+
+// logTail returns the last lines of the container's log, for errors.
+func (c *pgContainer) logTail() string {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	r, err := c.ctr.Logs(ctx)
+	if err != nil {
+		return ""
+	}
+	defer r.Close()
+	b, _ := io.ReadAll(io.LimitReader(r, 1<<20))
+	return "container log: " + lastLines(string(b), 10)
+}
+
+func (c *pgContainer) crash(ctx context.Context) error {
+	cli := c.provider.Client()
+	id := c.ctr.GetContainerID()
+	if _, err := cli.ContainerKill(ctx, id, client.ContainerKillOptions{Signal: "SIGKILL"}); err != nil {
+		return fmt.Errorf("kill: %w", err)
+	}
+	// The kill is asynchronous: wait until the engine says it stopped.
+	ctx, cancel := context.WithTimeout(ctx, containerStopTimeout)
+	defer cancel()
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		st, err := cli.ContainerInspect(ctx, id, client.ContainerInspectOptions{})
+		if err == nil && st.Container.State != nil && !st.Container.State.Running {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("still running after SIGKILL: %w", context.Cause(ctx))
+		case <-tick.C:
+		}
+	}
+}
+
+func (c *pgContainer) restart(ctx context.Context) (string, error) {
+	st, err := c.ctr.State(ctx)
+	if err != nil {
+		return "", fmt.Errorf("inspect: %w", err)
+	}
+	if st.Running {
+		return "", errors.New("the server is running: Crash it first")
+	}
+	if err := c.ctr.Start(ctx); err != nil {
+		return "", fmt.Errorf("start: %w", err)
+	}
+	if _, err := c.waitReady(ctx); err != nil {
+		return "", err
+	}
+	return c.dsn, nil
+}
+
+func (c *pgContainer) close(ctx context.Context) error {
+	defer c.provider.Close()
+	if err := c.ctr.Terminate(ctx, testcontainers.StopTimeout(0)); err != nil {
+		return fmt.Errorf("remove container: %w", err)
+	}
+	return nil
+}
+
+// cleanLeftoverContainers removes the containers labelled by this package
+// whose owner is dead. Failures are logged: they must not keep this run
+// from starting.
+func cleanLeftoverContainers(ctx context.Context, cli client.APIClient, logf func(string, ...any)) {
+	list, err := cli.ContainerList(ctx, client.ContainerListOptions{
+		All:     true,
+		Filters: make(client.Filters).Add("label", labelOwnerPID),
+	})
+	if err != nil {
+		logf("listing leftover containers: %v", err)
+		return
+	}
+	for _, s := range list.Items {
+		o := ownerFromLabels(s.Labels)
+		if !o.dead() {
+			continue
+		}
+		_, err := cli.ContainerRemove(ctx, s.ID, client.ContainerRemoveOptions{Force: true, RemoveVolumes: true})
+		if err != nil && !errors.Is(err, context.Canceled) {
+			logf("removing leftover container %.12s of dead process %d: %v", s.ID, o.pid, err)
+			continue
+		}
+		logf("removed leftover container %.12s of dead process %d", s.ID, o.pid)
+	}
+}

@@ -1,0 +1,343 @@
+// Package provision finds or starts the PostgreSQL server that harmless runs
+// against. It is one package, used by both the conformance suite and the CLI.
+//
+// # Order of choice
+//
+// Open takes the first of three ways that works:
+//
+//  1. An explicit DSN: Options.DSN (the CLI's --dsn), else $HARMLESS_DSN, else
+//     $DATABASE_URL. A DSN that is set but does not parse or does not connect
+//     is an error: Open never falls back from a server the user named.
+//  2. A throwaway container, through a container engine found the way
+//     testcontainers-go finds one (DOCKER_HOST, the docker context, the
+//     default socket), from Options.Image, else $HARMLESS_IMAGE, else
+//     postgres:17-alpine. Without a registry, build an image with
+//     ci/build-postgres-image.sh and name it in HARMLESS_IMAGE.
+//  3. A throwaway cluster from local server binaries (initdb and pg_ctl in
+//     Options.BinDir, else $HARMLESS_PG_BINDIR, else on $PATH, else in the
+//     newest /usr/lib/postgresql/*/bin), in a fresh directory harmless-pg-*
+//     under os.TempDir, listening on 127.0.0.1 on a free port, trust
+//     authentication, fsync off. When running as root, the cluster runs as
+//     the postgres user, since initdb and pg_ctl refuse to run as root.
+//
+// Options.Only, or $HARMLESS_PROVISION=dsn|container|cluster, forces one way.
+// When no way works, Open returns an error wrapping ErrNoDatabase that says
+// why each of the three failed.
+//
+// # Owned servers
+//
+// A container or a cluster is owned by this process (Server.Owned): the
+// harness may crash it (Server.Crash, a real crash: SIGKILL to the container,
+// `pg_ctl stop -m immediate` for a cluster) and start it again
+// (Server.Restart, which runs crash recovery). Server.Close removes it.
+//
+// # Leftovers
+//
+// Everything a run creates is labelled with its owner (pid, process start
+// time, host): containers by the labels dev.harmless.owner-*, clusters by
+// their directory name harmless-pg-<pid>-* and an owner file inside. A run
+// that is killed cannot clean up, so Open removes the containers and
+// clusters whose owner is no longer alive before it starts anything.
+//
+// # Environment for testcontainers-go
+//
+// testcontainers-go starts a reaper container (Ryuk) unless
+// TESTCONTAINERS_RYUK_DISABLED=true; its image comes from Docker Hub. This
+// package removes its own containers (above), so where the reaper image is
+// not available the variable must be set; the container way reports that
+// when it is missing. The library reads the variable itself, from the
+// process environment or ~/.testcontainers.properties (ryuk.disabled=true):
+// it cannot be set per call. TESTCONTAINERS_HOST_OVERRIDE is honoured when
+// set; otherwise, for a local engine, the container is reached on 127.0.0.1.
+package provision
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// Kind says how a Server was provisioned.
+type Kind string
+
+const (
+	// KindDSN is a server named by a DSN; harmless does not own it.
+	KindDSN Kind = "dsn"
+	// KindContainer is a throwaway container started through a container engine.
+	KindContainer Kind = "container"
+	// KindCluster is a throwaway cluster started from local server binaries.
+	KindCluster Kind = "cluster"
+)
+
+// DefaultImage is the container image used when neither Options.Image nor
+// $HARMLESS_IMAGE names one.
+const DefaultImage = "postgres:17-alpine"
+
+// ErrNoDatabase is returned, wrapped, by Open when none of the three ways
+// gives a server. The wrapping error says why each way failed.
+var ErrNoDatabase = errors.New("no PostgreSQL server available")
+
+// Options control Open. The zero value means: look at the environment and
+// take the first way that works.
+type Options struct {
+	// DSN is an explicit connection string (the CLI's --dsn). If empty,
+	// $HARMLESS_DSN, else $DATABASE_URL.
+	DSN string
+	// Image is the container image. If empty, $HARMLESS_IMAGE, else
+	// DefaultImage.
+	Image string
+	// Only forces one way ("" = the automatic order). If empty,
+	// $HARMLESS_PROVISION (dsn, container or cluster).
+	Only Kind
+	// BinDir is the directory holding initdb and pg_ctl for the cluster
+	// way. If empty, $HARMLESS_PG_BINDIR, else $PATH, else the newest
+	// /usr/lib/postgresql/*/bin. When set, only this directory is searched.
+	BinDir string
+	// Logf receives progress lines ("starting throwaway cluster in ...",
+	// "container ready in 2.1s"). May be nil.
+	Logf func(format string, args ...any)
+	// Getenv reads harmless's environment variables (HARMLESS_*,
+	// DATABASE_URL, PATH); nil means os.Getenv. It lets tests control the
+	// environment without mutating it. testcontainers-go reads its own
+	// variables (DOCKER_HOST, TESTCONTAINERS_*) from the process.
+	Getenv func(string) string
+}
+
+// settings are Options with the environment and defaults applied.
+type settings struct {
+	dsn, dsnSource string
+	image          string
+	only           Kind
+	binDir         string
+	binDirSource   string
+	path           string
+	logf           func(format string, args ...any)
+}
+
+func (o Options) resolve() (settings, error) {
+	getenv := o.Getenv
+	if getenv == nil {
+		getenv = os.Getenv
+	}
+	s := settings{logf: o.Logf, path: getenv("PATH")}
+	if s.logf == nil {
+		s.logf = func(string, ...any) {}
+	}
+	s.dsn, s.dsnSource = o.DSN, "--dsn"
+	for _, k := range []string{"HARMLESS_DSN", "DATABASE_URL"} {
+		if s.dsn != "" {
+			break
+		}
+		s.dsn, s.dsnSource = getenv(k), k
+	}
+	s.image = firstNonEmpty(o.Image, getenv("HARMLESS_IMAGE"), DefaultImage)
+	s.binDir, s.binDirSource = o.BinDir, "Options.BinDir"
+	if s.binDir == "" {
+		s.binDir, s.binDirSource = getenv("HARMLESS_PG_BINDIR"), "HARMLESS_PG_BINDIR"
+	}
+	s.only = o.Only
+	if s.only == "" {
+		s.only = Kind(strings.TrimSpace(getenv("HARMLESS_PROVISION")))
+	}
+	switch s.only {
+	case "", KindDSN, KindContainer, KindCluster:
+	default:
+		return s, fmt.Errorf("provision: unknown way %q (HARMLESS_PROVISION / Options.Only): want %s, %s or %s",
+			s.only, KindDSN, KindContainer, KindCluster)
+	}
+	return s, nil
+}
+
+// oneLine joins the lines of a multi-line error message (errors.Join,
+// server output), so that each way's reason stays on its line.
+func oneLine(s string) string {
+	return strings.Join(strings.Fields(s), " ")
+}
+
+func firstNonEmpty(vs ...string) string {
+	for _, v := range vs {
+		if v != "" {
+			return v
+		}
+	}
+	return ""
+}
+
+// backend is what a Server delegates to for an owned server.
+type backend interface {
+	crash(ctx context.Context) error
+	// restart starts the server again and returns its (possibly new) DSN.
+	restart(ctx context.Context) (string, error)
+	close(ctx context.Context) error
+	describe() string
+}
+
+// Server is a PostgreSQL server that Open found or started. Its methods are
+// safe for concurrent use; Crash, Restart and Close run one at a time.
+type Server struct {
+	// Kind says which way provided the server.
+	Kind Kind
+	// Version is the server's server_version, e.g. "15.13 (Debian 15.13-0+deb12u1)".
+	Version string
+
+	ops  sync.Mutex // serialises Crash, Restart and Close
+	mu   sync.Mutex // guards dsn and closed
+	dsn  string
+	b    backend // nil for KindDSN
+	logf func(format string, args ...any)
+
+	closed bool
+}
+
+// DSN returns a superuser connection string for the server. It changes
+// after Restart for a container (the engine maps a new host port), so read
+// it again after a restart rather than keeping it.
+func (s *Server) DSN() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.dsn
+}
+
+// Owned reports whether this process started the server (a container or a
+// cluster), so that the harness may crash it.
+func (s *Server) Owned() bool { return s.b != nil }
+
+// String describes the server for logs, without credentials.
+func (s *Server) String() string {
+	if s.b == nil {
+		where := "a server named by a DSN"
+		if cfg, err := pgconn.ParseConfig(s.DSN()); err == nil {
+			where = fmt.Sprintf("%s:%d/%s", cfg.Host, cfg.Port, cfg.Database)
+		}
+		return fmt.Sprintf("PostgreSQL %s (%s)", s.Version, where)
+	}
+	return fmt.Sprintf("PostgreSQL %s (%s)", s.Version, s.b.describe())
+}
+
+// Crash kills an owned server without a clean shutdown: the container is
+// sent SIGKILL, the cluster is stopped with `pg_ctl stop -m immediate`.
+// It is an error for a server named by a DSN.
+func (s *Server) Crash(ctx context.Context) error {
+	if err := s.ownedOp("crash"); err != nil {
+		return err
+	}
+	s.ops.Lock()
+	defer s.ops.Unlock()
+	if err := s.b.crash(ctx); err != nil {
+		return fmt.Errorf("provision: crash %s: %w", s.b.describe(), err)
+	}
+	s.logf("crashed %s", s.b.describe())
+	return nil
+}
+
+// Restart starts an owned server again after Crash (PostgreSQL runs crash
+// recovery) and returns once it accepts connections. DSN reflects the new
+// address afterwards.
+func (s *Server) Restart(ctx context.Context) error {
+	if err := s.ownedOp("restart"); err != nil {
+		return err
+	}
+	s.ops.Lock()
+	defer s.ops.Unlock()
+	start := time.Now()
+	dsn, err := s.b.restart(ctx)
+	if err != nil {
+		return fmt.Errorf("provision: restart %s: %w", s.b.describe(), err)
+	}
+	s.mu.Lock()
+	s.dsn = dsn
+	s.mu.Unlock()
+	s.logf("restarted %s in %.1fs", s.b.describe(), time.Since(start).Seconds())
+	return nil
+}
+
+// Close stops and removes an owned server: the container is removed, the
+// cluster is stopped and its directory deleted. For a server named by a DSN
+// it does nothing. Calling Close again does nothing.
+func (s *Server) Close(ctx context.Context) error {
+	if s.b == nil {
+		return nil
+	}
+	s.ops.Lock()
+	defer s.ops.Unlock()
+	s.mu.Lock()
+	closed := s.closed
+	s.closed = true
+	s.mu.Unlock()
+	if closed {
+		return nil
+	}
+	if err := s.b.close(ctx); err != nil {
+		return fmt.Errorf("provision: close %s: %w", s.b.describe(), err)
+	}
+	s.logf("removed %s", s.b.describe())
+	return nil
+}
+
+func (s *Server) ownedOp(op string) error {
+	if s.b == nil {
+		return fmt.Errorf("provision: cannot %s a server named by a DSN: harmless does not own it", op)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return fmt.Errorf("provision: cannot %s %s: closed", op, s.b.describe())
+	}
+	return nil
+}
+
+// Open returns a PostgreSQL server, found or started in the order described
+// in the package documentation. The caller must Close it.
+func Open(ctx context.Context, opts Options) (*Server, error) {
+	st, err := opts.resolve()
+	if err != nil {
+		return nil, err
+	}
+	cleanLeftoverClusters(ctx, st)
+
+	why := [3]string{"not tried", "not tried", "not tried"}
+	if st.only != "" {
+		for i, k := range []Kind{KindDSN, KindContainer, KindCluster} {
+			if k != st.only {
+				why[i] = fmt.Sprintf("not tried (forced way: %s)", st.only)
+			}
+		}
+	}
+
+	// 1. An explicit DSN. Set but broken is an error, never a fallback.
+	if st.only == "" || st.only == KindDSN {
+		if st.dsn != "" {
+			return openDSN(ctx, st)
+		}
+		why[0] = "not set"
+	}
+
+	// 2. A container engine, 3. local server binaries.
+	ways := []struct {
+		kind Kind
+		open func(context.Context, settings) (*Server, error)
+	}{{KindContainer, openContainer}, {KindCluster, openCluster}}
+	for i, w := range ways {
+		if st.only != "" && st.only != w.kind {
+			continue
+		}
+		srv, err := w.open(ctx, st)
+		if err == nil {
+			return srv, nil
+		}
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("provision: %w", err)
+		}
+		why[i+1] = oneLine(err.Error())
+		st.logf("no %s: %s", w.kind, why[i+1])
+	}
+
+	return nil, fmt.Errorf("%w: 1) --dsn / HARMLESS_DSN / DATABASE_URL: %s; 2) container engine: %s; 3) %s: %s",
+		ErrNoDatabase, why[0], why[1], st.binariesWhere(), why[2])
+}

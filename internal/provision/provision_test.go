@@ -1,0 +1,572 @@
+package provision
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/moby/moby/client"
+)
+
+// childEnv makes the test binary act as a child process for the tests that
+// need a fresh process (testcontainers-go caches the engine it found) or
+// one that can be killed.
+const childEnv = "HARMLESS_PROVISION_TEST_CHILD"
+
+func TestMain(m *testing.M) {
+	if mode := os.Getenv(childEnv); mode != "" {
+		os.Exit(runChild(mode))
+	}
+	os.Exit(m.Run())
+}
+
+func runChild(mode string) int {
+	ctx := context.Background()
+	logf := func(format string, args ...any) { fmt.Fprintf(os.Stderr, "child: "+format+"\n", args...) }
+	switch mode {
+	case "no-database":
+		if err := hideEngineSockets(); err != nil {
+			fmt.Println("hiding the engine:", err)
+			return 1
+		}
+		// Open with the real process environment, as the CLI would.
+		_, err := Open(ctx, Options{Logf: logf})
+		fmt.Println(err)
+		if !errors.Is(err, ErrNoDatabase) {
+			return 1
+		}
+		return 0
+	case "hold-container":
+		srv, err := Open(ctx, Options{Only: KindContainer, Logf: logf})
+		if err != nil {
+			fmt.Println("error:", err)
+			return 1
+		}
+		fmt.Println("container:", srv.b.(*pgContainer).ctr.GetContainerID())
+		// Hold it until killed (or stdin closes).
+		_, _ = bufio.NewReader(os.Stdin).ReadString('\n')
+		_ = srv.Close(ctx)
+		return 0
+	}
+	fmt.Fprintln(os.Stderr, "unknown child mode", mode)
+	return 2
+}
+
+// env returns a Getenv that sees only vars (and PATH from the process, so
+// that binaries on it are found).
+func env(vars ...string) func(string) string {
+	m := map[string]string{"PATH": os.Getenv("PATH")}
+	for i := 0; i+1 < len(vars); i += 2 {
+		m[vars[i]] = vars[i+1]
+	}
+	return func(k string) string { return m[k] }
+}
+
+func testCtx(t *testing.T, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(t.Context(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func closeServer(t *testing.T, srv *Server) {
+	t.Cleanup(func() {
+		if err := srv.Close(context.Background()); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	})
+}
+
+func connect(t *testing.T, ctx context.Context, dsn string) *pgx.Conn {
+	t.Helper()
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatalf("connect: %v", err)
+	}
+	t.Cleanup(func() { conn.Close(context.Background()) })
+	return conn
+}
+
+func startCluster(t *testing.T, ctx context.Context) *Server {
+	t.Helper()
+	srv, err := Open(ctx, Options{Only: KindCluster, Getenv: env(), Logf: t.Logf})
+	if err != nil {
+		t.Fatalf("Open cluster: %v", err)
+	}
+	closeServer(t, srv)
+	return srv
+}
+
+func TestDSN(t *testing.T) {
+	ctx := testCtx(t, 2*time.Minute)
+	// The server CI names, else a throwaway cluster's.
+	dsn := firstNonEmpty(os.Getenv("HARMLESS_DSN"), os.Getenv("DATABASE_URL"))
+	if dsn == "" {
+		dsn = startCluster(t, ctx).DSN()
+	}
+	for _, tc := range []struct {
+		name   string
+		opts   Options
+		source string
+	}{
+		{"option", Options{DSN: dsn, Getenv: env()}, "--dsn"},
+		{"HARMLESS_DSN", Options{Getenv: env("HARMLESS_DSN", dsn, "DATABASE_URL", "postgres://nowhere.invalid/x")}, "HARMLESS_DSN"},
+		{"DATABASE_URL", Options{Getenv: env("DATABASE_URL", dsn)}, "DATABASE_URL"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var lines []string
+			tc.opts.Logf = func(f string, a ...any) { lines = append(lines, fmt.Sprintf(f, a...)) }
+			srv, err := Open(ctx, tc.opts)
+			if err != nil {
+				t.Fatalf("Open: %v", err)
+			}
+			if srv.Kind != KindDSN || srv.DSN() != dsn || srv.Owned() {
+				t.Errorf("got kind %s, DSN %q, owned %v; want dsn, %q, false", srv.Kind, srv.DSN(), srv.Owned(), dsn)
+			}
+			if srv.Version == "" {
+				t.Error("no server_version")
+			}
+			if !strings.Contains(strings.Join(lines, "\n"), tc.source) {
+				t.Errorf("progress lines %q do not name the source %s", lines, tc.source)
+			}
+			if err := srv.Crash(ctx); err == nil {
+				t.Error("Crash of a DSN server: no error")
+			}
+			if err := srv.Restart(ctx); err == nil {
+				t.Error("Restart of a DSN server: no error")
+			}
+			if err := srv.Close(ctx); err != nil {
+				t.Errorf("Close of a DSN server: %v", err)
+			}
+			t.Logf("%s", srv)
+		})
+	}
+}
+
+func TestBadDSNIsAnErrorNotAFallback(t *testing.T) {
+	ctx := testCtx(t, time.Minute)
+	port, err := freePort() // nothing listens there
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name, dsn, want string
+	}{
+		{"unparseable", "postgres://postgres:s3cret@127.0.0.1:notaport/x", "not a valid connection string"},
+		{"unreachable", fmt.Sprintf("postgres://postgres:s3cret@127.0.0.1:%d/x?sslmode=disable", port), "cannot use the server named by HARMLESS_DSN"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			began := time.Now()
+			srv, err := Open(ctx, Options{Getenv: env("HARMLESS_DSN", tc.dsn)})
+			if err == nil {
+				srv.Close(ctx)
+				t.Fatalf("Open(%q) = %s, want an error", tc.dsn, srv)
+			}
+			t.Logf("error after %s: %v", time.Since(began).Round(time.Millisecond), err)
+			if errors.Is(err, ErrNoDatabase) {
+				t.Error("a broken DSN must not be reported as 'no database': the user named one")
+			}
+			if !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "HARMLESS_DSN") {
+				t.Errorf("error %q does not say %q and where the DSN came from", err, tc.want)
+			}
+			if strings.Contains(err.Error(), "s3cret") {
+				t.Errorf("error %q shows the password", err)
+			}
+		})
+	}
+}
+
+func TestUnknownForcedWay(t *testing.T) {
+	_, err := Open(t.Context(), Options{Getenv: env("HARMLESS_PROVISION", "docker")})
+	if err == nil || !strings.Contains(err.Error(), `"docker"`) {
+		t.Fatalf("Open with HARMLESS_PROVISION=docker: %v, want an error naming it", err)
+	}
+}
+
+func TestNoDatabaseForced(t *testing.T) {
+	ctx := testCtx(t, time.Minute)
+	empty := t.TempDir()
+	for _, tc := range []struct {
+		only Kind
+		want []string
+	}{
+		{KindDSN, []string{
+			"1) --dsn / HARMLESS_DSN / DATABASE_URL: not set;",
+			"2) container engine: not tried (forced way: dsn);",
+			"3) local server binaries (initdb, pg_ctl in Options.BinDir=" + empty + "): not tried (forced way: dsn)",
+		}},
+		{KindCluster, []string{
+			"1) --dsn / HARMLESS_DSN / DATABASE_URL: not tried (forced way: cluster);",
+			"2) container engine: not tried (forced way: cluster);",
+			"3) local server binaries (initdb, pg_ctl in Options.BinDir=" + empty + "): not found",
+		}},
+	} {
+		t.Run(string(tc.only), func(t *testing.T) {
+			_, err := Open(ctx, Options{Only: tc.only, BinDir: empty, Getenv: env()})
+			if !errors.Is(err, ErrNoDatabase) {
+				t.Fatalf("Open = %v, want ErrNoDatabase", err)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q\n lacks %q", err, w)
+				}
+			}
+		})
+	}
+}
+
+// TestNoDatabaseListsAllThreeWays runs Open in a child process that has no
+// DSN, no container engine and an empty binaries directory: all three ways
+// fail, and the error must say why for each, quickly.
+//
+// As root, the child runs in its own mount namespace with the engine's
+// sockets covered, so that no engine is really there. Otherwise, where an
+// engine is reachable, the child names a testcontainers provider that does
+// not exist, which is the closest an unprivileged test can get.
+func TestNoDatabaseListsAllThreeWays(t *testing.T) {
+	ctx := testCtx(t, time.Minute)
+	empty := t.TempDir()
+	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(),
+		childEnv+"=no-database",
+		"HARMLESS_DSN=", "DATABASE_URL=", "HARMLESS_PROVISION=",
+		"HARMLESS_PG_BINDIR="+empty,
+		"DOCKER_HOST=", "DOCKER_CONTEXT=",
+		"HOME="+empty, "XDG_RUNTIME_DIR="+empty, // no properties file, docker context or rootless socket
+	)
+	if os.Geteuid() == 0 {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Unshareflags: syscall.CLONE_NEWNS}
+		cmd.Env = append(cmd.Env, hideEngineEnv+"=1")
+	} else {
+		cmd.Env = append(cmd.Env, "TESTCONTAINERS_PROVIDER=harmless-test-no-engine")
+	}
+	began := time.Now()
+	out, err := cmd.Output()
+	took := time.Since(began)
+	if err != nil {
+		t.Fatalf("child: %v\n%s%s", err, out, stderrOf(err))
+	}
+	msg := strings.TrimSpace(string(out))
+	t.Logf("after %s: %s", took.Round(time.Millisecond), msg)
+	for _, w := range []string{
+		"no PostgreSQL server available: ",
+		"1) --dsn / HARMLESS_DSN / DATABASE_URL: not set;",
+		"2) container engine: none found: ",
+		"3) local server binaries (initdb, pg_ctl in HARMLESS_PG_BINDIR=" + empty + "): not found",
+	} {
+		if !strings.Contains(msg, w) {
+			t.Errorf("error lacks %q", w)
+		}
+	}
+	if took > 20*time.Second {
+		t.Errorf("took %s to find nothing; no engine must fail fast", took)
+	}
+}
+
+// hideEngineEnv asks the child to cover the engine's sockets.
+const hideEngineEnv = "HARMLESS_PROVISION_TEST_HIDE_ENGINE"
+
+// hideEngineSockets covers the well-known engine sockets with /dev/null,
+// in the child's own mount namespace (see TestNoDatabaseListsAllThreeWays).
+func hideEngineSockets() error {
+	if os.Getenv(hideEngineEnv) == "" {
+		return nil
+	}
+	for _, p := range []string{"/var/run/docker.sock", "/run/docker.sock", "/run/podman/podman.sock"} {
+		if _, err := os.Stat(p); err != nil {
+			continue
+		}
+		if err := syscall.Mount("/dev/null", p, "", syscall.MS_BIND, ""); err != nil {
+			return fmt.Errorf("cover %s: %w", p, err)
+		}
+	}
+	return nil
+}
+
+func stderrOf(err error) string {
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		return string(ee.Stderr)
+	}
+	return ""
+}
+
+// recoveryLine is what PostgreSQL logs when it starts after a crash.
+const recoveryLine = "database system was not properly shut down; automatic recovery in progress"
+
+// crashAndRecover checks the contract of an owned server: a committed row
+// survives Crash and Restart, the crash was real (connections die, the
+// server log shows crash recovery), and Restart of a running server is an
+// error. afterCrash, if not nil, checks more right after the crash.
+func crashAndRecover(t *testing.T, ctx context.Context, srv *Server, serverLog func() string, afterCrash func()) {
+	t.Helper()
+	conn := connect(t, ctx, srv.DSN())
+	if _, err := conn.Exec(ctx, "CREATE TABLE survivor (v text); INSERT INTO survivor VALUES ('committed')"); err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Crash(ctx); err != nil {
+		t.Fatalf("Crash: %v", err)
+	}
+	if afterCrash != nil {
+		afterCrash()
+	}
+	if err := conn.Ping(ctx); err == nil {
+		t.Fatal("the connection still works after Crash")
+	}
+	began, before := time.Now(), srv.DSN()
+	if err := srv.Restart(ctx); err != nil {
+		t.Fatalf("Restart: %v", err)
+	}
+	t.Logf("restarted in %s; host:port %s -> %s", time.Since(began).Round(time.Millisecond), hostPort(before), hostPort(srv.DSN()))
+	if log := serverLog(); !strings.Contains(log, recoveryLine) {
+		t.Errorf("no crash recovery in the server log:\n%s", log)
+	}
+	var v string
+	if err := connect(t, ctx, srv.DSN()).QueryRow(ctx, "SELECT v FROM survivor").Scan(&v); err != nil || v != "committed" {
+		t.Fatalf("after the crash: %q, %v; want the committed row", v, err)
+	}
+	if err := srv.Restart(ctx); err == nil {
+		t.Error("Restart of a running server: no error")
+	}
+}
+
+func TestClusterCrashRestart(t *testing.T) {
+	ctx := testCtx(t, 3*time.Minute)
+	began := time.Now()
+	srv := startCluster(t, ctx)
+	t.Logf("cluster started in %s: %s", time.Since(began).Round(time.Millisecond), srv)
+	c := srv.b.(*cluster)
+	if srv.Kind != KindCluster || !srv.Owned() || srv.Version == "" {
+		t.Fatalf("got %s, owned %v", srv, srv.Owned())
+	}
+	if filepath.Dir(c.dir) != filepath.Clean(os.TempDir()) || !strings.HasPrefix(filepath.Base(c.dir), fmt.Sprintf("harmless-pg-%d-", os.Getpid())) {
+		t.Errorf("cluster directory %s, want %s/harmless-pg-%d-*", c.dir, os.TempDir(), os.Getpid())
+	}
+	if o, _ := clusterOwner(c.dir); o != self() {
+		t.Errorf("owner file says %+v, want %+v", o, self())
+	}
+
+	crashAndRecover(t, ctx, srv, func() string { return c.logSince(0) }, nil)
+
+	if err := srv.Close(ctx); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	if _, err := os.Stat(c.dir); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("cluster directory after Close: %v, want it gone", err)
+	}
+	if err := srv.Close(ctx); err != nil {
+		t.Errorf("second Close: %v", err)
+	}
+	if err := srv.Crash(ctx); err == nil {
+		t.Error("Crash after Close: no error")
+	}
+}
+
+// deadPID returns the pid of a process that has exited.
+func deadPID(t *testing.T) int {
+	t.Helper()
+	cmd := exec.Command("true")
+	if err := cmd.Run(); err != nil {
+		t.Fatal(err)
+	}
+	return cmd.Process.Pid
+}
+
+func TestLeftoverClustersOfDeadRunsAreRemoved(t *testing.T) {
+	ctx := testCtx(t, 3*time.Minute)
+
+	// A running cluster whose owner file names a dead process.
+	leftover := startCluster(t, ctx)
+	lc := leftover.b.(*cluster)
+	dead := self()
+	dead.pid = deadPID(t)
+	info := append(dead.marshal(), "bin="+lc.bin+"\n"...)
+	if err := os.WriteFile(filepath.Join(lc.dir, ownerFile), info, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// An empty directory of a dead process, killed before its owner file
+	// was written.
+	early := filepath.Join(os.TempDir(), fmt.Sprintf("%s%d-early", clusterDirPrefix, deadPID(t)))
+	if err := os.Mkdir(early, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	// A directory of a live process (this one), which must stay.
+	live, err := os.MkdirTemp("", fmt.Sprintf("%s%d-", clusterDirPrefix, os.Getpid()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(live) })
+
+	var lines []string
+	srv, err := Open(ctx, Options{Only: KindCluster, Getenv: env(), Logf: func(f string, a ...any) {
+		lines = append(lines, fmt.Sprintf(f, a...))
+		t.Logf(f, a...)
+	}})
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	closeServer(t, srv)
+
+	for _, dir := range []string{lc.dir, early} {
+		if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("leftover %s: %v, want it removed", dir, err)
+		}
+	}
+	if _, err := os.Stat(live); err != nil {
+		t.Errorf("the directory of a live process was touched: %v", err)
+	}
+	if err := pingOnce(ctx, leftover.DSN()); err == nil {
+		t.Errorf("the leftover server at %s still accepts connections", leftover.DSN())
+	}
+	if !strings.Contains(strings.Join(lines, "\n"), fmt.Sprintf("removed leftover cluster %s of dead process %d", lc.dir, dead.pid)) {
+		t.Errorf("no progress line about the removal in %q", lines)
+	}
+}
+
+func pingOnce(ctx context.Context, dsn string) error {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	_, err := serverVersion(ctx, dsn)
+	return err
+}
+
+// needEngine skips the test when no container engine answers.
+func needEngine(t *testing.T) {
+	t.Helper()
+	p, err := detectEngine(t.Context(), logAdapter(t.Logf))
+	if err != nil {
+		t.Skipf("no container engine (%v): start one with ci/start-docker.sh", err)
+	}
+	p.Close()
+}
+
+func TestContainerCrashRestart(t *testing.T) {
+	needEngine(t)
+	ctx := testCtx(t, 5*time.Minute)
+	opts := Options{Only: KindContainer, Getenv: env("HARMLESS_IMAGE", os.Getenv("HARMLESS_IMAGE")), Logf: t.Logf}
+	began := time.Now()
+	srv, err := Open(ctx, opts)
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	closeServer(t, srv)
+	t.Logf("container started in %s: %s", time.Since(began).Round(time.Millisecond), srv)
+	c := srv.b.(*pgContainer)
+	if srv.Kind != KindContainer || !srv.Owned() || srv.Version == "" {
+		t.Fatalf("got %s, owned %v", srv, srv.Owned())
+	}
+	cli := c.provider.Client()
+	id := c.ctr.GetContainerID()
+	insp, err := cli.ContainerInspect(ctx, id, client.ContainerInspectOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := ownerFromLabels(insp.Container.Config.Labels); got != self() {
+		t.Errorf("owner labels say %+v, want %+v", got, self())
+	}
+
+	crashAndRecover(t, ctx, srv, func() string { return c.fullLog(t) }, func() {
+		insp, err := cli.ContainerInspect(ctx, id, client.ContainerInspectOptions{})
+		if err != nil || insp.Container.State.Running || insp.Container.State.ExitCode != 137 {
+			t.Fatalf("after Crash: %+v, %v; want stopped by SIGKILL (exit 137)", insp.Container.State, err)
+		}
+	})
+
+	if err := srv.Close(ctx); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	if _, err := cli.ContainerInspect(ctx, id, client.ContainerInspectOptions{}); err == nil {
+		t.Error("the container still exists after Close")
+	}
+}
+
+func hostPort(dsn string) string {
+	cfg, err := pgx.ParseConfig(dsn)
+	if err != nil {
+		return "?"
+	}
+	return fmt.Sprintf("%s:%d", cfg.Host, cfg.Port)
+}
+
+func (c *pgContainer) fullLog(t *testing.T) string {
+	r, err := c.ctr.Logs(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	var b strings.Builder
+	sc := bufio.NewScanner(r)
+	for sc.Scan() {
+		b.WriteString(sc.Text() + "\n")
+	}
+	return b.String()
+}
+
+// TestLeftoverContainersOfKilledRunsAreRemoved starts a container from a
+// child process, kills the child with SIGKILL (no cleanup runs), and
+// checks that the next Open removes the container.
+func TestLeftoverContainersOfKilledRunsAreRemoved(t *testing.T) {
+	needEngine(t)
+	ctx := testCtx(t, 5*time.Minute)
+	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), childEnv+"=hold-container")
+	cmd.Stderr = os.Stderr
+	stdin, err := cmd.StdinPipe() // kept open: the child holds the container
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stdin.Close()
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	if err != nil || !strings.HasPrefix(line, "container: ") {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		t.Fatalf("child said %q, %v", line, err)
+	}
+	id := strings.TrimSpace(strings.TrimPrefix(line, "container: "))
+	if err := cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+
+	p, err := detectEngine(ctx, logAdapter(t.Logf))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	cli := p.Client()
+	if _, err := cli.ContainerInspect(ctx, id, client.ContainerInspectOptions{}); err != nil {
+		t.Fatalf("the killed child's container %.12s is not there to clean up: %v", id, err)
+	}
+
+	var lines []string
+	srv, err := Open(ctx, Options{Only: KindContainer, Getenv: env("HARMLESS_IMAGE", os.Getenv("HARMLESS_IMAGE")),
+		Logf: func(f string, a ...any) {
+			lines = append(lines, fmt.Sprintf(f, a...))
+			t.Logf(f, a...)
+		}})
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	closeServer(t, srv)
+	if _, err := cli.ContainerInspect(ctx, id, client.ContainerInspectOptions{}); err == nil {
+		t.Errorf("container %.12s of the killed child is still there", id)
+	}
+	if !strings.Contains(strings.Join(lines, "\n"), fmt.Sprintf("removed leftover container %.12s of dead process %d", id, cmd.Process.Pid)) {
+		t.Errorf("no progress line about the removal in %q", lines)
+	}
+}
