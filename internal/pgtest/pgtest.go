@@ -1,26 +1,86 @@
 // Package pgtest gives the harness's own tests a real PostgreSQL server.
 //
-// TEMPORARY STUB: reads HARMLESS_DSN, else DATABASE_URL, else the local
-// default server. To be replaced by provisioning through internal/provision.
+// The server comes from provision.Open with default options: the server
+// named by $HARMLESS_DSN or $DATABASE_URL, else a throwaway container, else
+// a throwaway cluster from local server binaries (see package provision,
+// and $HARMLESS_IMAGE, $HARMLESS_PROVISION). One server is shared by all
+// the tests of a test binary; it is opened by the first DSN or Pool call, so
+// a binary whose selected tests need no database starts none.
+//
+// A package whose tests use it should close the server when they end:
+//
+//	func TestMain(m *testing.M) { pgtest.Main(m) }
+//
+// Without that, DSN and Pool still work, but a container or cluster stays
+// until the process exits, and is then removed by the next run that opens a
+// server (package provision removes the leftovers of dead processes).
+//
+// Tests share the server, so each should use names of its own (a schema or
+// tables named after the test) rather than assume an empty database.
 package pgtest
 
 import (
 	"context"
+	"fmt"
 	"os"
+	"sync"
 	"testing"
+	"time"
 
+	"github.com/harmless-dev/harmless/internal/provision"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// DSN returns a connection string for a real PostgreSQL server.
+// openTimeout bounds provisioning: pulling nothing, a container starts in a
+// few seconds and a cluster in about two.
+const openTimeout = 5 * time.Minute
+
+// shared is the test binary's server. It is test-only process state.
+var shared struct {
+	once sync.Once
+	srv  *provision.Server
+	err  error
+}
+
+func logf(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "pgtest: "+format+"\n", args...)
+}
+
+func server() (*provision.Server, error) {
+	shared.once.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), openTimeout)
+		defer cancel()
+		shared.srv, shared.err = provision.Open(ctx, provision.Options{Logf: logf})
+	})
+	return shared.srv, shared.err
+}
+
+// Main runs the tests of a package and then closes the shared server, if a
+// test opened it. Call it from TestMain; it does not return.
+func Main(m *testing.M) {
+	code := m.Run()
+	if shared.srv != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		if err := shared.srv.Close(ctx); err != nil {
+			logf("%v", err)
+			if code == 0 {
+				code = 1
+			}
+		}
+		cancel()
+	}
+	os.Exit(code)
+}
+
+// DSN returns a superuser connection string for the shared server. It fails
+// the test, saying why, when no server can be had.
 func DSN(t testing.TB) string {
 	t.Helper()
-	for _, k := range []string{"HARMLESS_DSN", "DATABASE_URL"} {
-		if v := os.Getenv(k); v != "" {
-			return v
-		}
+	srv, err := server()
+	if err != nil {
+		t.Fatalf("pgtest: %v", err)
 	}
-	return "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
+	return srv.DSN()
 }
 
 // Pool returns a pool on DSN(t), closed when the test ends.
