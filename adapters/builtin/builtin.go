@@ -1,0 +1,40 @@
+// Package builtin lists the adapters that ship with harmless, by name, for
+// the CLI and for the harness's own tests.
+package builtin
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/harmless-dev/harmless/adapters"
+	"github.com/harmless-dev/harmless/adapters/reference"
+)
+
+// All returns every built-in adapter, sorted by name.
+func All() []adapters.Adapter {
+	all := []adapters.Adapter{
+		reference.Adapter(),
+	}
+	slices.SortFunc(all, func(a, b adapters.Adapter) int { return strings.Compare(a.Name, b.Name) })
+	return all
+}
+
+// Names returns the names of the built-in adapters, sorted.
+func Names() []string {
+	var names []string
+	for _, a := range All() {
+		names = append(names, a.Name)
+	}
+	return names
+}
+
+// Lookup returns the built-in adapter called name.
+func Lookup(name string) (adapters.Adapter, error) {
+	for _, a := range All() {
+		if a.Name == name {
+			return a, nil
+		}
+	}
+	return adapters.Adapter{}, fmt.Errorf("unknown adapter %q (known: %s)", name, strings.Join(Names(), ", "))
+}

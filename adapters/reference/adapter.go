@@ -1,0 +1,77 @@
+package reference
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/harmless-dev/harmless/adapters"
+)
+
+// Name is the reference adapter's name.
+const Name = "reference"
+
+// MaxConns is the size of each reference instance's connection pool.
+const MaxConns = 32
+
+// Window is the redelivery window the reference adapter declares.
+const Window = 24 * time.Hour
+
+// Adapter returns the `reference` adapter: a [Store] per instance, each with
+// its own connection pool, sharing one processed-events table in the spec's
+// schema.
+func Adapter() adapters.Adapter {
+	return adapters.Adapter{
+		Name: Name,
+		Declares: adapters.Declaration{
+			ConflictPolicy:   adapters.RejectConflicts,
+			RedeliveryWindow: Window,
+			AcceptsClock:     true,
+		},
+		New: newImplementation,
+	}
+}
+
+type implementation struct {
+	pool   *pgxpool.Pool
+	store  *Store
+	effect adapters.Effect
+}
+
+func newImplementation(ctx context.Context, env adapters.Env) (adapters.Implementation, error) {
+	cfg, err := pgxpool.ParseConfig(env.DSN)
+	if err != nil {
+		return nil, fmt.Errorf("reference: %w", err)
+	}
+	// Enough connections that concurrent deliveries really run concurrently
+	// in the database instead of queueing for a connection.
+	cfg.MaxConns = MaxConns
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("reference: connect: %w", err)
+	}
+	store := NewStore(pool, Config{Schema: env.Schema, Now: env.Clock.Now})
+	if err := store.Migrate(ctx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("reference: %w", err)
+	}
+	return &implementation{pool: pool, store: store, effect: env.Effect}, nil
+}
+
+func (i *implementation) Deliver(ctx context.Context, d adapters.Delivery) (adapters.Outcome, error) {
+	return i.store.Process(ctx, d.Event, func(ctx context.Context, tx pgx.Tx) error {
+		return i.effect.Apply(ctx, tx, d)
+	})
+}
+
+func (i *implementation) Purge(ctx context.Context, cutoff time.Time) (int64, error) {
+	return i.store.Purge(ctx, cutoff)
+}
+
+func (i *implementation) Close(context.Context) error {
+	i.pool.Close()
+	return nil
+}

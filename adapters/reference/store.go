@@ -1,0 +1,164 @@
+package reference
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"time"
+	"unicode/utf8"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/harmless-dev/harmless/adapters"
+)
+
+// DefaultTable is the unqualified name of the processed-events table.
+const DefaultTable = "processed_events"
+
+// Config configures a [Store].
+type Config struct {
+	// Schema holds the processed-events table; empty means the connection's
+	// search_path.
+	Schema string
+	// Table is the processed-events table's name; empty means DefaultTable.
+	Table string
+	// Now is the clock used to stamp markers; nil means time.Now.
+	Now func() time.Time
+}
+
+// EffectFunc applies an event's effect inside the claiming transaction.
+type EffectFunc func(ctx context.Context, tx pgx.Tx) error
+
+// Store claims events in a processed-events table and applies their effects
+// exactly once. It is safe for concurrent use.
+type Store struct {
+	pool  *pgxpool.Pool
+	table string
+	now   func() time.Time
+}
+
+// NewStore returns a store over pool. Call [Store.Migrate] once before use.
+func NewStore(pool *pgxpool.Pool, cfg Config) *Store {
+	name := cfg.Table
+	if name == "" {
+		name = DefaultTable
+	}
+	ident := pgx.Identifier{name}
+	if cfg.Schema != "" {
+		ident = pgx.Identifier{cfg.Schema, name}
+	}
+	now := cfg.Now
+	if now == nil {
+		now = time.Now
+	}
+	return &Store{pool: pool, table: ident.Sanitize(), now: now}
+}
+
+// Migrate creates the processed-events table if it does not exist.
+func (s *Store) Migrate(ctx context.Context) error {
+	_, err := s.pool.Exec(ctx, `CREATE TABLE IF NOT EXISTS `+s.table+` (
+	namespace      text        NOT NULL,
+	event_id       text        NOT NULL,
+	payload_digest bytea       NOT NULL,
+	processed_at   timestamptz NOT NULL,
+	PRIMARY KEY (namespace, event_id)
+)`)
+	if err != nil {
+		return fmt.Errorf("create %s: %w", s.table, err)
+	}
+	_, err = s.pool.Exec(ctx, `CREATE INDEX IF NOT EXISTS processed_events_processed_at ON `+s.table+` (processed_at)`)
+	if err != nil {
+		return fmt.Errorf("index %s: %w", s.table, err)
+	}
+	return nil
+}
+
+// Process handles one delivery of ev: it claims the event and, only if the
+// claim succeeded, runs effect in the same transaction.
+//
+// It returns Applied when this call claimed the event and committed,
+// Duplicate when the event was already claimed with the same payload, and
+// Rejected when it was claimed with a different payload. Any error means
+// nothing was committed and the delivery should be retried; errors wrapping
+// [adapters.ErrInvalidInput] will fail again on retry.
+func (s *Store) Process(ctx context.Context, ev adapters.Event, effect EffectFunc) (outcome adapters.Outcome, err error) {
+	if err := validate(ev); err != nil {
+		return 0, err
+	}
+	digest := sha256.Sum256(ev.Payload)
+
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("begin: %w", err)
+	}
+	// Rollback after Commit is a no-op; on every other path, including a
+	// panic in effect, it undoes the claim together with the effect.
+	defer func() {
+		if rbErr := tx.Rollback(context.WithoutCancel(ctx)); rbErr != nil && !errors.Is(rbErr, pgx.ErrTxClosed) && err == nil {
+			err = fmt.Errorf("rollback: %w", rbErr)
+		}
+	}()
+
+	var claimed bool
+	err = tx.QueryRow(ctx, `INSERT INTO `+s.table+` (namespace, event_id, payload_digest, processed_at)
+VALUES ($1, $2, $3, $4) ON CONFLICT (namespace, event_id) DO NOTHING RETURNING true`,
+		ev.Namespace, ev.ID, digest[:], s.now()).Scan(&claimed)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return s.compare(ctx, tx, ev, digest[:])
+	case err != nil:
+		return 0, fmt.Errorf("claim %s: %w", ev, err)
+	}
+
+	if err := effect(ctx, tx); err != nil {
+		return 0, err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return 0, fmt.Errorf("commit %s: %w", ev, err)
+	}
+	return adapters.Applied, nil
+}
+
+// compare classifies a delivery whose identity is already claimed.
+func (s *Store) compare(ctx context.Context, tx pgx.Tx, ev adapters.Event, digest []byte) (adapters.Outcome, error) {
+	var stored []byte
+	err := tx.QueryRow(ctx, `SELECT payload_digest FROM `+s.table+` WHERE namespace = $1 AND event_id = $2`,
+		ev.Namespace, ev.ID).Scan(&stored)
+	if errors.Is(err, pgx.ErrNoRows) {
+		// Purged between the claim and the read: let the broker retry.
+		return 0, fmt.Errorf("marker of %s vanished during the conflict check; retry", ev)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("read marker of %s: %w", ev, err)
+	}
+	if !bytes.Equal(stored, digest) {
+		return adapters.Rejected, nil
+	}
+	return adapters.Duplicate, nil
+}
+
+// Purge deletes the markers of events processed before cutoff and returns how
+// many it deleted. Run it with cutoff = now - redelivery window.
+func (s *Store) Purge(ctx context.Context, cutoff time.Time) (int64, error) {
+	tag, err := s.pool.Exec(ctx, `DELETE FROM `+s.table+` WHERE processed_at < $1`, cutoff)
+	if err != nil {
+		return 0, fmt.Errorf("purge %s before %s: %w", s.table, cutoff.Format(time.RFC3339Nano), err)
+	}
+	return tag.RowsAffected(), nil
+}
+
+// validate rejects identities PostgreSQL text columns cannot store faithfully.
+func validate(ev adapters.Event) error {
+	switch {
+	case ev.ID == "":
+		return fmt.Errorf("event %s: empty id: %w", ev, adapters.ErrInvalidInput)
+	case !utf8.ValidString(ev.Namespace) || !utf8.ValidString(ev.ID):
+		return fmt.Errorf("event %s: identity is not valid UTF-8: %w", ev, adapters.ErrInvalidInput)
+	case bytes.IndexByte([]byte(ev.Namespace+ev.ID), 0) >= 0:
+		return fmt.Errorf("event %s: identity contains a NUL byte: %w", ev, adapters.ErrInvalidInput)
+	}
+	return nil
+}

@@ -1,0 +1,180 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/harmless-dev/harmless/fixtures"
+	"github.com/harmless-dev/harmless/internal/pgtest"
+	"github.com/harmless-dev/harmless/suite"
+)
+
+func TestUsageErrorsExit2(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"no command", nil, "Usage:"},
+		{"unknown command", []string{"certfy"}, `unknown command "certfy"`},
+		{"unknown adapter", []string{"certify", "--adapter", "nosuch"}, `unknown adapter "nosuch" (known: reference`},
+		{"no adapter", []string{"certify"}, "--adapter is required"},
+		{"unknown flag", []string{"certify", "--adapter", "reference", "--nope"}, "flag provided but not defined: -nope"},
+		{"bad provision", []string{"certify", "--adapter", "reference", "--provision", "cloud"}, "--provision must be dsn, container or cluster"},
+		{"bad label filter", []string{"certify", "--adapter", "reference", "--label-filter", "fixture:(("}, "--label-filter"},
+		{"stray argument", []string{"certify", "--adapter", "reference", "extra"}, "unexpected arguments: extra"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var stdout, stderr bytes.Buffer
+			if code := run(tc.args, &stdout, &stderr); code != exitUsage {
+				t.Errorf("exit code %d; want %d", code, exitUsage)
+			}
+			if !strings.Contains(stderr.String(), tc.want) {
+				t.Errorf("stderr does not say %q:\n%s", tc.want, stderr.String())
+			}
+		})
+	}
+}
+
+func TestListNamesAdaptersAndRules(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	if code := run([]string{"list"}, &stdout, &stderr); code != 0 {
+		t.Fatalf("exit code %d: %s", code, stderr.String())
+	}
+	for _, want := range []string{"reference", "reject"} {
+		if !strings.Contains(stdout.String(), want) {
+			t.Errorf("list does not mention %q", want)
+		}
+	}
+	for _, r := range fixtures.Rules() {
+		if !strings.Contains(stdout.String(), r.ID) || !strings.Contains(stdout.String(), r.Doc) {
+			t.Errorf("list does not show rule %s with its doc", r.ID)
+		}
+	}
+}
+
+// binary builds the harmless command once per test binary.
+func binary(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "harmless")
+	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// runCertify runs the built command and returns its exit code and output.
+func runCertify(t *testing.T, bin string, env []string, args ...string) (int, string, string) {
+	t.Helper()
+	cmd := exec.Command(bin, append([]string{"certify"}, args...)...)
+	cmd.Env = append(os.Environ(), env...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	var exit *exec.ExitError
+	switch {
+	case err == nil:
+		return 0, stdout.String(), stderr.String()
+	case errors.As(err, &exit):
+		return exit.ExitCode(), stdout.String(), stderr.String()
+	}
+	t.Fatalf("run %s: %v", bin, err)
+	return 0, "", ""
+}
+
+func TestCertify(t *testing.T) {
+	bin := binary(t)
+	dsn := pgtest.DSN(t)
+
+	t.Run("reference is certified", func(t *testing.T) {
+		path := filepath.Join(t.TempDir(), "c.json")
+		junit := filepath.Join(t.TempDir(), "c.xml")
+		code, stdout, stderr := runCertify(t, bin, nil, "--adapter", "reference", "--dsn", dsn, "--json", path, "--junit", junit)
+		if code != 0 {
+			t.Fatalf("exit code %d; want 0\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
+		}
+		lines := strings.Split(strings.TrimSpace(stdout), "\n")
+		if want := "8 passed, 0 failed"; lines[len(lines)-1] != want {
+			t.Errorf("last line %q; want %q", lines[len(lines)-1], want)
+		}
+		if !strings.Contains(stderr, "PASSED") {
+			t.Errorf("no progress on stderr:\n%s", stderr)
+		}
+		var cert suite.Certificate
+		data, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := json.Unmarshal(data, &cert); err != nil {
+			t.Fatal(err)
+		}
+		if !cert.Certified || cert.Adapter != "reference" || cert.SuiteVersion != suite.Version || !strings.HasPrefix(cert.Database, "1") {
+			t.Errorf("certificate header wrong: %+v", cert)
+		}
+		passed := map[string]bool{}
+		for _, r := range cert.Rules {
+			if r.Verdict == suite.VerdictPass {
+				passed[r.Fixture] = true
+			}
+		}
+		for _, f := range []string{fixtures.DoubleDelivery, fixtures.ConcurrentDelivery, fixtures.FailureAfterMarker} {
+			if !passed[f] {
+				t.Errorf("no passing rule of fixture %s in the certificate", f)
+			}
+		}
+		if data, err := os.ReadFile(junit); err != nil || !bytes.Contains(data, []byte(`<testcase name="[MUST] double-delivery.one-effect`)) {
+			t.Errorf("JUnit report lacks the rule's testcase (err %v):\n%s", err, data)
+		}
+	})
+
+	t.Run("a filtered run is not certified", func(t *testing.T) {
+		path := filepath.Join(t.TempDir(), "c.json")
+		code, stdout, _ := runCertify(t, bin, nil, "--adapter", "reference", "--dsn", dsn, "--json", path, "--label-filter", "fixture:double-delivery")
+		if code != exitNotCertified {
+			t.Fatalf("exit code %d; want %d\n%s", code, exitNotCertified, stdout)
+		}
+		var cert suite.Certificate
+		data, _ := os.ReadFile(path)
+		if err := json.Unmarshal(data, &cert); err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range cert.Rules {
+			want := suite.VerdictSkipped
+			if r.Fixture == fixtures.DoubleDelivery {
+				want = suite.VerdictPass
+			}
+			if r.Verdict != want {
+				t.Errorf("rule %s: verdict %s; want %s", r.ID, r.Verdict, want)
+			}
+		}
+		if !strings.HasSuffix(strings.TrimSpace(stdout), "3 passed, 0 failed, 5 skipped") {
+			t.Errorf("summary line wrong:\n%s", stdout)
+		}
+	})
+
+	t.Run("no database exits 2 and names all three ways", func(t *testing.T) {
+		code, _, stderr := runCertify(t, bin, []string{"HARMLESS_DSN=", "DATABASE_URL="}, "--adapter", "reference", "--provision", "dsn")
+		if code != exitUsage {
+			t.Fatalf("exit code %d; want %d\n%s", code, exitUsage, stderr)
+		}
+		for _, want := range []string{"HARMLESS_DSN", "container", "initdb"} {
+			if !strings.Contains(stderr, want) {
+				t.Errorf("error does not mention %q:\n%s", want, stderr)
+			}
+		}
+	})
+
+	t.Run("an unreachable DSN exits 2", func(t *testing.T) {
+		code, _, stderr := runCertify(t, bin, nil, "--adapter", "reference", "--dsn", "postgres://nobody@127.0.0.1:1/none?connect_timeout=5")
+		if code != exitUsage {
+			t.Fatalf("exit code %d; want %d\n%s", code, exitUsage, stderr)
+		}
+	})
+}

@@ -1,0 +1,220 @@
+package harness
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime/debug"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/harmless-dev/harmless/adapters"
+	"github.com/harmless-dev/harmless/faults"
+)
+
+// Errors the driver records when an implementation misbehaves. They are
+// recorded on the attempt, never raised: the harness survives them.
+var (
+	// ErrHung marks a call that did not return within its timeout, nor
+	// within a grace period after its context was cancelled.
+	ErrHung = errors.New("implementation hung")
+	// ErrPanicked marks a call that panicked.
+	ErrPanicked = errors.New("implementation panicked")
+	// ErrBadOutcome marks a delivery acknowledged with an outcome that is
+	// not Applied, Duplicate or Rejected.
+	ErrBadOutcome = errors.New("implementation returned an invalid outcome")
+)
+
+// DefaultMaxTries is how often the driver delivers an event before it gives
+// up on getting it acknowledged.
+const DefaultMaxTries = 5
+
+// Attempt is one delivery and what came of it.
+type Attempt struct {
+	// Delivery is what was delivered.
+	Delivery adapters.Delivery
+	// Instance is the implementation instance that handled it.
+	Instance int
+	// Outcome is the acknowledged outcome; meaningful only when Err is nil.
+	Outcome adapters.Outcome
+	// Err is non-nil when the delivery was not acknowledged.
+	Err error
+	// Started and Ended are offsets from the spec's start.
+	Started, Ended time.Duration
+}
+
+// Acked reports whether the delivery was acknowledged.
+func (a Attempt) Acked() bool { return a.Err == nil }
+
+// Terminal reports whether a broker would stop redelivering after this
+// attempt: it was acknowledged, or refused as invalid input or as a payload
+// conflict.
+func (a Attempt) Terminal() bool {
+	return a.Err == nil || errors.Is(a.Err, adapters.ErrInvalidInput) || errors.Is(a.Err, adapters.ErrPayloadConflict)
+}
+
+// Result describes what came of the attempt: an outcome or the error.
+func (a Attempt) Result() string {
+	if a.Err == nil {
+		return a.Outcome.String()
+	}
+	return "error: " + firstLine(a.Err.Error())
+}
+
+// Deliver delivers ev once to instance n. It never panics and never hangs:
+// a panic, a hang or a nonsensical answer is recorded as the attempt's error.
+func (s *Spec) Deliver(ctx context.Context, n int, ev adapters.Event) Attempt {
+	d := adapters.Delivery{Event: ev, Attempt: s.nextAttempt(ev)}
+	// The implementation gets its own copy: it must not be able to change
+	// what the harness believes it delivered.
+	d.Payload = slices.Clone(ev.Payload)
+	a := Attempt{Delivery: adapters.Delivery{Event: ev, Attempt: d.Attempt}, Instance: n, Started: time.Since(s.started)}
+
+	impl, err := s.Instance(ctx, n)
+	if err != nil {
+		a.Err = err
+	} else {
+		a.Outcome, a.Err = s.guardDeliver(ctx, impl, d)
+	}
+	a.Ended = time.Since(s.started)
+	s.mu.Lock()
+	s.history = append(s.history, a)
+	s.mu.Unlock()
+	return a
+}
+
+// DeliverUntilTerminal delivers ev to instance n until an attempt is
+// terminal (see [Attempt.Terminal]) or maxTries attempts were made, as an
+// at-least-once broker does. It returns every attempt it made.
+func (s *Spec) DeliverUntilTerminal(ctx context.Context, n int, ev adapters.Event, maxTries int) []Attempt {
+	var attempts []Attempt
+	for range maxTries {
+		a := s.Deliver(ctx, n, ev)
+		attempts = append(attempts, a)
+		if a.Terminal() || ctx.Err() != nil {
+			break
+		}
+	}
+	return attempts
+}
+
+// History returns every attempt made for ev, in the order they ended.
+func (s *Spec) History(ev adapters.Event) []Attempt {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []Attempt
+	for _, a := range s.history {
+		if a.Delivery.Namespace == ev.Namespace && a.Delivery.ID == ev.ID {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+func (s *Spec) nextAttempt(ev adapters.Event) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	k := eventKey{ev.Namespace, ev.ID}
+	s.attempts[k]++
+	return s.attempts[k]
+}
+
+func (s *Spec) guardDeliver(ctx context.Context, impl adapters.Implementation, d adapters.Delivery) (adapters.Outcome, error) {
+	timeout := s.run.opts.DeliveryTimeout
+	dctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	outcome, err := guard(faults.WithCancel(dctx, cancel), timeout, func(ctx context.Context) (adapters.Outcome, error) {
+		return impl.Deliver(ctx, d)
+	})
+	switch {
+	case errors.Is(err, ErrHung):
+		return 0, fmt.Errorf("Deliver(%s attempt %d): %w", d.Event, d.Attempt, err)
+	case err == nil && !outcome.Valid():
+		return 0, fmt.Errorf("%w: %s with a nil error", ErrBadOutcome, outcome)
+	}
+	return outcome, err
+}
+
+func guardFactory(ctx context.Context, adapter adapters.Adapter, env adapters.Env, timeout time.Duration) (adapters.Implementation, error) {
+	impl, err := guard(ctx, timeout, func(ctx context.Context) (adapters.Implementation, error) {
+		return adapter.New(ctx, env)
+	})
+	if err == nil && impl == nil {
+		return nil, errors.New("the factory returned a nil implementation and a nil error")
+	}
+	return impl, err
+}
+
+func guardClose(ctx context.Context, impl adapters.Implementation, timeout time.Duration) error {
+	_, err := guard(ctx, timeout, func(ctx context.Context) (struct{}, error) {
+		return struct{}{}, impl.Close(ctx)
+	})
+	return err
+}
+
+// errNoReturn is wrapped in ErrHung by guard.
+var errNoReturn = errors.New("did not return in time and ignored its cancelled context")
+
+// guard calls fn on its own goroutine with a context that ends after
+// timeout. A panic in fn becomes an error wrapping ErrPanicked. If fn does
+// not return within a grace period after its context ended, guard gives up
+// on it (the goroutine is abandoned) and returns an error wrapping ErrHung.
+func guard[T any](ctx context.Context, timeout time.Duration, fn func(context.Context) (T, error)) (T, error) {
+	type result struct {
+		v   T
+		err error
+	}
+	gctx, stop := context.WithTimeout(ctx, timeout)
+	defer stop()
+	done := make(chan result, 1)
+	go func() {
+		var r result
+		defer func() {
+			if p := recover(); p != nil {
+				r = result{err: panicError(p)}
+			}
+			done <- r
+		}()
+		r.v, r.err = fn(gctx)
+	}()
+	r, ok := await(gctx, done, grace(timeout))
+	if !ok {
+		var zero T
+		return zero, fmt.Errorf("%w: %w (timeout %s)", ErrHung, errNoReturn, timeout)
+	}
+	return r.v, r.err
+}
+
+// await waits for a result; once ctx is done it allows the call a grace
+// period to notice and return.
+func await[T any](ctx context.Context, done <-chan T, grace time.Duration) (T, bool) {
+	select {
+	case r := <-done:
+		return r, true
+	case <-ctx.Done():
+	}
+	t := time.NewTimer(grace)
+	defer t.Stop()
+	select {
+	case r := <-done:
+		return r, true
+	case <-t.C:
+		var zero T
+		return zero, false
+	}
+}
+
+func grace(timeout time.Duration) time.Duration { return min(timeout, 5*time.Second) }
+
+func panicError(p any) error {
+	stack := string(debug.Stack())
+	return fmt.Errorf("%w: %v\n%s", ErrPanicked, p, stack)
+}
+
+func firstLine(s string) string {
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		return s[:i]
+	}
+	return s
+}

@@ -1,0 +1,199 @@
+package harness
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"regexp"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/harmless-dev/harmless/adapters"
+	"github.com/harmless-dev/harmless/internal/provision"
+)
+
+// Options configure a run.
+type Options struct {
+	// Provision chooses the database.
+	Provision provision.Options
+	// DeliveryTimeout bounds one call to Implementation.Deliver. An
+	// implementation that does not return in time has hung: the attempt is
+	// recorded as timed out and the run goes on.
+	DeliveryTimeout time.Duration
+	// Logf writes progress lines; nil discards them.
+	Logf func(format string, args ...any)
+}
+
+// DefaultDeliveryTimeout bounds one delivery unless Options say otherwise.
+const DefaultDeliveryTimeout = 15 * time.Second
+
+// Run is one harness run against one database.
+type Run struct {
+	id       string
+	server   *provision.Server
+	admin    *pgxpool.Pool
+	keeper   *pgx.Conn
+	opts     Options
+	specs    atomic.Int64
+	database string
+}
+
+// schemaPattern matches the schemas of harness runs; group 1 is the run id.
+var schemaPattern = regexp.MustCompile(`^harmless_([0-9a-f]{8})_`)
+
+// Start provisions the database, opens the run's keeper connection and drops
+// the leftovers of runs that are no longer alive.
+func Start(ctx context.Context, opts Options) (_ *Run, err error) {
+	if opts.DeliveryTimeout <= 0 {
+		opts.DeliveryTimeout = DefaultDeliveryTimeout
+	}
+	if opts.Logf == nil {
+		opts.Logf = func(string, ...any) {}
+	}
+	if opts.Provision.Logf == nil {
+		opts.Provision.Logf = opts.Logf
+	}
+	var raw [4]byte
+	if _, err := rand.Read(raw[:]); err != nil {
+		return nil, fmt.Errorf("run id: %w", err)
+	}
+	r := &Run{id: hex.EncodeToString(raw[:]), opts: opts}
+
+	r.server, err = provision.Open(ctx, opts.Provision)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			r.Close(context.WithoutCancel(ctx))
+		}
+	}()
+
+	keeperDSN, err := WithApplicationName(r.server.DSN(), r.appName("keeper"))
+	if err != nil {
+		return nil, err
+	}
+	if r.keeper, err = pgx.Connect(ctx, keeperDSN); err != nil {
+		return nil, fmt.Errorf("connect to %s database: %w", r.server.Kind, err)
+	}
+	adminDSN, err := WithApplicationName(r.server.DSN(), r.appName("admin"))
+	if err != nil {
+		return nil, err
+	}
+	if r.admin, err = pgxpool.New(ctx, adminDSN); err != nil {
+		return nil, fmt.Errorf("connect to %s database: %w", r.server.Kind, err)
+	}
+	if err := r.dropLeftovers(ctx); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// ID is the run's random id.
+func (r *Run) ID() string { return r.id }
+
+// Server is the database server of the run.
+func (r *Run) Server() *provision.Server { return r.server }
+
+// Admin is the harness's own pool; implementations never get it.
+func (r *Run) Admin() *pgxpool.Pool { return r.admin }
+
+// AppNamePrefix is the application_name prefix of every connection the run
+// opens.
+func (r *Run) AppNamePrefix() string { return "harmless-" + r.id + "-" }
+
+func (r *Run) appName(part string) string { return r.AppNamePrefix() + part }
+
+// dropLeftovers drops schemas of runs whose keeper connection is gone.
+func (r *Run) dropLeftovers(ctx context.Context) error {
+	rows, err := r.admin.Query(ctx, `SELECT nspname FROM pg_namespace WHERE nspname LIKE 'harmless\_%'`)
+	if err != nil {
+		return fmt.Errorf("list leftover schemas: %w", err)
+	}
+	schemas, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return fmt.Errorf("list leftover schemas: %w", err)
+	}
+	for _, schema := range schemas {
+		m := schemaPattern.FindStringSubmatch(schema)
+		if m == nil || m[1] == r.id {
+			continue
+		}
+		var alive bool
+		err := r.admin.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE application_name = $1)`,
+			"harmless-"+m[1]+"-keeper").Scan(&alive)
+		if err != nil {
+			return fmt.Errorf("check run %s: %w", m[1], err)
+		}
+		if alive {
+			continue
+		}
+		if _, err := r.admin.Exec(ctx, `DROP SCHEMA IF EXISTS `+pgx.Identifier{schema}.Sanitize()+` CASCADE`); err != nil {
+			return fmt.Errorf("drop leftover schema %s: %w", schema, err)
+		}
+		r.opts.Logf("dropped leftover schema %s of a run that is gone", schema)
+	}
+	return nil
+}
+
+// ServerVersion reports the server's version string.
+func (r *Run) ServerVersion(ctx context.Context) (string, error) {
+	var v string
+	if err := r.admin.QueryRow(ctx, `SHOW server_version`).Scan(&v); err != nil {
+		return "", fmt.Errorf("server version: %w", err)
+	}
+	return v, nil
+}
+
+// Close drops nothing it does not own: each spec drops its own schema. It
+// closes the run's connections and releases the server.
+func (r *Run) Close(ctx context.Context) error {
+	var errs []error
+	if r.admin != nil {
+		r.admin.Close()
+	}
+	if r.keeper != nil {
+		errs = append(errs, r.keeper.Close(ctx))
+	}
+	if r.server != nil {
+		errs = append(errs, r.server.Close(ctx))
+	}
+	return errors.Join(errs...)
+}
+
+// NewSpec creates a fresh environment for one spec of adapter.
+func (r *Run) NewSpec(ctx context.Context, adapter adapters.Adapter) (*Spec, error) {
+	n := r.specs.Add(1)
+	name := fmt.Sprintf("s%d", n)
+	s := &Spec{
+		run:     r,
+		adapter: adapter,
+		name:    name,
+		schema:  fmt.Sprintf("harmless_%s_%s", r.id, name),
+		started: time.Now(),
+	}
+	if err := s.install(ctx); err != nil {
+		s.Close(context.WithoutCancel(ctx))
+		return nil, err
+	}
+	return s, nil
+}
+
+// WithApplicationName returns dsn with its application_name set to name. It
+// understands both URL and keyword/value connection strings.
+func WithApplicationName(dsn, name string) (string, error) {
+	if _, err := pgx.ParseConfig(dsn); err != nil {
+		return "", fmt.Errorf("invalid connection string: %w", err)
+	}
+	if strings.HasPrefix(dsn, "postgres://") || strings.HasPrefix(dsn, "postgresql://") {
+		return setURLParam(dsn, "application_name", name)
+	}
+	// Keyword/value form: a later keyword overrides an earlier one.
+	return strings.TrimSpace(dsn) + " application_name='" + name + "'", nil
+}

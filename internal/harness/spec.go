@@ -1,0 +1,139 @@
+package harness
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/harmless-dev/harmless/adapters"
+	"github.com/harmless-dev/harmless/faults"
+	"github.com/harmless-dev/harmless/internal/ledger"
+)
+
+// Spec is the environment of one spec: its own schema with the ledger and
+// the fault points, its Go-level hooks, the implementation instances it
+// built and the history of every delivery it made.
+type Spec struct {
+	run     *Run
+	adapter adapters.Adapter
+	name    string
+	schema  string
+	started time.Time
+	hooks   *faults.Hooks
+	clock   adapters.Clock
+
+	mu        sync.Mutex
+	instances map[int]adapters.Implementation
+	attempts  map[eventKey]int
+	history   []Attempt
+}
+
+type eventKey struct{ namespace, id string }
+
+func (s *Spec) install(ctx context.Context) error {
+	s.hooks = faults.NewHooks()
+	s.clock = adapters.SystemClock{}
+	s.instances = map[int]adapters.Implementation{}
+	s.attempts = map[eventKey]int{}
+	admin := s.run.admin
+	if _, err := admin.Exec(ctx, `CREATE SCHEMA `+pgx.Identifier{s.schema}.Sanitize()); err != nil {
+		return fmt.Errorf("create schema %s: %w", s.schema, err)
+	}
+	if err := ledger.Install(ctx, admin, s.schema); err != nil {
+		return err
+	}
+	if err := faults.Install(ctx, admin, s.schema); err != nil {
+		return fmt.Errorf("install fault points: %w", err)
+	}
+	return nil
+}
+
+// Schema is the spec's schema.
+func (s *Spec) Schema() string { return s.schema }
+
+// AppNamePrefix is the application_name prefix of the connections the spec's
+// implementation instances open.
+func (s *Spec) AppNamePrefix() string { return s.run.AppNamePrefix() + s.name + "-" }
+
+// Adapter is the adapter under test.
+func (s *Spec) Adapter() adapters.Adapter { return s.adapter }
+
+// Hooks are the spec's Go-level fault hooks, called by the effect.
+func (s *Spec) Hooks() *faults.Hooks { return s.hooks }
+
+// Arm plans a database-side fault in the spec's schema.
+func (s *Spec) Arm(ctx context.Context, p faults.Plan) (*faults.Fault, error) {
+	return faults.Arm(ctx, s.run.admin, s.schema, p)
+}
+
+// Fired reports how often a database-side fault fired.
+func (s *Spec) Fired(ctx context.Context, f *faults.Fault) (int64, error) {
+	return f.Fired(ctx, s.run.admin)
+}
+
+// Effects returns the ledger's effects of ev.
+func (s *Spec) Effects(ctx context.Context, ev adapters.Event) ([]ledger.Entry, error) {
+	return ledger.Entries(ctx, s.run.admin, s.schema, ev.Namespace, ev.ID)
+}
+
+// Env is the environment handed to instance n of the implementation.
+func (s *Spec) Env(n int) (adapters.Env, error) {
+	dsn, err := WithApplicationName(s.run.server.DSN(), fmt.Sprintf("%sw%d", s.AppNamePrefix(), n))
+	if err != nil {
+		return adapters.Env{}, err
+	}
+	return adapters.Env{
+		DSN:      dsn,
+		Schema:   s.schema,
+		Effect:   ledger.Effect(s.schema, s.hooks.Effect),
+		Clock:    s.clock,
+		Instance: n,
+		Logf:     s.run.opts.Logf,
+	}, nil
+}
+
+// Instance returns implementation instance n (from 1), building it with the
+// adapter's factory the first time. Instances are built one at a time.
+func (s *Spec) Instance(ctx context.Context, n int) (adapters.Implementation, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if impl, ok := s.instances[n]; ok {
+		return impl, nil
+	}
+	env, err := s.Env(n)
+	if err != nil {
+		return nil, err
+	}
+	impl, err := guardFactory(ctx, s.adapter, env, s.run.opts.DeliveryTimeout)
+	if err != nil {
+		return nil, fmt.Errorf("build instance %d of %s: %w", n, s.adapter.Name, err)
+	}
+	s.instances[n] = impl
+	return impl, nil
+}
+
+// Close closes the spec's instances, kills any connection they left behind
+// and drops the spec's schema.
+func (s *Spec) Close(ctx context.Context) error {
+	var errs []error
+	s.mu.Lock()
+	instances := s.instances
+	s.instances = nil
+	s.mu.Unlock()
+	for n, impl := range instances {
+		if err := guardClose(ctx, impl, s.run.opts.DeliveryTimeout); err != nil {
+			errs = append(errs, fmt.Errorf("close instance %d: %w", n, err))
+		}
+	}
+	if _, err := faults.TerminateBackends(ctx, s.run.admin, s.AppNamePrefix()); err != nil {
+		errs = append(errs, err)
+	}
+	if _, err := s.run.admin.Exec(ctx, `DROP SCHEMA IF EXISTS `+pgx.Identifier{s.schema}.Sanitize()+` CASCADE`); err != nil {
+		errs = append(errs, fmt.Errorf("drop schema %s: %w", s.schema, err))
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,80 @@
+package suite
+
+import (
+	"fmt"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+
+	"github.com/harmless-dev/harmless/adapters"
+	"github.com/harmless-dev/harmless/fixtures"
+	"github.com/harmless-dev/harmless/internal/harness"
+	"github.com/harmless-dev/harmless/internal/ledger"
+)
+
+// redeliveries is how often double-delivery redelivers after the first
+// delivery.
+const redeliveries = 10
+
+// newEvent returns an event of the fixture with a payload that names it.
+func newEvent(fixture, id string) adapters.Event {
+	return adapters.Event{
+		Namespace: "harmless." + fixture,
+		ID:        id,
+		Payload:   fmt.Appendf(nil, `{"fixture":%q,"id":%q}`, fixture, id),
+	}
+}
+
+func (s *state) doubleDelivery() {
+	Describe(fixtures.DoubleDelivery, Label("fixture:"+fixtures.DoubleDelivery), Ordered, func() {
+		var (
+			ev      = newEvent(fixtures.DoubleDelivery, "1")
+			first   []harness.Attempt
+			later   [][]harness.Attempt
+			effects []ledger.Entry
+			all     []harness.Attempt
+		)
+		BeforeAll(func(ctx SpecContext) {
+			spec := s.newSpec(ctx)
+			first = spec.DeliverUntilTerminal(ctx, 1, ev, s.cfg.maxTries)
+			for i := range redeliveries {
+				worker := 2 - i%2 // alternate: worker 2, 1, 2, ...
+				later = append(later, spec.DeliverUntilTerminal(ctx, worker, ev, s.cfg.maxTries))
+			}
+			var err error
+			effects, err = spec.Effects(ctx, ev)
+			Expect(err).NotTo(HaveOccurred())
+			all = spec.History(ev)
+		}, NodeTimeout(fixtureTimeout))
+
+		rule(fixtures.DoubleDeliveryFirstApplied, func() []string {
+			last := first[len(first)-1]
+			if last.Acked() && last.Outcome == adapters.Applied {
+				return nil
+			}
+			return []string{fmt.Sprintf("the first delivery ended %s; expected Applied\n%s",
+				last.Result(), harness.DescribeEvent(ev, effects, all))}
+		})
+		rule(fixtures.DoubleDeliveryRedeliveryDuplicate, func() []string {
+			var problems []string
+			for i, tries := range later {
+				last := tries[len(tries)-1]
+				if !last.Acked() || last.Outcome != adapters.Duplicate {
+					problems = append(problems, fmt.Sprintf("redelivery %d (attempt %d) ended %s; expected Duplicate",
+						i+1, last.Delivery.Attempt, last.Result()))
+				}
+			}
+			if len(problems) > 0 {
+				problems = append(problems, harness.DescribeEvent(ev, effects, all))
+			}
+			return problems
+		})
+		rule(fixtures.DoubleDeliveryOneEffect, func() []string {
+			if len(effects) == 1 && effects[0].Attempt == first[len(first)-1].Delivery.Attempt {
+				return nil
+			}
+			return []string{harness.DescribeEvent(ev, effects, all) +
+				fmt.Sprintf("\nexpected exactly one effect, by attempt %d", first[len(first)-1].Delivery.Attempt)}
+		})
+	})
+}

@@ -1,0 +1,136 @@
+package suite
+
+import (
+	"context"
+	"fmt"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+
+	"github.com/harmless-dev/harmless/adapters"
+	"github.com/harmless-dev/harmless/faults"
+	"github.com/harmless-dev/harmless/fixtures"
+	"github.com/harmless-dev/harmless/internal/harness"
+	"github.com/harmless-dev/harmless/internal/ledger"
+)
+
+// failure is one way the first delivery's transaction fails after its marker
+// was inserted and before its effect commits.
+type failure struct {
+	name string
+	// kills reports whether the failure kills the delivery's connection.
+	kills bool
+	// arm plans the failure for attempt 1 of ev and returns a function that
+	// reports how often it fired, and a description of it.
+	arm func(ctx context.Context, spec *harness.Spec, ev adapters.Event) (fired func(context.Context) (int64, error), what string)
+}
+
+func dbFailure(point faults.Point, action faults.Action) func(context.Context, *harness.Spec, adapters.Event) (func(context.Context) (int64, error), string) {
+	return func(ctx context.Context, spec *harness.Spec, ev adapters.Event) (func(context.Context) (int64, error), string) {
+		GinkgoHelper()
+		f, err := spec.Arm(ctx, faults.Plan{Namespace: ev.Namespace, ID: ev.ID, Attempt: 1, Point: point, Action: action})
+		Expect(err).NotTo(HaveOccurred())
+		return func(ctx context.Context) (int64, error) { return spec.Fired(ctx, f) }, f.String()
+	}
+}
+
+func hookFailure(action faults.HookAction) func(context.Context, *harness.Spec, adapters.Event) (func(context.Context) (int64, error), string) {
+	return func(_ context.Context, spec *harness.Spec, ev adapters.Event) (func(context.Context) (int64, error), string) {
+		f := spec.Hooks().Arm(faults.HookPlan{Namespace: ev.Namespace, ID: ev.ID, Attempt: 1, Action: action})
+		return func(context.Context) (int64, error) { return f.Fired(), nil }, f.String()
+	}
+}
+
+var failures = []failure{
+	{name: "an error raised at the effect", arm: dbFailure(faults.AtEffect, faults.Raise)},
+	{name: "an error raised at COMMIT", arm: dbFailure(faults.AtCommit, faults.Raise)},
+	{name: "a panic in the effect", arm: hookFailure(faults.HookPanic)},
+	{name: "a cancelled context", arm: hookFailure(faults.HookCancel)},
+	{name: "the connection killed at the effect", kills: true, arm: dbFailure(faults.AtEffect, faults.Terminate)},
+}
+
+func (s *state) failureAfterMarker() {
+	Describe(fixtures.FailureAfterMarker, Label("fixture:"+fixtures.FailureAfterMarker), Serial, func() {
+		for i, f := range failures {
+			Describe(f.name, Ordered, func() {
+				var (
+					ev              = newEvent(fixtures.FailureAfterMarker, fmt.Sprint(i+1))
+					after           = newEvent(fixtures.FailureAfterMarker, fmt.Sprintf("%d-after", i+1))
+					what            string
+					fired           int64
+					first           harness.Attempt
+					retries, next   []harness.Attempt
+					effects, nextFx []ledger.Entry
+					history         []harness.Attempt
+				)
+				BeforeAll(func(ctx SpecContext) {
+					spec := s.newSpec(ctx)
+					var firedFn func(context.Context) (int64, error)
+					firedFn, what = f.arm(ctx, spec, ev)
+					first = spec.Deliver(ctx, 1, ev)
+					retries = spec.DeliverUntilTerminal(ctx, 1, ev, s.cfg.maxTries)
+					var err error
+					fired, err = firedFn(ctx)
+					Expect(err).NotTo(HaveOccurred())
+					effects, err = spec.Effects(ctx, ev)
+					Expect(err).NotTo(HaveOccurred())
+					history = spec.History(ev)
+					if f.kills {
+						next = spec.DeliverUntilTerminal(ctx, 1, after, s.cfg.maxTries)
+						nextFx, err = spec.Effects(ctx, after)
+						Expect(err).NotTo(HaveOccurred())
+					}
+				}, NodeTimeout(fixtureTimeout))
+
+				notFired := func() []string {
+					if fired > 0 {
+						return nil
+					}
+					return []string{fmt.Sprintf("the planned fault (%s) did not fire: attempt 1 never reached the effect, yet it ended %s\n%s",
+						what, first.Result(), harness.DescribeEvent(ev, effects, history))}
+				}
+
+				rule(fixtures.FailureAfterMarkerNotAcknowledged, func() []string {
+					if p := notFired(); p != nil {
+						return p
+					}
+					if first.Acked() {
+						return []string{fmt.Sprintf("fault %s fired, yet attempt 1 was acknowledged as %s\n%s",
+							what, first.Outcome, harness.DescribeEvent(ev, effects, history))}
+					}
+					return nil
+				})
+				rule(fixtures.FailureAfterMarkerRetryApplies, func() []string {
+					if p := notFired(); p != nil {
+						return p
+					}
+					last := retries[len(retries)-1]
+					var problems []string
+					if !last.Acked() || last.Outcome != adapters.Applied {
+						problems = append(problems, fmt.Sprintf("after fault %s, the redelivery ended %s; expected Applied", what, last.Result()))
+					}
+					if len(effects) != 1 {
+						problems = append(problems, fmt.Sprintf("after fault %s, expected exactly one effect", what))
+					}
+					if problems != nil {
+						problems = append(problems, harness.DescribeEvent(ev, effects, history))
+					}
+					return problems
+				})
+				if f.kills {
+					rule(fixtures.FailureAfterMarkerSurvivesKill, func() []string {
+						if p := notFired(); p != nil {
+							return p
+						}
+						last := next[len(next)-1]
+						if last.Acked() && last.Outcome == adapters.Applied && len(nextFx) == 1 {
+							return nil
+						}
+						return []string{fmt.Sprintf("after its connection was killed (%s), worker 1 handled a new event badly\n%s",
+							what, harness.DescribeEvent(after, nextFx, next))}
+					})
+				}
+			})
+		}
+	})
+}

@@ -1,0 +1,87 @@
+package suite
+
+import (
+	"time"
+
+	"github.com/harmless-dev/harmless/internal/harness"
+	"github.com/harmless-dev/harmless/internal/provision"
+)
+
+// Option configures the suite.
+type Option func(*config)
+
+type config struct {
+	provision       provision.Options
+	deliveryTimeout time.Duration
+	maxTries        int
+	contenders      int
+	plainRounds     int
+	overlapRounds   int
+	overlapSleep    time.Duration
+	logf            func(format string, args ...any)
+	onCertificate   []func(Certificate)
+}
+
+func newConfig(opts []Option) config {
+	c := config{
+		deliveryTimeout: harness.DefaultDeliveryTimeout,
+		maxTries:        harness.DefaultMaxTries,
+		contenders:      DefaultContenders,
+		plainRounds:     DefaultPlainRounds,
+		overlapRounds:   DefaultOverlapRounds,
+		overlapSleep:    DefaultOverlapSleep,
+	}
+	for _, o := range opts {
+		o(&c)
+	}
+	if c.logf == nil {
+		c.logf = func(string, ...any) {}
+	}
+	return c
+}
+
+// Defaults of the concurrent-delivery fixture.
+const (
+	DefaultContenders    = 16
+	DefaultPlainRounds   = 20
+	DefaultOverlapRounds = 10
+	DefaultOverlapSleep  = 250 * time.Millisecond
+)
+
+// WithDSN runs the suite against the database at dsn instead of provisioning
+// one. See package internal/provision for the order of choice without it.
+func WithDSN(dsn string) Option { return func(c *config) { c.provision.DSN = dsn } }
+
+// WithImage sets the container image used when the suite starts PostgreSQL
+// in a container.
+func WithImage(image string) Option { return func(c *config) { c.provision.Image = image } }
+
+// WithProvisioning forces one way of getting a database: "dsn", "container"
+// or "cluster".
+func WithProvisioning(kind string) Option {
+	return func(c *config) { c.provision.Only = provision.Kind(kind) }
+}
+
+// WithDeliveryTimeout bounds one delivery; a delivery that takes longer is
+// recorded as hung.
+func WithDeliveryTimeout(d time.Duration) Option { return func(c *config) { c.deliveryTimeout = d } }
+
+// WithContenders sets how many deliveries of one event race in each
+// concurrent-delivery round.
+func WithContenders(n int) Option { return func(c *config) { c.contenders = n } }
+
+// WithRounds sets how many concurrent-delivery rounds run plainly and how
+// many with the database-side sleep that forces overlap.
+func WithRounds(plain, overlapping int) Option {
+	return func(c *config) { c.plainRounds, c.overlapRounds = plain, overlapping }
+}
+
+// WithLogf sends the suite's progress lines to logf.
+func WithLogf(logf func(format string, args ...any)) Option {
+	return func(c *config) { c.logf = logf; c.provision.Logf = logf }
+}
+
+// WithCertificate calls fn with the certificate once the suite has run.
+func WithCertificate(fn func(Certificate)) Option {
+	return func(c *config) { c.onCertificate = append(c.onCertificate, fn) }
+}

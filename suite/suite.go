@@ -1,0 +1,177 @@
+package suite
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	"github.com/onsi/ginkgo/v2/types"
+	. "github.com/onsi/gomega"
+
+	"github.com/harmless-dev/harmless/adapters"
+	"github.com/harmless-dev/harmless/fixtures"
+	"github.com/harmless-dev/harmless/internal/harness"
+)
+
+// Version is the suite's version, recorded in every certificate.
+const Version = "0.1.0"
+
+// Timeouts of the suite's nodes. Each is far above what a correct
+// implementation needs; they exist so a hung implementation fails its spec
+// instead of hanging the run.
+const (
+	setupTimeout   = 5 * time.Minute
+	fixtureTimeout = 5 * time.Minute
+	checkTimeout   = 30 * time.Second
+	cleanupTimeout = 2 * time.Minute
+)
+
+// Run runs the whole suite against adapter from a Go test and reports each
+// rule's verdict through t.
+func Run(t *testing.T, adapter adapters.Adapter, opts ...Option) {
+	t.Helper()
+	RegisterFailHandler(Fail)
+	opts = append(opts, WithCertificate(func(c Certificate) {
+		t.Logf("harmless certificate for %s:\n%s", c.Adapter, c.Table())
+	}))
+	Register(adapter, opts...)
+	RunSpecs(t, "harmless: "+adapter.Name)
+}
+
+// Register registers the suite's specs for adapter in the current Ginkgo
+// suite, with a BeforeSuite that provisions the database and a
+// ReportAfterSuite that builds the certificate. Call it at package level
+// (var _ = suite.Register(...)), before RunSpecs. It returns true so it can be
+// used that way.
+func Register(adapter adapters.Adapter, opts ...Option) bool {
+	s := &state{adapter: adapter, cfg: newConfig(opts)}
+	BeforeSuite(s.start, NodeTimeout(setupTimeout))
+	AfterSuite(s.stop, NodeTimeout(cleanupTimeout))
+	ReportAfterSuite("harmless certificate", s.report)
+	ReportAfterEach(s.progress)
+	Describe("harmless", func() {
+		s.doubleDelivery()
+		s.concurrentDelivery()
+		s.failureAfterMarker()
+	})
+	return true
+}
+
+// state is one registration's run: set up in BeforeSuite, used by the specs.
+type state struct {
+	adapter  adapters.Adapter
+	cfg      config
+	run      *harness.Run
+	database string
+	kind     string
+	setupErr error
+}
+
+func (s *state) start(ctx SpecContext) {
+	s.setupErr = s.setUp(ctx)
+	if s.setupErr != nil {
+		Fail(s.setupErr.Error())
+	}
+}
+
+func (s *state) setUp(ctx context.Context) error {
+	if err := s.adapter.Validate(); err != nil {
+		return fmt.Errorf("%w: %w", ErrSetup, err)
+	}
+	if err := s.cfg.validate(); err != nil {
+		return fmt.Errorf("%w: %w", ErrSetup, err)
+	}
+	run, err := harness.Start(ctx, harness.Options{
+		Provision:       s.cfg.provision,
+		DeliveryTimeout: s.cfg.deliveryTimeout,
+		Logf:            s.cfg.logf,
+	})
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrSetup, err)
+	}
+	s.run = run
+	s.kind = string(run.Server().Kind)
+	if s.database, err = run.ServerVersion(ctx); err != nil {
+		return fmt.Errorf("%w: %w", ErrSetup, err)
+	}
+	s.cfg.logf("harmless %s: certifying %q on PostgreSQL %s (%s), run %s", Version, s.adapter.Name, s.database, s.kind, run.ID())
+	return nil
+}
+
+func (s *state) stop(ctx SpecContext) {
+	if s.run == nil {
+		return
+	}
+	Expect(s.run.Close(ctx)).To(Succeed(), "release the run's database")
+}
+
+// progress reports each finished spec through the configured logf.
+func (s *state) progress(sr SpecReport) {
+	if sr.LeafNodeType != types.NodeTypeIt {
+		return
+	}
+	s.cfg.logf("%-7s %s (%.1fs)", strings.ToUpper(sr.State.String()), strings.Join(append(sr.ContainerHierarchyTexts[1:], sr.LeafNodeText), " / "), sr.RunTime.Seconds())
+}
+
+// ErrSetup marks a run that could not start: a bad adapter or option, or no
+// database. Certificate.Error carries it.
+var ErrSetup = errors.New("harmless could not start")
+
+func (c config) validate() error {
+	switch {
+	case c.contenders < 2:
+		return fmt.Errorf("contenders must be at least 2, not %d", c.contenders)
+	case c.plainRounds < 1 || c.overlapRounds < 1:
+		return fmt.Errorf("rounds must be at least 1, not %d plain and %d overlapping", c.plainRounds, c.overlapRounds)
+	case c.deliveryTimeout <= 0:
+		return fmt.Errorf("delivery timeout must be positive, not %s", c.deliveryTimeout)
+	case c.maxTries < 1:
+		return fmt.Errorf("max tries must be at least 1, not %d", c.maxTries)
+	}
+	return nil
+}
+
+// newSpec gives the current Ordered container a fresh environment, closed
+// after its last spec.
+func (s *state) newSpec(ctx context.Context) *harness.Spec {
+	GinkgoHelper()
+	spec, err := s.run.NewSpec(ctx, s.adapter)
+	Expect(err).NotTo(HaveOccurred(), "create the spec's environment")
+	DeferCleanup(func(ctx SpecContext) {
+		Expect(spec.Close(ctx)).To(Succeed(), "clean up the spec's environment")
+	}, NodeTimeout(cleanupTimeout))
+	return spec
+}
+
+// rule registers one It that checks rule id. check returns the violations it
+// found; none means the rule held.
+func rule(id string, check func() []string) {
+	r, err := fixtures.Lookup(id)
+	if err != nil {
+		panic(err) // a typo in the suite itself
+	}
+	It(r.ID+": "+r.Doc, Label(r.Label(), "level:"+string(r.Level)), func(SpecContext) {
+		if problems := check(); len(problems) > 0 {
+			Fail(failureMessage(r, problems))
+		}
+	}, SpecTimeout(checkTimeout))
+}
+
+func failureMessage(r fixtures.Rule, problems []string) string {
+	const shown = 3
+	msg := fmt.Sprintf("%s %s violated: %s", r.Level, r.ID, r.Doc)
+	for _, p := range problems[:min(shown, len(problems))] {
+		msg += "\n- " + p
+	}
+	if len(problems) > shown {
+		msg += fmt.Sprintf("\n- ... and %d more like these", len(problems)-shown)
+	}
+	if r.Suspect != "" {
+		msg += "\nThis usually means: " + r.Suspect + "."
+	}
+	return msg
+}
