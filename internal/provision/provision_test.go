@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/testcontainers/testcontainers-go"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -438,14 +439,34 @@ func pingOnce(ctx context.Context, dsn string) error {
 	return err
 }
 
-// needEngine skips the test when no container engine answers.
+// needEngine skips the test when the container way cannot work here: no
+// engine answers, testcontainers-go would start its reaper (whose image
+// needs a registry), or the image is not present. With
+// HARMLESS_REQUIRE_CONTAINER=1, as in CI, each of these fails the test
+// instead, so the container way can never be skipped there by accident.
 func needEngine(t *testing.T) {
 	t.Helper()
+	skip := t.Skipf
+	if os.Getenv("HARMLESS_REQUIRE_CONTAINER") == "1" {
+		skip = t.Fatalf
+	}
 	p, err := detectEngine(t.Context(), logAdapter(t.Logf))
 	if err != nil {
-		t.Skipf("no container engine (%v): start one with ci/start-docker.sh", err)
+		skip("no container engine (%v): start one with ci/start-docker.sh", err)
+		return
 	}
-	p.Close()
+	defer p.Close()
+	if !testcontainers.ReadConfig().RyukDisabled {
+		skip("TESTCONTAINERS_RYUK_DISABLED is not true: source ci/env.sh")
+		return
+	}
+	image := os.Getenv("HARMLESS_IMAGE")
+	if image == "" {
+		image = DefaultImage
+	}
+	if _, err := p.Client().ImageInspect(t.Context(), image); err != nil {
+		skip("image %s is not present (%v): build it with ci/build-postgres-image.sh and source ci/env.sh", image, err)
+	}
 }
 
 func TestContainerCrashRestart(t *testing.T) {
