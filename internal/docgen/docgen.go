@@ -1,0 +1,68 @@
+// Package docgen writes the documentation that is generated from the code:
+// the rule table in README.md and the rules page docs/rules.md, both from
+// the catalogue in package fixtures. Run `go generate ./...` after changing
+// a rule; a test fails while the files are stale.
+package docgen
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/harmless-dev/harmless/fixtures"
+)
+
+// Markers delimit the generated rule table in README.md.
+const (
+	BeginRules = "<!-- BEGIN GENERATED RULES: go generate ./... -->"
+	EndRules   = "<!-- END GENERATED RULES -->"
+)
+
+// RulesTable is the Markdown table of every rule, for the README.
+func RulesTable() string {
+	var b strings.Builder
+	b.WriteString("| rule | level | checks |\n|---|---|---|\n")
+	for _, r := range fixtures.Rules() {
+		fmt.Fprintf(&b, "| [`%s`](docs/rules.md#%s) | %s | %s |\n", r.ID, anchor(r.ID), r.Level, escape(r.Doc))
+	}
+	return b.String()
+}
+
+// RulesPage is docs/rules.md: every fixture and rule, what it checks and
+// why.
+func RulesPage() string {
+	var b strings.Builder
+	b.WriteString("# Rules\n\n")
+	b.WriteString("<!-- Generated from package fixtures by `go generate ./...`. Do not edit. -->\n\n")
+	b.WriteString("Every rule has a stable id, a level and a reason. A MUST rule decides certification: an implementation is certified when every MUST rule ran and passed and nothing was skipped. Each spec carries the Ginkgo labels `fixture:<fixture id>` and `rule:<rule id>`, so `--label-filter` selects either.\n\n")
+	b.WriteString("The quotations are from the pattern this harness checks, *Make duplicate delivery harmless*.\n\n")
+	for _, f := range fixtures.Catalog() {
+		fmt.Fprintf(&b, "## Fixture `%s`\n\n%s\n\n", f.ID, f.Doc)
+		for _, r := range f.Rules {
+			fmt.Fprintf(&b, "### %s\n\n", r.ID)
+			fmt.Fprintf(&b, "- **Level:** %s\n- **Checks:** %s\n- **Why:** %s\n", r.Level, r.Doc, r.Reason)
+			if r.Suspect != "" {
+				fmt.Fprintf(&b, "- **A failure usually means:** %s.\n", r.Suspect)
+			}
+			b.WriteString("\n")
+		}
+	}
+	return b.String()
+}
+
+// SpliceReadme replaces the text between the rule markers of readme with the
+// current rule table.
+func SpliceReadme(readme string) (string, error) {
+	begin := strings.Index(readme, BeginRules)
+	end := strings.Index(readme, EndRules)
+	if begin < 0 || end < begin {
+		return "", fmt.Errorf("README.md lacks the markers %q and %q", BeginRules, EndRules)
+	}
+	return readme[:begin+len(BeginRules)] + "\n" + RulesTable() + readme[end:], nil
+}
+
+// anchor is GitHub's heading anchor for a rule id heading.
+func anchor(id string) string {
+	return strings.ReplaceAll(strings.ToLower(id), ".", "")
+}
+
+func escape(s string) string { return strings.ReplaceAll(s, "|", `\|`) }

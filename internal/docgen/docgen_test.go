@@ -1,0 +1,46 @@
+package docgen_test
+
+import (
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/harmless-dev/harmless/fixtures"
+	"github.com/harmless-dev/harmless/internal/docgen"
+)
+
+// TestGeneratedDocsAreCurrent fails when README.md or docs/rules.md no
+// longer match the rule catalogue.
+func TestGeneratedDocsAreCurrent(t *testing.T) {
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := docgen.SpliceReadme(string(readme))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(readme) != want {
+		t.Error("README.md's rule table is stale: run go generate ./...")
+	}
+	page, err := os.ReadFile("../../docs/rules.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(page) != docgen.RulesPage() {
+		t.Error("docs/rules.md is stale: run go generate ./...")
+	}
+}
+
+func TestEveryRuleIsDocumented(t *testing.T) {
+	page := docgen.RulesPage()
+	table := docgen.RulesTable()
+	for _, r := range fixtures.Rules() {
+		if !strings.Contains(page, "### "+r.ID+"\n") || !strings.Contains(page, r.Reason) {
+			t.Errorf("docs/rules.md lacks rule %s or its reason", r.ID)
+		}
+		if !strings.Contains(table, "`"+r.ID+"`") {
+			t.Errorf("the README table lacks rule %s", r.ID)
+		}
+	}
+}
