@@ -19,7 +19,8 @@ var (
 	// ErrHung marks a call that did not return within its timeout, nor
 	// within a grace period after its context was cancelled.
 	ErrHung = errors.New("implementation hung")
-	// ErrPanicked marks a call that panicked.
+	// ErrPanicked marks a call that panicked, or that ended its goroutine
+	// with runtime.Goexit instead of returning.
 	ErrPanicked = errors.New("implementation panicked")
 	// ErrBadOutcome marks a delivery acknowledged with an outcome that is
 	// not Applied, Duplicate or Rejected.
@@ -153,13 +154,17 @@ func guardClose(ctx context.Context, impl adapters.Implementation, timeout time.
 	return err
 }
 
+// errGoexit is wrapped in ErrPanicked by guard.
+var errGoexit = errors.New("called runtime.Goexit instead of returning")
+
 // errNoReturn is wrapped in ErrHung by guard.
 var errNoReturn = errors.New("did not return in time and ignored its cancelled context")
 
 // guard calls fn on its own goroutine with a context that ends after
-// timeout. A panic in fn becomes an error wrapping ErrPanicked. If fn does
-// not return within a grace period after its context ended, guard gives up
-// on it (the goroutine is abandoned) and returns an error wrapping ErrHung.
+// timeout. A panic in fn, or fn calling runtime.Goexit, becomes an error
+// wrapping ErrPanicked. If fn does not return within a grace period after
+// its context ended, guard gives up on it (the goroutine is abandoned) and
+// returns an error wrapping ErrHung.
 func guard[T any](ctx context.Context, timeout time.Duration, fn func(context.Context) (T, error)) (T, error) {
 	type result struct {
 		v   T
@@ -170,13 +175,19 @@ func guard[T any](ctx context.Context, timeout time.Duration, fn func(context.Co
 	done := make(chan result, 1)
 	go func() {
 		var r result
+		returned := false
 		defer func() {
 			if p := recover(); p != nil {
 				r = result{err: panicError(p)}
+			} else if !returned {
+				// runtime.Goexit (t.FailNow, for one) unwinds without a
+				// panic value; fn's results were never set.
+				r = result{err: fmt.Errorf("%w: %w", ErrPanicked, errGoexit)}
 			}
 			done <- r
 		}()
 		r.v, r.err = fn(gctx)
+		returned = true
 	}()
 	r, ok := await(gctx, done, grace(timeout))
 	if !ok {

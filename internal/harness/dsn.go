@@ -1,17 +1,36 @@
 package harness
 
 import (
-	"fmt"
 	"net/url"
+	"strings"
 )
 
-func setURLParam(dsn, key, value string) (string, error) {
-	u, err := url.Parse(dsn)
-	if err != nil {
-		return "", fmt.Errorf("invalid connection URL: %w", err)
+// setURLParam sets the query parameter key of a connection URL to value,
+// dropping any earlier value of key. It leaves the rest of the URL as it
+// was, byte for byte: re-encoding it would turn "%20" into "+", which libpq
+// and pgx read as a literal plus, not a space.
+func setURLParam(dsn, key, value string) string {
+	base, query, _ := strings.Cut(dsn, "?")
+	var params []string
+	for _, p := range strings.Split(query, "&") {
+		k, _, _ := strings.Cut(p, "=")
+		if k, err := url.PathUnescape(k); p == "" || (err == nil && k == key) {
+			continue
+		}
+		params = append(params, p)
 	}
-	q := u.Query()
-	q.Set(key, value)
-	u.RawQuery = q.Encode()
-	return u.String(), nil
+	params = append(params, escapeQuery(key)+"="+escapeQuery(value))
+	return base + "?" + strings.Join(params, "&")
+}
+
+// escapeQuery percent-encodes s for a connection URL's query, with a space
+// as %20: connection URLs do not read "+" as a space.
+func escapeQuery(s string) string {
+	return strings.ReplaceAll(url.QueryEscape(s), "+", "%20")
+}
+
+// quoteKeywordValue quotes s as a value of a keyword/value connection
+// string.
+func quoteKeywordValue(s string) string {
+	return "'" + strings.NewReplacer(`\`, `\\`, `'`, `\'`).Replace(s) + "'"
 }

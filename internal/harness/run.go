@@ -192,8 +192,8 @@ func WithApplicationName(dsn, name string) (string, error) {
 		return "", fmt.Errorf("invalid connection string: %w", err)
 	}
 	if strings.HasPrefix(dsn, "postgres://") || strings.HasPrefix(dsn, "postgresql://") {
-		return setURLParam(dsn, "application_name", name)
+		return setURLParam(dsn, "application_name", name), nil
 	}
 	// Keyword/value form: a later keyword overrides an earlier one.
-	return strings.TrimSpace(dsn) + " application_name='" + name + "'", nil
+	return strings.TrimSpace(dsn) + " application_name=" + quoteKeywordValue(name), nil
 }

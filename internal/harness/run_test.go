@@ -1,0 +1,306 @@
+package harness_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/harmless-dev/harmless/adapters"
+	"github.com/harmless-dev/harmless/internal/harness"
+	"github.com/harmless-dev/harmless/internal/ledger"
+	"github.com/harmless-dev/harmless/internal/pgtest"
+	"github.com/harmless-dev/harmless/internal/provision"
+)
+
+// leaky is an implementation on one connection of its own that applies the
+// effect in a transaction, and whose Close leaves the connection open: the
+// spec must kill it.
+type leaky struct {
+	env     adapters.Env
+	mu      sync.Mutex
+	conn    *pgx.Conn
+	appName string
+}
+
+// leakyAdapter returns an adapter of leaky instances, and a function that
+// lists the instances built so far. Their connections are closed when the
+// test ends, if nothing killed them before.
+func leakyAdapter(t *testing.T) (adapters.Adapter, func() []*leaky) {
+	var mu sync.Mutex
+	var built []*leaky
+	atEnd(t, "the leaky instances' connections", func(ctx context.Context) error {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, l := range built {
+			_ = l.conn.Close(ctx) // most were killed
+		}
+		return nil
+	})
+	adapter := adapters.Adapter{Name: "leaky", New: func(ctx context.Context, env adapters.Env) (adapters.Implementation, error) {
+		conn, err := pgx.Connect(ctx, env.DSN)
+		if err != nil {
+			return nil, err
+		}
+		l := &leaky{env: env, conn: conn}
+		if err := conn.QueryRow(ctx, `SELECT current_setting('application_name')`).Scan(&l.appName); err != nil {
+			return nil, err
+		}
+		mu.Lock()
+		built = append(built, l)
+		mu.Unlock()
+		return l, nil
+	}}
+	return adapter, func() []*leaky {
+		mu.Lock()
+		defer mu.Unlock()
+		return append([]*leaky(nil), built...)
+	}
+}
+
+func (l *leaky) Deliver(ctx context.Context, d adapters.Delivery) (adapters.Outcome, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	err := pgx.BeginFunc(ctx, l.conn, func(tx pgx.Tx) error { return l.env.Effect.Apply(ctx, tx, d) })
+	if err != nil {
+		return 0, err
+	}
+	return adapters.Applied, nil
+}
+
+func (l *leaky) Close(context.Context) error { return nil }
+
+func (l *leaky) pid() uint32 { return l.conn.PgConn().PID() }
+
+func TestNewSpecGivesAFreshEnvironment(t *testing.T) {
+	t.Parallel()
+	run := startRun(t, shortTimeout)
+	adapter, built := leakyAdapter(t)
+	spec := newSpec(t, run, adapter)
+	second := newSpec(t, run, adapter)
+
+	for i, s := range []*harness.Spec{spec, second} {
+		if want := fmt.Sprintf("harmless_%s_s%d", run.ID(), i+1); s.Schema() != want {
+			t.Errorf("spec %d has schema %q; want %q", i+1, s.Schema(), want)
+		}
+		var ledgerTable *string
+		if err := run.Admin().QueryRow(t.Context(), `SELECT to_regclass($1)::text`, ledger.Table(s.Schema())).Scan(&ledgerTable); err != nil || ledgerTable == nil {
+			t.Errorf("spec %d: no ledger %s (%v)", i+1, ledger.Table(s.Schema()), err)
+		}
+		if want := run.AppNamePrefix() + fmt.Sprintf("s%d-", i+1); s.AppNamePrefix() != want {
+			t.Errorf("spec %d has application_name prefix %q; want %q", i+1, s.AppNamePrefix(), want)
+		}
+	}
+
+	env, err := spec.Env(2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if env.Schema != spec.Schema() || env.Instance != 2 || env.Effect.Table() != ledger.Table(spec.Schema()) || env.Clock == nil {
+		t.Errorf("Env(2) = %+v", env)
+	}
+
+	ev := event("1")
+	if a := spec.Deliver(t.Context(), 1, ev); !a.Acked() {
+		t.Fatalf("delivery ended %s", a.Result())
+	}
+	l := built()[0]
+	if want := spec.AppNamePrefix() + "w1"; l.appName != want {
+		t.Errorf("instance 1 connected as %q; want %q", l.appName, want)
+	}
+	effects, err := spec.Effects(t.Context(), ev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(effects) != 1 || effects[0].Attempt != 1 || effects[0].PayloadDigest != adapters.PayloadDigest(ev.Payload) || effects[0].BackendPID != int(l.pid()) {
+		t.Errorf("ledger of %s: %+v; want one effect by attempt 1 from backend %d", ev, effects, l.pid())
+	}
+	if other, err := second.Effects(t.Context(), ev); err != nil || len(other) != 0 {
+		t.Errorf("the other spec's ledger has %+v (%v); specs must not share state", other, err)
+	}
+}
+
+func TestSpecCloseDropsItsSchemaAndKillsOnlyItsConnections(t *testing.T) {
+	t.Parallel()
+	run := startRun(t, shortTimeout)
+	adapter, built := leakyAdapter(t)
+	spec := newSpec(t, run, adapter)
+	for n := 1; n <= 2; n++ {
+		if a := spec.Deliver(t.Context(), n, event(fmt.Sprint(n))); !a.Acked() {
+			t.Fatalf("delivery to instance %d ended %s", n, a.Result())
+		}
+	}
+	base := pgtest.DSN(t)
+	tagged := func(name string) *pgx.Conn {
+		dsn, err := harness.WithApplicationName(base, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return connect(t, dsn)
+	}
+	// A connection carrying the spec's prefix, as a stray goroutine of the
+	// implementation might open.
+	stray := tagged(spec.AppNamePrefix() + "w9-stray")
+	// Bystanders: an unrelated connection, and one named like another spec
+	// whose name starts with this spec's (s1 and s10).
+	bystanders := map[string]*pgx.Conn{
+		"unrelated":     tagged("bystander-" + randomHex(t, 4)),
+		"sibling spec":  tagged(strings.TrimSuffix(spec.AppNamePrefix(), "-") + "0-w1"),
+		"default named": connect(t, base),
+	}
+	victims := map[string]uint32{"stray": stray.PgConn().PID()}
+	for i, l := range built() {
+		victims[fmt.Sprintf("instance %d", i+1)] = l.pid()
+	}
+
+	if err := spec.Close(t.Context()); err != nil {
+		t.Fatalf("close: %v", err)
+	}
+
+	if schemaExists(t, run.Admin(), spec.Schema()) {
+		t.Errorf("schema %s survived Close", spec.Schema())
+	}
+	// Close returns once its victims are gone from pg_stat_activity.
+	for what, pid := range victims {
+		if backendAlive(t, run.Admin(), pid) {
+			t.Errorf("%s's connection (pid %d) survived Close", what, pid)
+		}
+	}
+	if _, err := stray.Exec(t.Context(), "SELECT 1"); err == nil {
+		t.Errorf("the stray connection still answers after Close")
+	}
+	for what, conn := range bystanders {
+		if _, err := conn.Exec(t.Context(), "SELECT 1"); err != nil {
+			t.Errorf("the %s connection died with the spec: %v", what, err)
+		}
+	}
+	var keeper bool
+	if err := run.Admin().QueryRow(t.Context(), `SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE application_name = $1)`, run.AppNamePrefix()+"keeper").Scan(&keeper); err != nil || !keeper {
+		t.Errorf("the run's keeper is gone after a spec closed (%v)", err)
+	}
+	// The run goes on.
+	if next := newSpec(t, run, adapter); next.Deliver(t.Context(), 1, event("next")).Err != nil {
+		t.Errorf("a spec after the closed one does not work")
+	}
+	if err := spec.Close(t.Context()); err != nil {
+		t.Errorf("closing a spec twice: %v", err)
+	}
+}
+
+// createSchema creates schema with a table in it, dropped (if still there)
+// when the test ends.
+func createSchema(t *testing.T, schema string) {
+	t.Helper()
+	pool := pgtest.Pool(t)
+	q := pgx.Identifier{schema}.Sanitize()
+	if _, err := pool.Exec(t.Context(), "CREATE SCHEMA "+q+"; CREATE TABLE "+q+".t (x int)"); err != nil {
+		t.Fatalf("create schema %s: %v", schema, err)
+	}
+	atEnd(t, "schema "+schema, func(ctx context.Context) error {
+		_, err := pool.Exec(ctx, "DROP SCHEMA IF EXISTS "+q+" CASCADE")
+		return err
+	})
+}
+
+func TestStartDropsTheLeftoversOfDeadRunsOnly(t *testing.T) {
+	t.Parallel()
+	// A run with this id would need a keeper named harmless-<id>-keeper;
+	// there is none, so its schemas are leftovers.
+	dead := "harmless_" + randomHex(t, 4) + "_s1"
+	kept := []string{
+		"harmless_test_" + randomHex(t, 4),                     // not a run's schema
+		"harmless_" + randomHex(t, 4),                          // no spec part
+		"harmless_" + strings.ToUpper(randomHex(t, 4)) + "_s1", // not a run id
+	}
+	for _, s := range append([]string{dead}, kept...) {
+		createSchema(t, s)
+	}
+	live := startRun(t, shortTimeout)
+	liveSpec := newSpec(t, live, adapterOf("live", fake{}))
+
+	var mu sync.Mutex
+	var logged []string
+	fresh := startRunOpts(t, harness.Options{DeliveryTimeout: shortTimeout, Logf: func(format string, args ...any) {
+		mu.Lock()
+		defer mu.Unlock()
+		logged = append(logged, fmt.Sprintf(format, args...))
+	}})
+
+	// Another process's run may have dropped it first: what matters is that
+	// it is gone once Start returns.
+	if schemaExists(t, fresh.Admin(), dead) {
+		t.Errorf("leftover schema %s of a dead run survived Start", dead)
+	}
+	for _, s := range append(kept, liveSpec.Schema()) {
+		if !schemaExists(t, fresh.Admin(), s) {
+			t.Errorf("Start dropped schema %s", s)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for _, line := range logged {
+		if strings.Contains(line, liveSpec.Schema()) || strings.Contains(line, kept[0]) {
+			t.Errorf("Start logged %q", line)
+		}
+	}
+}
+
+func TestStartDropsTheSchemasOfARunWhoseKeeperIsGone(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	gone, err := harness.Start(ctx, harness.Options{Provision: provision.Options{DSN: pgtest.DSN(t)}, DeliveryTimeout: shortTimeout})
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec, err := gone.NewSpec(ctx, adapterOf("gone", fake{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	schema := spec.Schema()
+	pool := pgtest.Pool(t)
+	atEnd(t, "schema "+schema, func(ctx context.Context) error {
+		_, err := pool.Exec(ctx, "DROP SCHEMA IF EXISTS "+pgx.Identifier{schema}.Sanitize()+" CASCADE")
+		return err
+	})
+
+	// Another run started while this one lives leaves its schema alone.
+	startRun(t, shortTimeout)
+	if !schemaExists(t, pool, schema) {
+		t.Fatalf("schema %s of a live run was dropped", schema)
+	}
+
+	// The run dies without closing its spec, as a killed process would.
+	if err := gone.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, "the closed run's keeper leaves pg_stat_activity", func() bool {
+		var alive bool
+		err := pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE application_name = $1)`, gone.AppNamePrefix()+"keeper").Scan(&alive)
+		return err == nil && !alive
+	})
+	startRun(t, shortTimeout)
+	if schemaExists(t, pool, schema) {
+		t.Errorf("schema %s of a run whose keeper is gone survived Start", schema)
+	}
+}
+
+func TestStartFailsWithoutADatabase(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	r, err := harness.Start(ctx, harness.Options{Provision: provision.Options{
+		DSN: "postgres://nobody@127.0.0.1:1/none?connect_timeout=5", Only: provision.KindDSN,
+	}})
+	if err == nil {
+		r.Close(context.Background())
+		t.Fatal("Start succeeded against a port nothing listens on")
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Start ran into the test's deadline: %v", err)
+	}
+}

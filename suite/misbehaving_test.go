@@ -1,0 +1,272 @@
+package suite
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/harmless-dev/harmless/adapters"
+	"github.com/harmless-dev/harmless/fixtures"
+	"github.com/harmless-dev/harmless/internal/pgtest"
+)
+
+// The child process's environment: which misbehaving adapter to run the
+// suite against, and where to write the certificate.
+const (
+	childAdapterEnv = "HARMLESS_TEST_ADAPTER"
+	childCertEnv    = "HARMLESS_TEST_CERT"
+	childTest       = "TestMisbehavingChild"
+)
+
+// Bounds on a child run. They are generous: they exist so that a harness
+// that does hang fails this test instead of hanging it.
+const (
+	childTimeout = 2 * time.Minute              // the child's -test.timeout
+	childLimit   = childTimeout + 1*time.Minute // when the parent kills it
+)
+
+// orderedSkipsAfterFailure records a known bug of the suite: its fixtures
+// are Ordered containers without ContinueOnFailure, so once a rule of a
+// container fails, Ginkgo skips the container's later rules and the
+// certificate says "skipped" (did not run) for rules that were checkable and
+// broken. While it is true, a skipped rule is accepted when an earlier rule
+// of its fixture failed. The test fails once no rule is skipped any more: set
+// it to false together with the fix, and every rule must fail.
+const orderedSkipsAfterFailure = true
+
+// hangTimeout is the delivery timeout of the hang adapter's run. Every
+// delivery then costs the timeout and as long again in grace.
+const hangTimeout = 500 * time.Millisecond
+
+// factoryFailure is what the factory-error adapter's factory says.
+const factoryFailure = "factory-error: cannot build an instance, on purpose"
+
+// misbehaving is one implementation that must not be certified, and what
+// the certificate must then say.
+type misbehaving struct {
+	adapter adapters.Adapter
+	opts    []Option
+	// failing are the rules that must fail; nil means all of them.
+	failing []string
+	// says is what each failing rule's message must mention.
+	says string
+}
+
+// never is a channel nothing sends on or closes: the hang adapter's
+// deliveries wait on it for ever. It lives only in a child process.
+var never = make(chan struct{})
+
+// small keeps the concurrent-delivery fixture short: one round of each kind,
+// two contenders.
+var small = []Option{WithRounds(1, 1), WithContenders(2)}
+
+// withMaxTries sets how often the suite delivers an event before it gives
+// up on getting it acknowledged.
+func withMaxTries(n int) Option { return func(c *config) { c.maxTries = n } }
+
+// deliverer is an implementation that delivers with a function.
+type deliverer func(ctx context.Context, d adapters.Delivery) (adapters.Outcome, error)
+
+func (f deliverer) Deliver(ctx context.Context, d adapters.Delivery) (adapters.Outcome, error) {
+	return f(ctx, d)
+}
+
+func (deliverer) Close(context.Context) error { return nil }
+
+func delivering(name string, f deliverer) adapters.Adapter {
+	return adapters.Adapter{Name: name, New: func(context.Context, adapters.Env) (adapters.Implementation, error) { return f, nil }}
+}
+
+var misbehavers = map[string]misbehaving{
+	"hang": {
+		adapter: delivering("hang", func(context.Context, adapters.Delivery) (adapters.Outcome, error) {
+			<-never // ignores its context
+			return adapters.Applied, nil
+		}),
+		// Hung deliveries are slow by design; one try each keeps the run
+		// to about 25 of them.
+		opts: append([]Option{WithDeliveryTimeout(hangTimeout), withMaxTries(1)}, small...),
+		says: "hung",
+	},
+	"panic": {
+		adapter: delivering("panic", func(context.Context, adapters.Delivery) (adapters.Outcome, error) {
+			panic("the panic adapter panics, on purpose")
+		}),
+		opts: small,
+		says: "panicked",
+	},
+	"nonsense": {
+		adapter: delivering("nonsense", func(context.Context, adapters.Delivery) (adapters.Outcome, error) {
+			return adapters.Outcome(42), nil
+		}),
+		opts: small,
+		says: "invalid outcome",
+	},
+	"always-applied": {
+		// Reports Applied and never touches the database: the harness must
+		// count the ledger, not believe the report.
+		adapter: delivering("always-applied", func(context.Context, adapters.Delivery) (adapters.Outcome, error) {
+			return adapters.Applied, nil
+		}),
+		opts:    small,
+		failing: []string{fixtures.DoubleDeliveryOneEffect, fixtures.ConcurrentDeliveryOneEffect, fixtures.FailureAfterMarkerRetryApplies},
+		says:    "applied 0 times",
+	},
+	"factory-error": {
+		adapter: adapters.Adapter{Name: "factory-error", New: func(context.Context, adapters.Env) (adapters.Implementation, error) {
+			return nil, errors.New(factoryFailure)
+		}},
+		opts: small,
+		says: factoryFailure,
+	},
+}
+
+// TestMisbehavingChild runs the suite against the adapter named by
+// childAdapterEnv and writes the certificate to childCertEnv. It runs only
+// in a child process started by TestMisbehavingImplementations.
+func TestMisbehavingChild(t *testing.T) {
+	name := os.Getenv(childAdapterEnv)
+	if name == "" {
+		t.Skip("runs only in a child process of TestMisbehavingImplementations")
+	}
+	m, ok := misbehavers[name]
+	if !ok {
+		t.Fatalf("%s=%q names no misbehaving adapter", childAdapterEnv, name)
+	}
+	path := os.Getenv(childCertEnv)
+	Run(t, m.adapter, append(m.opts, WithLogf(t.Logf), WithCertificate(func(c Certificate) {
+		if err := c.WriteJSON(path); err != nil {
+			t.Errorf("%v", err)
+		}
+	}))...)
+}
+
+// TestMisbehavingImplementations runs the whole suite, in a child process
+// each, against implementations that hang, panic, answer nonsense, lie about
+// applying the effect or cannot be built. Each run must complete, fail the
+// rules the misbehaviour breaks with a message that says what happened, and
+// never certify.
+func TestMisbehavingImplementations(t *testing.T) {
+	dsn := pgtest.DSN(t)
+	var tolerated atomic.Int64
+	// Cleanups run once the parallel subtests are done.
+	t.Cleanup(func() {
+		if orderedSkipsAfterFailure && !t.Failed() && tolerated.Load() == 0 {
+			t.Errorf("no rule was skipped after a failure: the suite's Ordered containers continue on failure now; set orderedSkipsAfterFailure to false")
+		}
+	})
+	for name, m := range misbehavers {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			cert, output := runChild(t, dsn, name)
+			tolerated.Add(int64(checkCertificate(t, cert, m)))
+			if t.Failed() {
+				t.Logf("the child's output:\n%s", tail(output, 60))
+			}
+		})
+	}
+}
+
+// runChild runs the suite against adapter name in a child process and
+// returns its certificate and output. The child must fail (exit code 1) in
+// bounded time, without crashing.
+func runChild(t *testing.T, dsn, name string) (Certificate, string) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "certificate.json")
+	ctx, cancel := context.WithTimeout(t.Context(), childLimit)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^"+childTest+"$", "-test.v", "-test.count=1", "-ginkgo.no-color", "-test.timeout="+childTimeout.String())
+	cmd.Env = append(os.Environ(), "HARMLESS_DSN="+dsn, childAdapterEnv+"="+name, childCertEnv+"="+path)
+	cmd.WaitDelay = 10 * time.Second
+	var output bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &output, &output
+	start := time.Now()
+	err := cmd.Run()
+	elapsed := time.Since(start)
+	t.Logf("child run against %q took %s", name, elapsed.Round(time.Millisecond))
+
+	var exit *exec.ExitError
+	switch {
+	case ctx.Err() != nil:
+		t.Fatalf("the child did not end within %s\n%s", childLimit, tail(output.String(), 60))
+	case err == nil:
+		t.Fatalf("the child passed: the suite certified %q\n%s", name, tail(output.String(), 60))
+	case !errors.As(err, &exit) || exit.ExitCode() != 1:
+		t.Fatalf("the child failed with %v; want exit code 1, a failed suite (2 is a Go panic or test timeout, 66 a data race)\n%s", err, tail(output.String(), 60))
+	}
+	for _, crash := range []string{"WARNING: DATA RACE", "\npanic: ", "[PANICKED]", "[TIMEDOUT]", "[INTERRUPTED]"} {
+		if strings.Contains(output.String(), crash) {
+			t.Errorf("the child's output contains %q: the harness itself broke\n%s", crash, tail(output.String(), 60))
+		}
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("no certificate: %v\n%s", err, tail(output.String(), 60))
+	}
+	var cert Certificate
+	if err := json.Unmarshal(data, &cert); err != nil {
+		t.Fatalf("certificate: %v\n%s", err, data)
+	}
+	return cert, output.String()
+}
+
+// checkCertificate checks the certificate of misbehaving m's run. It
+// returns how many rules it accepted as skipped (see
+// orderedSkipsAfterFailure).
+func checkCertificate(t *testing.T, cert Certificate, m misbehaving) (tolerated int) {
+	t.Helper()
+	if cert.Adapter != m.adapter.Name || cert.Error != "" {
+		t.Errorf("certificate of %q with error %q; want one of %q that started", cert.Adapter, cert.Error, m.adapter.Name)
+	}
+	if cert.Certified {
+		t.Errorf("%q is certified", m.adapter.Name)
+	}
+	if got, want := len(cert.Rules), len(fixtures.Rules()); got != want {
+		t.Errorf("the certificate has %d rules; want all %d", got, want)
+	}
+	failing := map[string]bool{}
+	for _, id := range m.failing {
+		failing[id] = true
+	}
+	failed := map[string]bool{} // fixtures with a failed rule, in catalogue order
+	for _, r := range cert.Rules {
+		if r.Verdict == VerdictSkipped {
+			if orderedSkipsAfterFailure && failed[r.Fixture] {
+				t.Logf("rule %s was skipped after an earlier rule of %s failed (known bug, see orderedSkipsAfterFailure)", r.ID, r.Fixture)
+				tolerated++
+			} else {
+				t.Errorf("rule %s was skipped (%s): the run did not go on", r.ID, r.Message)
+			}
+			continue
+		}
+		if r.Verdict == VerdictFail {
+			failed[r.Fixture] = true
+		}
+		if m.failing != nil && !failing[r.ID] {
+			continue
+		}
+		if r.Verdict != VerdictFail {
+			t.Errorf("rule %s: verdict %s; want fail", r.ID, r.Verdict)
+		} else if !strings.Contains(r.Message, m.says) {
+			t.Errorf("rule %s failed without mentioning %q:\n%s", r.ID, m.says, r.Message)
+		}
+	}
+	return tolerated
+}
+
+// tail returns the last n lines of s.
+func tail(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = append([]string{"..."}, lines[len(lines)-n:]...)
+	}
+	return strings.Join(lines, "\n")
+}
