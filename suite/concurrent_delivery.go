@@ -32,7 +32,7 @@ func (s *state) concurrentDelivery() {
 			{name: "with a sleep after the claim", overlap: true},
 		}
 		for _, v := range variants {
-			Describe(v.name, Ordered, func() {
+			Describe(v.name, Ordered, ContinueOnFailure, func() {
 				var rounds []roundResult
 				BeforeAll(func(ctx SpecContext) {
 					spec := s.newSpec(ctx)

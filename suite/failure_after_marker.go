@@ -52,7 +52,7 @@ var failures = []failure{
 func (s *state) failureAfterMarker() {
 	Describe(fixtures.FailureAfterMarker, Label("fixture:"+fixtures.FailureAfterMarker), Serial, func() {
 		for i, f := range failures {
-			Describe(f.name, Ordered, func() {
+			Describe(f.name, Ordered, ContinueOnFailure, func() {
 				var (
 					ev              = newEvent(fixtures.FailureAfterMarker, fmt.Sprint(i+1))
 					after           = newEvent(fixtures.FailureAfterMarker, fmt.Sprintf("%d-after", i+1))

@@ -9,7 +9,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -32,15 +31,6 @@ const (
 	childTimeout = 2 * time.Minute              // the child's -test.timeout
 	childLimit   = childTimeout + 1*time.Minute // when the parent kills it
 )
-
-// orderedSkipsAfterFailure records a known bug of the suite: its fixtures
-// are Ordered containers without ContinueOnFailure, so once a rule of a
-// container fails, Ginkgo skips the container's later rules and the
-// certificate says "skipped" (did not run) for rules that were checkable and
-// broken. While it is true, a skipped rule is accepted when an earlier rule
-// of its fixture failed. The test fails once no rule is skipped any more: set
-// it to false together with the fix, and every rule must fail.
-const orderedSkipsAfterFailure = true
 
 // hangTimeout is the delivery timeout of the hang adapter's run. Every
 // delivery then costs the timeout and as long again in grace.
@@ -68,10 +58,6 @@ var never = make(chan struct{})
 // two contenders.
 var small = []Option{WithRounds(1, 1), WithContenders(2)}
 
-// withMaxTries sets how often the suite delivers an event before it gives
-// up on getting it acknowledged.
-func withMaxTries(n int) Option { return func(c *config) { c.maxTries = n } }
-
 // deliverer is an implementation that delivers with a function.
 type deliverer func(ctx context.Context, d adapters.Delivery) (adapters.Outcome, error)
 
@@ -93,7 +79,7 @@ var misbehavers = map[string]misbehaving{
 		}),
 		// Hung deliveries are slow by design; one try each keeps the run
 		// to about 25 of them.
-		opts: append([]Option{WithDeliveryTimeout(hangTimeout), withMaxTries(1)}, small...),
+		opts: append([]Option{WithDeliveryTimeout(hangTimeout), WithMaxTries(1)}, small...),
 		says: "hung",
 	},
 	"panic": {
@@ -156,18 +142,11 @@ func TestMisbehavingChild(t *testing.T) {
 // never certify.
 func TestMisbehavingImplementations(t *testing.T) {
 	dsn := pgtest.DSN(t)
-	var tolerated atomic.Int64
-	// Cleanups run once the parallel subtests are done.
-	t.Cleanup(func() {
-		if orderedSkipsAfterFailure && !t.Failed() && tolerated.Load() == 0 {
-			t.Errorf("no rule was skipped after a failure: the suite's Ordered containers continue on failure now; set orderedSkipsAfterFailure to false")
-		}
-	})
 	for name, m := range misbehavers {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			cert, output := runChild(t, dsn, name)
-			tolerated.Add(int64(checkCertificate(t, cert, m)))
+			checkCertificate(t, cert, m)
 			if t.Failed() {
 				t.Logf("the child's output:\n%s", tail(output, 60))
 			}
@@ -218,10 +197,9 @@ func runChild(t *testing.T, dsn, name string) (Certificate, string) {
 	return cert, output.String()
 }
 
-// checkCertificate checks the certificate of misbehaving m's run. It
-// returns how many rules it accepted as skipped (see
-// orderedSkipsAfterFailure).
-func checkCertificate(t *testing.T, cert Certificate, m misbehaving) (tolerated int) {
+// checkCertificate checks the certificate of misbehaving m's run: no rule
+// may be skipped, and the rules m breaks must fail saying why.
+func checkCertificate(t *testing.T, cert Certificate, m misbehaving) {
 	t.Helper()
 	if cert.Adapter != m.adapter.Name || cert.Error != "" {
 		t.Errorf("certificate of %q with error %q; want one of %q that started", cert.Adapter, cert.Error, m.adapter.Name)
@@ -236,19 +214,10 @@ func checkCertificate(t *testing.T, cert Certificate, m misbehaving) (tolerated 
 	for _, id := range m.failing {
 		failing[id] = true
 	}
-	failed := map[string]bool{} // fixtures with a failed rule, in catalogue order
 	for _, r := range cert.Rules {
 		if r.Verdict == VerdictSkipped {
-			if orderedSkipsAfterFailure && failed[r.Fixture] {
-				t.Logf("rule %s was skipped after an earlier rule of %s failed (known bug, see orderedSkipsAfterFailure)", r.ID, r.Fixture)
-				tolerated++
-			} else {
-				t.Errorf("rule %s was skipped (%s): the run did not go on", r.ID, r.Message)
-			}
+			t.Errorf("rule %s was skipped (%s): the run did not go on", r.ID, r.Message)
 			continue
-		}
-		if r.Verdict == VerdictFail {
-			failed[r.Fixture] = true
 		}
 		if m.failing != nil && !failing[r.ID] {
 			continue
@@ -259,7 +228,6 @@ func checkCertificate(t *testing.T, cert Certificate, m misbehaving) (tolerated 
 			t.Errorf("rule %s failed without mentioning %q:\n%s", r.ID, m.says, r.Message)
 		}
 	}
-	return tolerated
 }
 
 // tail returns the last n lines of s.

@@ -66,6 +66,10 @@ func WithProvisioning(kind string) Option {
 // recorded as hung.
 func WithDeliveryTimeout(d time.Duration) Option { return func(c *config) { c.deliveryTimeout = d } }
 
+// WithMaxTries sets how often the suite delivers an event before it gives
+// up on getting it acknowledged.
+func WithMaxTries(n int) Option { return func(c *config) { c.maxTries = n } }
+
 // WithContenders sets how many deliveries of one event race in each
 // concurrent-delivery round.
 func WithContenders(n int) Option { return func(c *config) { c.contenders = n } }
