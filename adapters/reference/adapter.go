@@ -9,13 +9,11 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/harmless-dev/harmless/adapters"
+	"github.com/harmless-dev/harmless/adapters/internal/kit"
 )
 
 // Name is the reference adapter's name.
 const Name = "reference"
-
-// MaxConns is the size of each reference instance's connection pool.
-const MaxConns = 32
 
 // Window is the redelivery window the reference adapter declares.
 const Window = 24 * time.Hour
@@ -42,16 +40,9 @@ type implementation struct {
 }
 
 func newImplementation(ctx context.Context, env adapters.Env) (adapters.Implementation, error) {
-	cfg, err := pgxpool.ParseConfig(env.DSN)
+	pool, err := kit.Pool(ctx, env.DSN)
 	if err != nil {
 		return nil, fmt.Errorf("reference: %w", err)
-	}
-	// Enough connections that concurrent deliveries really run concurrently
-	// in the database instead of queueing for a connection.
-	cfg.MaxConns = MaxConns
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		return nil, fmt.Errorf("reference: connect: %w", err)
 	}
 	store := NewStore(pool, Config{Schema: env.Schema, Now: env.Clock.Now})
 	if err := store.Migrate(ctx); err != nil {

@@ -1,0 +1,53 @@
+// Package kit holds the small pieces the built-in adapters share: a
+// connection pool sized for concurrent deliveries, schema-qualified table
+// names and the payload-digest comparison.
+package kit
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/harmless-dev/harmless/adapters"
+)
+
+// MaxConns is the size of each built-in instance's connection pool: enough
+// that concurrent deliveries really run concurrently in the database instead
+// of queueing for a connection.
+const MaxConns = 32
+
+// Pool opens a pool on dsn with MaxConns connections.
+func Pool(ctx context.Context, dsn string) (*pgxpool.Pool, error) {
+	cfg, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		return nil, fmt.Errorf("parse DSN: %w", err)
+	}
+	cfg.MaxConns = MaxConns
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("connect: %w", err)
+	}
+	return pool, nil
+}
+
+// Table is the quoted name of table name in schema.
+func Table(schema, name string) string { return pgx.Identifier{schema, name}.Sanitize() }
+
+// Digest is the SHA-256 digest of a payload, as the adapters store it.
+func Digest(payload []byte) []byte {
+	sum := sha256.Sum256(payload)
+	return sum[:]
+}
+
+// Classify answers a delivery whose identity was already claimed with the
+// stored digest: Duplicate for the same payload, Rejected for another.
+func Classify(stored, digest []byte) adapters.Outcome {
+	if bytes.Equal(stored, digest) {
+		return adapters.Duplicate
+	}
+	return adapters.Rejected
+}
