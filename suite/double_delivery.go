@@ -34,6 +34,9 @@ func (s *state) doubleDelivery() {
 			effects []ledger.Entry
 			all     []harness.Attempt
 		)
+		describe := func() string {
+			return harness.DescribeEvent(ev, effects, all) + "\nno fault was planned"
+		}
 		BeforeAll(func(ctx SpecContext) {
 			spec := s.newSpec(ctx)
 			first = spec.DeliverUntilTerminal(ctx, 1, ev, s.cfg.maxTries)
@@ -53,7 +56,7 @@ func (s *state) doubleDelivery() {
 				return nil
 			}
 			return []string{fmt.Sprintf("the first delivery ended %s; expected Applied\n%s",
-				last.Result(), harness.DescribeEvent(ev, effects, all))}
+				last.Result(), describe())}
 		})
 		rule(fixtures.DoubleDeliveryRedeliveryDuplicate, func() []string {
 			var problems []string
@@ -65,7 +68,7 @@ func (s *state) doubleDelivery() {
 				}
 			}
 			if len(problems) > 0 {
-				problems = append(problems, harness.DescribeEvent(ev, effects, all))
+				problems = append(problems, describe())
 			}
 			return problems
 		})
@@ -73,8 +76,8 @@ func (s *state) doubleDelivery() {
 			if len(effects) == 1 && effects[0].Attempt == first[len(first)-1].Delivery.Attempt {
 				return nil
 			}
-			return []string{harness.DescribeEvent(ev, effects, all) +
-				fmt.Sprintf("\nexpected exactly one effect, by attempt %d", first[len(first)-1].Delivery.Attempt)}
+			return []string{fmt.Sprintf("expected exactly one effect, by attempt %d; observed:\n%s",
+				first[len(first)-1].Delivery.Attempt, describe())}
 		})
 	})
 }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/harmless-dev/harmless/adapters/builtin"
 	"github.com/harmless-dev/harmless/fixtures"
+	"github.com/harmless-dev/harmless/internal/docgen"
 	"github.com/harmless-dev/harmless/suite"
 )
 
@@ -32,6 +33,7 @@ const usage = `harmless certifies that an implementation makes duplicate event d
 Usage:
   harmless certify --adapter NAME [flags]   run the suite and print a verdict per rule
   harmless list                             print the known adapters and rules
+  harmless matrix                           print the verdict matrix: which fixture each built-in adapter must pass or fail
   harmless version                          print the suite version
 
 Exit codes: 0 certified, 1 not certified, 2 usage or environment error.
@@ -49,6 +51,13 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return certify(args[1:], stdout, stderr)
 	case "list":
 		return list(args[1:], stdout, stderr)
+	case "matrix":
+		if len(args) > 1 {
+			fmt.Fprintf(stderr, "harmless matrix: unexpected arguments: %s\n", strings.Join(args[1:], " "))
+			return exitUsage
+		}
+		fmt.Fprint(stdout, docgen.MatrixTable())
+		return exitCertified
 	case "version":
 		fmt.Fprintf(stdout, "harmless suite %s\n", suite.Version)
 		return exitCertified

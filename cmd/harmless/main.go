@@ -5,6 +5,7 @@
 //
 //	harmless certify --adapter NAME [--dsn DSN] [--label-filter EXPR] [--json FILE] [--junit FILE]
 //	harmless list
+//	harmless matrix
 //	harmless version
 //
 // certify runs the conformance suite of package suite against a built-in

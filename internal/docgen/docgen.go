@@ -1,6 +1,6 @@
 // Package docgen writes the documentation that is generated from the code:
-// the rule table in README.md and the rules page docs/rules.md, both from
-// the catalogue in package fixtures. Run `go generate ./...` after changing
+// the rule table and the verdict matrix in README.md and the rules page
+// docs/rules.md, all from package fixtures. Run `go generate ./...` after changing
 // a rule; a test fails while the files are stale.
 package docgen
 
@@ -49,15 +49,23 @@ func RulesPage() string {
 	return b.String()
 }
 
-// SpliceReadme replaces the text between the rule markers of readme with the
-// current rule table.
+// SpliceReadme replaces the generated parts of readme, the rule table and
+// the verdict matrix, with their current text.
 func SpliceReadme(readme string) (string, error) {
-	begin := strings.Index(readme, BeginRules)
-	end := strings.Index(readme, EndRules)
-	if begin < 0 || end < begin {
-		return "", fmt.Errorf("README.md lacks the markers %q and %q", BeginRules, EndRules)
+	readme, err := splice(readme, BeginRules, EndRules, RulesTable())
+	if err != nil {
+		return "", err
 	}
-	return readme[:begin+len(BeginRules)] + "\n" + RulesTable() + readme[end:], nil
+	return splice(readme, BeginMatrix, EndMatrix, MatrixTable())
+}
+
+func splice(text, beginMarker, endMarker, content string) (string, error) {
+	begin := strings.Index(text, beginMarker)
+	end := strings.Index(text, endMarker)
+	if begin < 0 || end < begin {
+		return "", fmt.Errorf("README.md lacks the markers %q and %q", beginMarker, endMarker)
+	}
+	return text[:begin+len(beginMarker)] + "\n" + content + text[end:], nil
 }
 
 // anchor is GitHub's heading anchor for a rule id heading.
@@ -66,3 +74,40 @@ func anchor(id string) string {
 }
 
 func escape(s string) string { return strings.ReplaceAll(s, "|", `\|`) }
+
+// Markers delimit the generated verdict matrix in README.md.
+const (
+	BeginMatrix = "<!-- BEGIN GENERATED MATRIX: go generate ./... -->"
+	EndMatrix   = "<!-- END GENERATED MATRIX -->"
+)
+
+// MatrixTable is the verdict matrix as a Markdown table: one row per
+// built-in adapter, one column per fixture.
+func MatrixTable() string {
+	var b strings.Builder
+	b.WriteString("| adapter |")
+	for _, f := range fixtures.Catalog() {
+		fmt.Fprintf(&b, " `%s` |", f.ID)
+	}
+	b.WriteString(" models | caught later by |\n|---|")
+	for range fixtures.Catalog() {
+		b.WriteString("---|")
+	}
+	b.WriteString("---|---|\n")
+	for _, row := range fixtures.Matrix() {
+		fmt.Fprintf(&b, "| `%s` |", row.Adapter)
+		for _, f := range fixtures.Catalog() {
+			cell := "pass"
+			if row.Expect(f.ID) == fixtures.MustFail {
+				cell = "**FAIL**"
+			}
+			fmt.Fprintf(&b, " %s |", cell)
+		}
+		later := "—"
+		if len(row.Pending) > 0 {
+			later = "`" + strings.Join(row.Pending, "`, `") + "`"
+		}
+		fmt.Fprintf(&b, " %s | %s |\n", escape(row.Models), later)
+	}
+	return b.String()
+}

@@ -1,0 +1,77 @@
+package main
+
+import (
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/harmless-dev/harmless/fixtures"
+	"github.com/harmless-dev/harmless/internal/pgtest"
+	"github.com/harmless-dev/harmless/suite"
+)
+
+var catchRateRuns = flag.Int("catch-rate-runs", 0, "run TestCatchRate with this many certify runs per adapter (0 skips it)")
+
+// TestCatchRate measures how deterministically concurrent-delivery catches
+// the check-then-insert race, and that it never fails the reference. Each
+// run is a whole certify of the fixture with one plain and one overlapping
+// round. It is not part of the default test run; .ci/run runs it with
+//
+//	go test ./cmd/harmless -run TestCatchRate -catch-rate-runs 100
+func TestCatchRate(t *testing.T) {
+	if *catchRateRuns <= 0 {
+		t.Skip("set -catch-rate-runs N to measure")
+	}
+	bin := binary(t)
+	dsn := pgtest.DSN(t)
+	type tally struct{ failed, plain, overlap int }
+	measure := func(adapter string) tally {
+		var n tally
+		for i := range *catchRateRuns {
+			path := filepath.Join(t.TempDir(), fmt.Sprintf("%s-%d.json", adapter, i))
+			runCertify(t, bin, nil, "--adapter", adapter, "--dsn", dsn, "--json", path,
+				"--label-filter", "fixture:"+fixtures.ConcurrentDelivery, "--rounds", "1", "--overlap-rounds", "1")
+			data, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatalf("%s run %d: no certificate: %v", adapter, i+1, err)
+			}
+			var cert suite.Certificate
+			if err := json.Unmarshal(data, &cert); err != nil {
+				t.Fatal(err)
+			}
+			var messages []string
+			for _, r := range cert.Rules {
+				if r.Fixture == fixtures.ConcurrentDelivery && r.Verdict == suite.VerdictFail {
+					messages = append(messages, r.Message)
+				}
+			}
+			all := strings.Join(messages, "\n")
+			if len(messages) > 0 {
+				n.failed++
+			}
+			if strings.Contains(all, "(plain, ") {
+				n.plain++
+			}
+			if strings.Contains(all, "(overlap, ") {
+				n.overlap++
+			}
+		}
+		return n
+	}
+	runs := *catchRateRuns
+	broken := measure("broken-check-then-insert")
+	t.Logf("broken-check-then-insert caught in %d/%d runs (plain round: %d/%d, overlapping round: %d/%d)",
+		broken.failed, runs, broken.plain, runs, broken.overlap, runs)
+	reference := measure("reference")
+	t.Logf("reference failed (false failures) in %d/%d runs", reference.failed, runs)
+	if broken.overlap != runs {
+		t.Errorf("the overlapping round caught the race in %d of %d runs; it must catch it every time", broken.overlap, runs)
+	}
+	if reference.failed != 0 {
+		t.Errorf("the reference failed concurrent-delivery in %d of %d runs", reference.failed, runs)
+	}
+}

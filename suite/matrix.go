@@ -1,0 +1,59 @@
+package suite
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/harmless-dev/harmless/fixtures"
+)
+
+// CompareMatrix compares a certificate with the verdict matrix's row for its
+// adapter and returns every difference, each naming the adapter, the
+// fixture and the rule. No difference means the suite judged the adapter as
+// the matrix demands.
+func CompareMatrix(cert Certificate, row fixtures.MatrixRow) []string {
+	var diffs []string
+	if cert.Error != "" {
+		return []string{fmt.Sprintf("adapter %s: the run did not start: %s", cert.Adapter, cert.Error)}
+	}
+	byFixture := map[string][]RuleResult{}
+	for _, r := range cert.Rules {
+		byFixture[r.Fixture] = append(byFixture[r.Fixture], r)
+	}
+	for _, f := range fixtures.Catalog() {
+		rules := byFixture[f.ID]
+		switch row.Expect(f.ID) {
+		case fixtures.MustPass:
+			for _, r := range rules {
+				if r.Verdict != VerdictPass {
+					diffs = append(diffs, fmt.Sprintf("adapter %s, fixture %s, rule %s: verdict %s, but the matrix says the fixture must pass: %s",
+						cert.Adapter, f.ID, r.ID, r.Verdict, firstLine(r.Message)))
+				}
+			}
+		case fixtures.MustFail:
+			var failed []string
+			for _, r := range rules {
+				if r.Level == fixtures.Must && r.Verdict == VerdictFail {
+					failed = append(failed, r.ID)
+				}
+			}
+			if len(failed) == 0 {
+				var got []string
+				for _, r := range rules {
+					got = append(got, fmt.Sprintf("rule %s: %s", r.ID, r.Verdict))
+				}
+				diffs = append(diffs, fmt.Sprintf("adapter %s, fixture %s: no MUST rule failed, but the matrix says the fixture must fail (%s)",
+					cert.Adapter, f.ID, strings.Join(got, "; ")))
+			}
+		}
+	}
+	if wantCertified := len(row.MustFail) == 0; cert.Certified != wantCertified {
+		diffs = append(diffs, fmt.Sprintf("adapter %s: certified is %t, but the matrix says it must be %t", cert.Adapter, cert.Certified, wantCertified))
+	}
+	return diffs
+}
+
+func firstLine(s string) string {
+	line, _, _ := strings.Cut(s, "\n")
+	return line
+}
