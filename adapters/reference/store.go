@@ -7,12 +7,12 @@ import (
 	"errors"
 	"fmt"
 	"time"
-	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/harmless-dev/harmless/adapters"
+	"github.com/harmless-dev/harmless/adapters/internal/kit"
 )
 
 // DefaultTable is the unqualified name of the processed-events table.
@@ -85,7 +85,7 @@ func (s *Store) Migrate(ctx context.Context) error {
 // nothing was committed and the delivery should be retried; errors wrapping
 // [adapters.ErrInvalidInput] will fail again on retry.
 func (s *Store) Process(ctx context.Context, ev adapters.Event, effect EffectFunc) (outcome adapters.Outcome, err error) {
-	if err := validate(ev); err != nil {
+	if err := kit.Validate(ev); err != nil {
 		return 0, err
 	}
 	digest := sha256.Sum256(ev.Payload)
@@ -148,17 +148,4 @@ func (s *Store) Purge(ctx context.Context, cutoff time.Time) (int64, error) {
 		return 0, fmt.Errorf("purge %s before %s: %w", s.table, cutoff.Format(time.RFC3339Nano), err)
 	}
 	return tag.RowsAffected(), nil
-}
-
-// validate rejects identities PostgreSQL text columns cannot store faithfully.
-func validate(ev adapters.Event) error {
-	switch {
-	case ev.ID == "":
-		return fmt.Errorf("event %s: empty id: %w", ev, adapters.ErrInvalidInput)
-	case !utf8.ValidString(ev.Namespace) || !utf8.ValidString(ev.ID):
-		return fmt.Errorf("event %s: identity is not valid UTF-8: %w", ev, adapters.ErrInvalidInput)
-	case bytes.IndexByte([]byte(ev.Namespace+ev.ID), 0) >= 0:
-		return fmt.Errorf("event %s: identity contains a NUL byte: %w", ev, adapters.ErrInvalidInput)
-	}
-	return nil
 }

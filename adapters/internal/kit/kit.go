@@ -1,6 +1,6 @@
 // Package kit holds the small pieces the built-in adapters share: a
 // connection pool sized for concurrent deliveries, schema-qualified table
-// names and the payload-digest comparison.
+// names, the identity check and the payload-digest comparison.
 package kit
 
 import (
@@ -8,6 +8,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"fmt"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -50,4 +51,19 @@ func Classify(stored, digest []byte) adapters.Outcome {
 		return adapters.Duplicate
 	}
 	return adapters.Rejected
+}
+
+// Validate refuses identities that PostgreSQL text columns cannot store
+// faithfully: an empty id, invalid UTF-8, a NUL byte. The error wraps
+// [adapters.ErrInvalidInput].
+func Validate(ev adapters.Event) error {
+	switch {
+	case ev.ID == "":
+		return fmt.Errorf("event %s: empty id: %w", ev, adapters.ErrInvalidInput)
+	case !utf8.ValidString(ev.Namespace) || !utf8.ValidString(ev.ID):
+		return fmt.Errorf("event %s: identity is not valid UTF-8: %w", ev, adapters.ErrInvalidInput)
+	case bytes.IndexByte([]byte(ev.Namespace+ev.ID), 0) >= 0:
+		return fmt.Errorf("event %s: identity contains a NUL byte: %w", ev, adapters.ErrInvalidInput)
+	}
+	return nil
 }
