@@ -8,12 +8,28 @@ import (
 	"strings"
 
 	"github.com/harmless-dev/harmless/adapters"
+	"github.com/harmless-dev/harmless/adapters/broken/checktheninsert"
+	"github.com/harmless-dev/harmless/adapters/broken/earlypurge"
+	"github.com/harmless-dev/harmless/adapters/broken/effectfirst"
+	"github.com/harmless-dev/harmless/adapters/broken/ignorepayload"
+	"github.com/harmless-dev/harmless/adapters/broken/inmemory"
+	"github.com/harmless-dev/harmless/adapters/broken/markerfirst"
+	"github.com/harmless-dev/harmless/adapters/broken/nonamespace"
+	"github.com/harmless-dev/harmless/adapters/broken/nopurge"
 	"github.com/harmless-dev/harmless/adapters/reference"
 )
 
 // All returns every built-in adapter, sorted by name.
 func All() []adapters.Adapter {
 	all := []adapters.Adapter{
+		checktheninsert.Adapter(), // broken-check-then-insert
+		earlypurge.Adapter(),      // broken-early-purge
+		effectfirst.Adapter(),     // broken-effect-first
+		ignorepayload.Adapter(),   // broken-ignore-payload
+		inmemory.Adapter(),        // broken-in-memory
+		markerfirst.Adapter(),     // broken-marker-first
+		nonamespace.Adapter(),     // broken-no-namespace
+		nopurge.Adapter(),         // broken-no-purge
 		reference.Adapter(),
 	}
 	slices.SortFunc(all, func(a, b adapters.Adapter) int { return strings.Compare(a.Name, b.Name) })

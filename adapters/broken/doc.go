@@ -1,0 +1,27 @@
+// Package broken holds deliberately broken implementations, each modelled on
+// a bug seen in real deduplication code, each a built-in adapter. They prove
+// the suite's checks: every one must fail at least one rule, and the rule
+// that catches it is named below. Apart from its bug, each is the reference
+// implementation (package reference): the same effect through
+// adapters.Effect.Apply, the same processed-events table in the spec's
+// schema, the harness's clock, the same identity checks and the same
+// declaration (conflict policy "reject", the reference's redelivery window,
+// AcceptsClock).
+//
+// | adapter                  | package         | bug                                                             | caught by                                                  |
+// |--------------------------|-----------------|-----------------------------------------------------------------|------------------------------------------------------------|
+// | broken-check-then-insert | checktheninsert | SELECT then INSERT, no unique constraint on the marker          | concurrent-delivery                                        |
+// | broken-effect-first      | effectfirst     | effect committed, then the marker in a second transaction       | concurrent-delivery; crash-recovery, failure-after-marker* |
+// | broken-early-purge       | earlypurge      | Purge removes markers still inside the declared window          | retention-expiry*                                          |
+// | broken-ignore-payload    | ignorepayload   | a claimed identity is always Duplicate; payloads never compared | conflicting-payload*                                       |
+// | broken-in-memory         | inmemory        | the dedup set is a map in each worker's memory                  | double-delivery, concurrent-delivery                       |
+// | broken-marker-first      | markerfirst     | marker committed, then the effect in a second transaction       | failure-after-marker                                       |
+// | broken-no-namespace      | nonamespace     | the marker is keyed by the event id alone                       | namespace-isolation*                                       |
+// | broken-no-purge          | nopurge         | a window is declared, but Purge removes nothing                 | retention-expiry*                                          |
+//
+// * a fixture, or a variant of one, that is not in the suite yet: until it
+// lands, the suite certifies these adapters although they are broken.
+//
+// Each sub-package exports Name and Adapter; package builtin registers them
+// all. Each sub-package's documentation tells the real-world story.
+package broken
