@@ -8,6 +8,9 @@ import (
 	"strings"
 
 	"github.com/harmless-dev/harmless/adapters"
+	"github.com/harmless-dev/harmless/adapters/alternatives/advisorylock"
+	"github.com/harmless-dev/harmless/adapters/alternatives/databasesql"
+	"github.com/harmless-dev/harmless/adapters/alternatives/serializable"
 	"github.com/harmless-dev/harmless/adapters/broken/checktheninsert"
 	"github.com/harmless-dev/harmless/adapters/broken/earlypurge"
 	"github.com/harmless-dev/harmless/adapters/broken/effectfirst"
@@ -22,6 +25,9 @@ import (
 // All returns every built-in adapter, sorted by name.
 func All() []adapters.Adapter {
 	all := []adapters.Adapter{
+		advisorylock.Adapter(),
+		databasesql.Adapter(),
+		serializable.Adapter(),
 		checktheninsert.Adapter(), // broken-check-then-insert
 		earlypurge.Adapter(),      // broken-early-purge
 		effectfirst.Adapter(),     // broken-effect-first

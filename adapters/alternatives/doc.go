@@ -1,0 +1,42 @@
+// Package alternatives holds correct but unusual implementations of
+// duplicate-harmless event processing. They are built-in adapters, and they
+// must pass every rule that applies to them, just as the reference does: the
+// verdict matrix expects each of them to be certified.
+//
+// They exist to show that the harness judges behaviour, not a pattern. The
+// reference (package reference) claims an event with a unique key and
+// INSERT ... ON CONFLICT DO NOTHING RETURNING; each alternative reaches the
+// same guarantee (one marker and one effect per identity, committed in one
+// transaction) another way:
+//
+//   - alt-serializable (package serializable): no unique constraint;
+//     SELECT the marker, INSERT it if absent and apply the effect, all at
+//     SERIALIZABLE, retrying the transaction on SQLSTATE 40001. PostgreSQL's
+//     Serializable Snapshot Isolation turns the check-then-insert race into
+//     a serialization failure. Costs: redone work under contention, every
+//     marker access must be SERIALIZABLE.
+//   - alt-advisory-lock (package advisorylock): no unique constraint; a
+//     pg_advisory_xact_lock on (hashtext(namespace), hashtext(id)) makes
+//     the same check-then-insert run alone per identity, and READ
+//     COMMITTED's per-statement snapshots let the next holder see the
+//     previous one's marker. Costs: contenders wait holding connections, and
+//     correctness rests on every writer taking the lock.
+//   - alt-database-sql (package databasesql): the reference pattern itself,
+//     written with database/sql and the pgx stdlib driver, applying the
+//     effect with [adapters.Effect.ApplySQL]. It proves the *sql.Tx effect
+//     helper.
+//
+// All three declare the conflict policy reject, a 24-hour redelivery window
+// and AcceptsClock (every stored time comes from [adapters.Env.Clock]); all
+// refuse an empty id, invalid UTF-8 and NUL bytes with an error wrapping
+// [adapters.ErrInvalidInput]; all compare payload digests on conflict
+// (Duplicate or Rejected), purge markers older than a cutoff, and create
+// their own tables in the spec's schema. They share the built-in adapters'
+// package kit (pool, identity check, digest comparison) and, among
+// themselves, internal/marker (declaration, marker table, and the pgx
+// plumbing of the first two).
+//
+// Their broken counterparts are the broken-* adapters: broken-check-then-insert
+// is alt-serializable or alt-advisory-lock without the mechanism that makes
+// the check safe.
+package alternatives
