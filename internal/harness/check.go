@@ -2,6 +2,7 @@ package harness
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/harmless-dev/harmless/adapters"
@@ -15,9 +16,17 @@ func DescribeEvent(ev adapters.Event, effects []ledger.Entry, attempts []Attempt
 	var b strings.Builder
 	fmt.Fprintf(&b, "event %s applied %s", ev, times(len(effects)))
 	if len(effects) > 0 {
-		nums := make([]string, len(effects))
+		byAttempt := make([]int, len(effects))
 		for i, e := range effects {
-			nums[i] = fmt.Sprint(e.Attempt)
+			byAttempt[i] = e.Attempt
+		}
+		slices.Sort(byAttempt)
+		var nums []string
+		for _, n := range byAttempt[:min(len(byAttempt), listAtMost)] {
+			nums = append(nums, fmt.Sprint(n))
+		}
+		if len(byAttempt) > listAtMost {
+			nums = append(nums, fmt.Sprintf("and %d more", len(byAttempt)-listAtMost))
 		}
 		fmt.Fprintf(&b, " (by attempt %s)", strings.Join(nums, ", "))
 	}
@@ -25,12 +34,45 @@ func DescribeEvent(ev adapters.Event, effects []ledger.Entry, attempts []Attempt
 		b.WriteString("; it was never delivered")
 		return b.String()
 	}
-	b.WriteString("; deliveries:")
+	if len(attempts) <= groupAbove {
+		b.WriteString("; deliveries:")
+		for _, a := range attempts {
+			fmt.Fprintf(&b, "\n  attempt %d on worker %d: %s", a.Delivery.Attempt, a.Instance, a.Result())
+		}
+		return b.String()
+	}
+	// Many deliveries (a concurrent round): group them by result.
+	fmt.Fprintf(&b, "; %d deliveries:", len(attempts))
+	var results []string
+	byResult := map[string][]Attempt{}
 	for _, a := range attempts {
-		fmt.Fprintf(&b, "\n  attempt %d on worker %d: %s", a.Delivery.Attempt, a.Instance, a.Result())
+		r := a.Result()
+		if _, ok := byResult[r]; !ok {
+			results = append(results, r)
+		}
+		byResult[r] = append(byResult[r], a)
+	}
+	for _, r := range results {
+		group := byResult[r]
+		slices.SortFunc(group, func(x, y Attempt) int { return x.Delivery.Attempt - y.Delivery.Attempt })
+		var nums []string
+		for _, a := range group[:min(len(group), listAtMost)] {
+			nums = append(nums, fmt.Sprintf("%d (worker %d)", a.Delivery.Attempt, a.Instance))
+		}
+		if len(group) > listAtMost {
+			nums = append(nums, fmt.Sprintf("and %d more", len(group)-listAtMost))
+		}
+		fmt.Fprintf(&b, "\n  %s: %d, attempt %s", r, len(group), strings.Join(nums, ", "))
 	}
 	return b.String()
 }
+
+// DescribeEvent lists up to groupAbove deliveries one by one, more grouped
+// by result, naming at most listAtMost attempts of each group.
+const (
+	groupAbove = 6
+	listAtMost = 8
+)
 
 // Outcomes counts the acknowledged outcomes of attempts and the attempts
 // that were not acknowledged.
