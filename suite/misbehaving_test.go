@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/harmless-dev/harmless/adapters"
+	"github.com/harmless-dev/harmless/adapters/reference"
 	"github.com/harmless-dev/harmless/fixtures"
 	"github.com/harmless-dev/harmless/internal/pgtest"
 )
@@ -106,6 +107,14 @@ var misbehavers = map[string]misbehaving{
 		failing: []string{fixtures.DoubleDeliveryOneEffect, fixtures.ConcurrentDeliveryOneEffect, fixtures.FailureAfterMarkerRetryApplies},
 		says:    "applied 0 times",
 	},
+	"no-policy": {
+		// The reference, declaring no conflict policy: it rejects conflicts
+		// all the same, but a policy nobody documented is no policy.
+		adapter: noPolicy(),
+		opts:    small,
+		failing: []string{fixtures.ConflictingPayloadDetected},
+		says:    "no conflict policy",
+	},
 	"factory-error": {
 		adapter: adapters.Adapter{Name: "factory-error", New: func(context.Context, adapters.Env) (adapters.Implementation, error) {
 			return nil, errors.New(factoryFailure)
@@ -113,6 +122,14 @@ var misbehavers = map[string]misbehaving{
 		opts: small,
 		says: factoryFailure,
 	},
+}
+
+// noPolicy is the reference adapter with no conflict policy declared.
+func noPolicy() adapters.Adapter {
+	a := reference.Adapter()
+	a.Name = "no-policy"
+	a.Declares.ConflictPolicy = adapters.NoConflictPolicy
+	return a
 }
 
 // TestMisbehavingChild runs the suite against the adapter named by
@@ -137,9 +154,9 @@ func TestMisbehavingChild(t *testing.T) {
 
 // TestMisbehavingImplementations runs the whole suite, in a child process
 // each, against implementations that hang, panic, answer nonsense, lie about
-// applying the effect or cannot be built. Each run must complete, fail the
-// rules the misbehaviour breaks with a message that says what happened, and
-// never certify.
+// applying the effect, cannot be built or declare no conflict policy. Each
+// run must complete, fail the rules the misbehaviour breaks with a message
+// that says what happened, and never certify.
 func TestMisbehavingImplementations(t *testing.T) {
 	dsn := pgtest.DSN(t)
 	for name, m := range misbehavers {

@@ -1,0 +1,378 @@
+package suite
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+
+	"github.com/harmless-dev/harmless/adapters"
+	"github.com/harmless-dev/harmless/faults"
+	"github.com/harmless-dev/harmless/fixtures"
+	"github.com/harmless-dev/harmless/internal/harness"
+	"github.com/harmless-dev/harmless/internal/ledger"
+)
+
+// firedPoll is how often the in-flight variant asks whether the sleep that
+// holds the first delivery's transaction open has fired.
+const firedPoll = 5 * time.Millisecond
+
+// conflictPayload is one of the two payloads delivered under one identity.
+type conflictPayload struct {
+	name string // "P1" or "P2", for messages
+	ev   adapters.Event
+}
+
+// digest is the payload's digest, as the ledger records it.
+func (p conflictPayload) digest() string { return adapters.PayloadDigest(p.ev.Payload) }
+
+// conflictPair returns two events with the identity id: P1, the ordinary
+// payload, and P2, which differs from it by bytes.
+func conflictPair(id string) (p1, p2 conflictPayload) {
+	ev := newEvent(fixtures.ConflictingPayload, id)
+	other := ev
+	other.Payload = fmt.Appendf(nil, `{"fixture":%q,"id":%q,"copy":"conflicting"}`, fixtures.ConflictingPayload, id)
+	return conflictPayload{name: "P1", ev: ev}, conflictPayload{name: "P2", ev: other}
+}
+
+// conflictPlay is what one variant of the fixture left behind.
+type conflictPlay struct {
+	// applied is the payload applied first: the one delivered first, or in
+	// the in-flight variant the one whose transaction won. conflict is the
+	// other one.
+	applied, conflict conflictPayload
+	// appliedTries, conflictTries and againTries are the deliveries of the
+	// applied payload, of the conflicting copy, and of the applied payload
+	// again, each until terminal.
+	appliedTries, conflictTries, againTries []harness.Attempt
+	effects                                 []ledger.Entry
+	history                                 []harness.Attempt
+	sleep                                   *faults.Fault // the in-flight variant's sleep; nil in the others
+	fired                                   int64         // how often sleep fired
+	// note, when not empty, tells how the in-flight variant's race went.
+	note string
+	// problem, when not empty, says why the variant proved nothing.
+	problem string
+	// maxTries is how often each payload was delivered at most.
+	maxTries int
+}
+
+func (s *state) conflictingPayload() {
+	Describe(fixtures.ConflictingPayload, Label("fixture:"+fixtures.ConflictingPayload), func() {
+		variants := []struct {
+			name string
+			play func(ctx context.Context, spec *harness.Spec) conflictPlay
+		}{
+			{name: "sequential", play: func(ctx context.Context, spec *harness.Spec) conflictPlay {
+				p1, p2 := conflictPair("sequential")
+				return s.conflictInTurn(ctx, spec, p1, p2)
+			}},
+			{name: "while the first is in flight", play: s.conflictInFlight},
+			{name: "conflicting copy first", play: func(ctx context.Context, spec *harness.Spec) conflictPlay {
+				p1, p2 := conflictPair("conflicting-copy-first")
+				return s.conflictInTurn(ctx, spec, p2, p1)
+			}},
+		}
+		for _, v := range variants {
+			Describe(v.name, Ordered, ContinueOnFailure, func() {
+				var c conflictPlay
+				BeforeAll(func(ctx SpecContext) {
+					c = v.play(ctx, s.newSpec(ctx))
+				}, NodeTimeout(fixtureTimeout))
+
+				rule(fixtures.ConflictingPayloadNoSecondEffect, func() []string { return c.noSecondEffect() })
+				rule(fixtures.ConflictingPayloadDetected, func() []string { return c.detected(s.adapter.Declares.ConflictPolicy) })
+				rule(fixtures.ConflictingPayloadOriginalStands, func() []string { return c.originalStands() })
+			})
+		}
+	})
+}
+
+// conflictInTurn delivers first until terminal, then other on the other
+// worker, then first again.
+func (s *state) conflictInTurn(ctx context.Context, spec *harness.Spec, first, other conflictPayload) conflictPlay {
+	GinkgoHelper()
+	c := conflictPlay{applied: first, conflict: other, maxTries: s.cfg.maxTries}
+	c.appliedTries = spec.DeliverUntilTerminal(ctx, 1, first.ev, s.cfg.maxTries)
+	c.conflictTries = spec.DeliverUntilTerminal(ctx, 2, other.ev, s.cfg.maxTries)
+	c.againTries = spec.DeliverUntilTerminal(ctx, 1, first.ev, s.cfg.maxTries)
+	c.collect(ctx, spec)
+	return c
+}
+
+// conflictInFlight delivers P2 while P1's first attempt sits in its open
+// transaction, past its claim and held at the effect by a sleep, then the
+// winner again. A play
+// whose deliveries provably did not overlap is played again with a new
+// identity, up to overlapTries times, so that a loaded machine cannot make
+// the harness fail a correct implementation.
+func (s *state) conflictInFlight(ctx context.Context, spec *harness.Spec) conflictPlay {
+	GinkgoHelper()
+	var c conflictPlay
+	for try := 1; try <= overlapTries; try++ {
+		var retry bool
+		if c, retry = s.conflictOverlapping(ctx, spec, fmt.Sprintf("in-flight-%d", try)); !retry || try == overlapTries {
+			break
+		}
+		s.cfg.logf("conflicting-payload (in flight), try %d: %s; playing the variant again", try, c.problem)
+	}
+	return c
+}
+
+// conflictOverlapping plays the in-flight variant once, for identity id.
+// retry is true when the deliveries did not overlap.
+//
+// P1 wins by construction where the claim takes a lock (a unique key, an
+// advisory lock): P2 waits for P1's transaction and then finds its marker.
+// Under SERIALIZABLE the claim takes no lock and the first transaction to
+// commit wins, so P2, which does not sleep, may win and P1's transaction be
+// retried into a conflict. Both are serial histories; the winner is read
+// from the ledger, and the rules hold the loser to being the conflicting
+// copy.
+func (s *state) conflictOverlapping(ctx context.Context, spec *harness.Spec, id string) (c conflictPlay, retry bool) {
+	GinkgoHelper()
+	p1, p2 := conflictPair(id)
+	c = conflictPlay{applied: p1, conflict: p2, maxTries: s.cfg.maxTries}
+	var err error
+	c.sleep, err = spec.Arm(ctx, faults.Plan{
+		Namespace: p1.ev.Namespace, ID: p1.ev.ID, Attempt: 1, Point: faults.AtEffect,
+		Action: faults.Sleep, Sleep: s.cfg.overlapSleep,
+	})
+	Expect(err).NotTo(HaveOccurred())
+	// Build both workers first, so that construction is not part of the
+	// overlap. A factory failure shows up in the attempts.
+	for worker := 1; worker <= 2; worker++ {
+		_, _ = spec.Instance(ctx, worker)
+	}
+
+	// P1's attempt 1 is reported on its own, so the wait below knows when
+	// the sleep can no longer fire; its retries, if any, follow.
+	attempt1 := make(chan harness.Attempt, 1)
+	p1Done := make(chan []harness.Attempt, 1)
+	go func() {
+		defer GinkgoRecover()
+		a := spec.Deliver(ctx, 1, p1.ev)
+		attempt1 <- a
+		tries := []harness.Attempt{a}
+		if !a.Terminal() && ctx.Err() == nil && s.cfg.maxTries > 1 {
+			tries = append(tries, spec.DeliverUntilTerminal(ctx, 1, p1.ev, s.cfg.maxTries-1)...)
+		}
+		p1Done <- tries
+	}()
+
+	c.fired, err = s.awaitFired(ctx, spec, c.sleep, attempt1)
+	Expect(err).NotTo(HaveOccurred())
+	p2Tries := spec.DeliverUntilTerminal(ctx, 2, p2.ev, s.cfg.maxTries)
+	var p1Tries []harness.Attempt
+	select {
+	case p1Tries = <-p1Done:
+	case <-ctx.Done():
+		Fail(fmt.Sprintf("P1's delivery of %s did not return before the fixture's timeout", p1.ev))
+	}
+	c.appliedTries, c.conflictTries = p1Tries, p2Tries
+
+	switch {
+	case c.fired == 0:
+		c.problem = fmt.Sprintf("the planned fault (%s) did not fire: P1's attempt 1 never reached the effect, and ended %s; P2 was delivered after it, not while it was in flight",
+			c.sleep, p1Tries[0].Result())
+	case p2Tries[0].Started > p1Tries[0].Ended:
+		c.problem = fmt.Sprintf("P2 (attempt %d) was delivered %s after P1's attempt %d had returned; the deliveries did not overlap, so the variant proves nothing",
+			p2Tries[0].Delivery.Attempt, p2Tries[0].Started-p1Tries[0].Ended, p1Tries[0].Delivery.Attempt)
+		retry = true
+	}
+
+	effects, err := spec.Effects(ctx, p1.ev)
+	Expect(err).NotTo(HaveOccurred())
+	if len(effects) == 1 && effects[0].PayloadDigest == p2.digest() {
+		c.applied, c.conflict = p2, p1
+		c.appliedTries, c.conflictTries = p2Tries, p1Tries
+		c.note = "P2 won although P1 had claimed first: P1's transaction, held open by the sleep, lost to P2's (as under SERIALIZABLE, where the first transaction to commit wins)"
+		s.cfg.logf("conflicting-payload (in flight): %s", c.note)
+	}
+	c.againTries = spec.DeliverUntilTerminal(ctx, 1, c.applied.ev, s.cfg.maxTries)
+	c.collect(ctx, spec)
+	return c, retry
+}
+
+// awaitFired waits until sleep has fired, which proves that P1's attempt 1
+// claimed the event and sits in its open transaction, or until that attempt
+// ended without it firing. It returns how often the sleep fired.
+func (s *state) awaitFired(ctx context.Context, spec *harness.Spec, sleep *faults.Fault, attempt1 <-chan harness.Attempt) (int64, error) {
+	// The attempt ends within the delivery timeout and a grace period; the
+	// deadline only guards the harness against itself.
+	deadline := time.NewTimer(2*s.cfg.deliveryTimeout + 10*time.Second)
+	defer deadline.Stop()
+	tick := time.NewTicker(firedPoll)
+	defer tick.Stop()
+	for {
+		n, err := spec.Fired(ctx, sleep)
+		if err != nil || n > 0 {
+			return n, err
+		}
+		select {
+		case <-ctx.Done():
+			return 0, context.Cause(ctx)
+		case <-deadline.C:
+			return spec.Fired(ctx, sleep)
+		case <-attempt1:
+			// Ended: the sleep fired during it or never will.
+			return spec.Fired(ctx, sleep)
+		case <-tick.C:
+		}
+	}
+}
+
+// collect reads the ledger and the deliveries of the variant's identity.
+func (c *conflictPlay) collect(ctx context.Context, spec *harness.Spec) {
+	GinkgoHelper()
+	var err error
+	c.effects, err = spec.Effects(ctx, c.applied.ev)
+	Expect(err).NotTo(HaveOccurred())
+	c.history = spec.History(c.applied.ev)
+}
+
+// describe is the variant's evidence for a failure message: the deliveries,
+// which payload each carried, the effects, and the fault.
+func (c conflictPlay) describe() string {
+	var b strings.Builder
+	b.WriteString(harness.DescribeEvent(c.applied.ev, c.effects, c.history))
+	for _, p := range []conflictPayload{c.applied, c.conflict} {
+		var nums []string
+		for _, a := range c.history {
+			if string(a.Delivery.Payload) == string(p.ev.Payload) {
+				nums = append(nums, fmt.Sprint(a.Delivery.Attempt))
+			}
+		}
+		role := "applied first"
+		if p.name == c.conflict.name {
+			role = "the conflicting copy"
+		}
+		switch len(nums) {
+		case 0:
+			fmt.Fprintf(&b, "\n%s (%s, digest %s) was never delivered", p.name, role, shortDigest(p.digest()))
+		case 1:
+			fmt.Fprintf(&b, "\n%s (%s, digest %s) was delivered in attempt %s", p.name, role, shortDigest(p.digest()), nums[0])
+		default:
+			fmt.Fprintf(&b, "\n%s (%s, digest %s) was delivered in attempts %s", p.name, role, shortDigest(p.digest()), strings.Join(nums, ", "))
+		}
+	}
+	if c.note != "" {
+		b.WriteString("\n" + c.note)
+	}
+	if c.sleep != nil {
+		fmt.Fprintf(&b, "\nfault %s fired %s", c.sleep, timesFired(c.fired))
+	} else {
+		b.WriteString("\nno fault was planned")
+	}
+	return b.String()
+}
+
+// digestName names a ledger digest by the payload it is the digest of.
+func (c conflictPlay) digestName(d string) string {
+	switch d {
+	case c.applied.digest():
+		return fmt.Sprintf("%s (%s, applied first)", shortDigest(d), c.applied.name)
+	case c.conflict.digest():
+		return fmt.Sprintf("%s (%s, the conflicting copy)", shortDigest(d), c.conflict.name)
+	default:
+		return shortDigest(d) + " (neither payload)"
+	}
+}
+
+// shortDigest abbreviates a hex digest for messages.
+func shortDigest(d string) string {
+	if len(d) > 12 {
+		return d[:12] + "…"
+	}
+	return d
+}
+
+// firstApplied checks that the delivery of the payload applied first was
+// Applied: a variant in which nothing was applied proves nothing.
+func (c conflictPlay) firstApplied() string {
+	last := c.appliedTries[len(c.appliedTries)-1]
+	if last.Acked() && last.Outcome == adapters.Applied {
+		return ""
+	}
+	return fmt.Sprintf("the delivery of %s, the payload meant to be applied first, ended %s (attempt %d); expected Applied, so that there is a claim to conflict with",
+		c.applied.name, last.Result(), last.Delivery.Attempt)
+}
+
+func (c conflictPlay) withProblem(problems []string) []string {
+	if c.problem != "" {
+		problems = append([]string{c.problem}, problems...)
+	}
+	if len(problems) > 0 {
+		problems[len(problems)-1] += "\n" + c.describe()
+	}
+	return problems
+}
+
+func (c conflictPlay) noSecondEffect() []string {
+	var problems []string
+	want := c.applied.digest()
+	switch {
+	case len(c.effects) == 1 && c.effects[0].PayloadDigest == want:
+	case len(c.effects) == 0:
+		problems = append(problems, fmt.Sprintf("the ledger holds no effect of the event; expected exactly one, with digest %s", c.digestName(want)))
+	case len(c.effects) == 1:
+		problems = append(problems, fmt.Sprintf("the ledger's one effect (attempt %d) has digest %s; expected %s: the stored effect was changed",
+			c.effects[0].Attempt, c.digestName(c.effects[0].PayloadDigest), c.digestName(want)))
+	default:
+		var ds []string
+		for _, e := range c.effects {
+			ds = append(ds, fmt.Sprintf("%s by attempt %d", c.digestName(e.PayloadDigest), e.Attempt))
+		}
+		problems = append(problems, fmt.Sprintf("the ledger holds %d effects: digests %s; expected exactly one, with digest %s",
+			len(c.effects), strings.Join(ds, "; "), c.digestName(want)))
+	}
+	return c.withProblem(problems)
+}
+
+func (c conflictPlay) detected(policy adapters.ConflictPolicy) []string {
+	var problems []string
+	if p := c.firstApplied(); p != "" {
+		problems = append(problems, p)
+	}
+	last := c.conflictTries[len(c.conflictTries)-1]
+	what := fmt.Sprintf("the conflicting copy (%s, attempt %d) ended %s", c.conflict.name, last.Delivery.Attempt, last.Result())
+	if len(c.conflictTries) > 1 {
+		what = fmt.Sprintf("the conflicting copy (%s) was delivered %d times; its last attempt (%d) ended %s",
+			c.conflict.name, len(c.conflictTries), last.Delivery.Attempt, last.Result())
+	}
+	rejected := (last.Acked() && last.Outcome == adapters.Rejected) || errors.Is(last.Err, adapters.ErrPayloadConflict)
+	switch {
+	case policy == adapters.NoConflictPolicy:
+		problems = append(problems, fmt.Sprintf("the implementation declares no conflict policy (Declares.ConflictPolicy is empty; declare %q), so a conflicting payload is handled by no documented policy; %s",
+			adapters.RejectConflicts, what))
+	case rejected:
+	case last.Acked() && last.Outcome == adapters.Duplicate:
+		problems = append(problems, fmt.Sprintf("%s: the implementation treated the conflict as a plain duplicate, though it declares the conflict policy %q; expected Rejected or an error wrapping adapters.ErrPayloadConflict",
+			what, policy))
+	case last.Acked() && last.Outcome == adapters.Applied:
+		problems = append(problems, fmt.Sprintf("%s: a second effect was applied under a claimed identity; expected Rejected or an error wrapping adapters.ErrPayloadConflict", what))
+	case !last.Terminal() && len(c.conflictTries) >= c.maxTries:
+		problems = append(problems, fmt.Sprintf("%s, and every attempt was refused with a retryable error: the conflicting copy would be redelivered for ever; expected Rejected or an error wrapping adapters.ErrPayloadConflict, which a broker stops redelivering",
+			what))
+	default:
+		problems = append(problems, fmt.Sprintf("%s; expected Rejected or an error wrapping adapters.ErrPayloadConflict", what))
+	}
+	return c.withProblem(problems)
+}
+
+func (c conflictPlay) originalStands() []string {
+	var problems []string
+	if p := c.firstApplied(); p != "" {
+		problems = append(problems, p)
+	}
+	last := c.againTries[len(c.againTries)-1]
+	if !last.Acked() || last.Outcome != adapters.Duplicate {
+		problems = append(problems, fmt.Sprintf("after the conflicting copy, the redelivery of %s (attempt %d) ended %s; expected Duplicate",
+			c.applied.name, last.Delivery.Attempt, last.Result()))
+	}
+	return c.withProblem(problems)
+}
