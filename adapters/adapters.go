@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"time"
+	"unicode/utf8"
 )
 
 // Event is one logical event as a broker delivers it.
@@ -18,8 +19,8 @@ type Event struct {
 	Payload   []byte
 }
 
-// String returns the event's identity as namespace/id, quoted where needed,
-// for messages.
+// String returns the event's identity as namespace/id for messages: quoted
+// where needed, and shortened when long.
 func (e Event) String() string {
 	return fmt.Sprintf("%s/%s", quoteIfNeeded(e.Namespace), quoteIfNeeded(e.ID))
 }
@@ -195,9 +196,15 @@ func (a Adapter) Validate() error {
 	return nil
 }
 
+// shownBytes is how much of a long namespace or id String shows.
+const shownBytes = 48
+
 func quoteIfNeeded(s string) string {
+	if len(s) > shownBytes {
+		return fmt.Sprintf("%q…(%d bytes)", s[:shownBytes], len(s))
+	}
 	for _, r := range s {
-		if r == '/' || r < 0x21 || r > 0x7e || r == '"' {
+		if r == '/' || r < 0x21 || r > 0x7e || r == '"' || r == utf8.RuneError {
 			return fmt.Sprintf("%q", s)
 		}
 	}

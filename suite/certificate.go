@@ -163,13 +163,18 @@ func verdict(specs []types.SpecReport) (Verdict, string) {
 	if len(specs) == 0 {
 		return VerdictSkipped, "no spec of this rule ran"
 	}
-	var failed, notSupported []string
+	var failed, notSupported, notes []string
 	passed, skipped := 0, 0
 	for _, sr := range specs {
 		where := strings.Join(slices.DeleteFunc(slices.Clone(sr.ContainerHierarchyTexts), func(t string) bool { return t == "harmless" }), " / ")
 		switch {
 		case sr.State == types.SpecStatePassed:
 			passed++
+			for _, e := range sr.ReportEntries {
+				if e.Name == noteEntry {
+					notes = append(notes, fmt.Sprintf("[%s] %s", where, e.Value.String()))
+				}
+			}
 		case sr.State.Is(types.SpecStateFailureStates):
 			failed = append(failed, fmt.Sprintf("[%s] %s", where, sr.Failure.Message))
 		case sr.State == types.SpecStateSkipped && strings.HasPrefix(sr.Failure.Message, notSupportedPrefix):
@@ -186,9 +191,9 @@ func verdict(specs []types.SpecReport) (Verdict, string) {
 	case passed == 0 && len(notSupported) > 0:
 		return VerdictNotSupported, strings.Join(notSupported, "\n")
 	case len(notSupported) > 0:
-		return VerdictPass, "partly not supported: " + strings.Join(notSupported, "\n")
+		notes = append(notes, "partly not supported: "+strings.Join(notSupported, "\n"))
 	}
-	return VerdictPass, ""
+	return VerdictPass, strings.Join(notes, "\n")
 }
 
 // WriteJUnit writes the certificate as JUnit XML to path: one testsuite, one

@@ -57,6 +57,10 @@ func Register(adapter adapters.Adapter, opts ...Option) bool {
 		s.doubleDelivery()
 		s.concurrentDelivery()
 		s.failureAfterMarker()
+		s.conflictingPayload()
+		s.retentionExpiry()
+		s.namespaceIsolation()
+		s.badInput()
 	})
 	return true
 }
@@ -150,12 +154,26 @@ func (s *state) newSpec(ctx context.Context) *harness.Spec {
 // rule registers one It that checks rule id. check returns the violations it
 // found; none means the rule held.
 func rule(id string, check func() []string) {
+	noteRule(id, func() ([]string, string) { return check(), "" })
+}
+
+// noteEntry names the report entry that carries a rule's note into its
+// certificate message.
+const noteEntry = "harmless-note"
+
+// noteRule is rule for checks that also report what they observed when the
+// rule held: the note is shown in the certificate, as information.
+func noteRule(id string, check func() (problems []string, note string)) {
 	r, err := fixtures.Lookup(id)
 	if err != nil {
 		panic(err) // a typo in the suite itself
 	}
 	It(r.ID+": "+r.Doc, Label(r.Label(), "level:"+string(r.Level)), func(SpecContext) {
-		if problems := check(); len(problems) > 0 {
+		problems, note := check()
+		if note != "" {
+			AddReportEntry(noteEntry, note)
+		}
+		if len(problems) > 0 {
 			Fail(failureMessage(r, problems))
 		}
 	}, SpecTimeout(checkTimeout))

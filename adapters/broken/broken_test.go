@@ -27,9 +27,10 @@ const (
 	markerFirst     = "broken-marker-first"
 	noNamespace     = "broken-no-namespace"
 	noPurge         = "broken-no-purge"
+	sqlSplice       = "broken-sql-splice"
 )
 
-var names = []string{checkThenInsert, earlyPurge, effectFirst, ignorePayload, inMemory, markerFirst, noNamespace, noPurge}
+var names = []string{checkThenInsert, earlyPurge, effectFirst, ignorePayload, inMemory, markerFirst, noNamespace, noPurge, sqlSplice}
 
 // world is one adapter in a fresh schema with its ledger, as the harness
 // sets up a spec, with instances built on demand.
@@ -306,6 +307,14 @@ func TestBugs(t *testing.T) {
 			w.purge(1, time.Now().Add(time.Hour), 0)
 			w.expect(1, ev, 2, adapters.Duplicate)
 			w.effects(ev, 1)
+		}},
+		{sqlSplice, "a quote in the id breaks the claim with an error that is not invalid input", func(w *world) {
+			quoted := event("orders", "o'brien", "x")
+			_, err := w.deliver(1, quoted, 1)
+			if err == nil || errors.Is(err, adapters.ErrInvalidInput) {
+				w.t.Fatalf("delivering %s: err = %v; want a syntax error that is not ErrInvalidInput", quoted, err)
+			}
+			w.effects(quoted, 0)
 		}},
 		{inMemory, "a second worker applies the event again", func(w *world) {
 			w.expect(1, ev, 1, adapters.Applied)

@@ -16,8 +16,9 @@
 // | broken-ignore-payload    | ignorepayload   | a claimed identity is always Duplicate; payloads never compared | conflicting-payload*                                       |
 // | broken-in-memory         | inmemory        | the dedup set is a map in each worker's memory                  | double-delivery, concurrent-delivery                       |
 // | broken-marker-first      | markerfirst     | marker committed, then the effect in a second transaction       | failure-after-marker                                       |
-// | broken-no-namespace      | nonamespace     | the marker is keyed by the event id alone                       | namespace-isolation*                                       |
+// | broken-no-namespace      | nonamespace     | the marker is keyed by the event id alone                       | namespace-isolation                                        |
 // | broken-no-purge          | nopurge         | a window is declared, but Purge removes nothing                 | retention-expiry*                                          |
+// | broken-sql-splice        | sqlsplice       | the identity spliced into the claim's SQL text                  | bad-input                                                  |
 //
 // * a fixture, or a variant of one, that is not in the suite yet: until it
 // lands, the suite certifies these adapters although they are broken.

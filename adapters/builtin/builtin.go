@@ -19,6 +19,7 @@ import (
 	"github.com/harmless-dev/harmless/adapters/broken/markerfirst"
 	"github.com/harmless-dev/harmless/adapters/broken/nonamespace"
 	"github.com/harmless-dev/harmless/adapters/broken/nopurge"
+	"github.com/harmless-dev/harmless/adapters/broken/sqlsplice"
 	"github.com/harmless-dev/harmless/adapters/reference"
 )
 
@@ -36,6 +37,7 @@ func All() []adapters.Adapter {
 		markerfirst.Adapter(),     // broken-marker-first
 		nonamespace.Adapter(),     // broken-no-namespace
 		nopurge.Adapter(),         // broken-no-purge
+		sqlsplice.Adapter(),       // broken-sql-splice
 		reference.Adapter(),
 	}
 	slices.SortFunc(all, func(a, b adapters.Adapter) int { return strings.Compare(a.Name, b.Name) })

@@ -25,6 +25,7 @@ type Spec struct {
 	started time.Time
 	hooks   *faults.Hooks
 	clock   adapters.Clock
+	manual  *ManualClock // the clock, when the adapter accepts the harness's
 
 	mu        sync.Mutex
 	instances map[int]adapters.Implementation
@@ -37,6 +38,12 @@ type eventKey struct{ namespace, id string }
 func (s *Spec) install(ctx context.Context) error {
 	s.hooks = faults.NewHooks()
 	s.clock = adapters.SystemClock{}
+	if s.adapter.Declares.AcceptsClock {
+		// A round second far from the real time, so an implementation
+		// that reads the system clock instead is noticed.
+		s.manual = NewManualClock(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC))
+		s.clock = s.manual
+	}
 	s.instances = map[int]adapters.Implementation{}
 	s.attempts = map[eventKey]int{}
 	admin := s.run.admin
@@ -51,6 +58,10 @@ func (s *Spec) install(ctx context.Context) error {
 	}
 	return nil
 }
+
+// Clock returns the clock the spec's instances get and, when the adapter
+// accepts the harness's clock, the manual clock behind it (else nil).
+func (s *Spec) Clock() (clock adapters.Clock, manual *ManualClock) { return s.clock, s.manual }
 
 // Schema is the spec's schema.
 func (s *Spec) Schema() string { return s.schema }
@@ -114,6 +125,50 @@ func (s *Spec) Instance(ctx context.Context, n int) (adapters.Implementation, er
 	}
 	s.instances[n] = impl
 	return impl, nil
+}
+
+// StateRows counts the rows the implementation stores in the spec's schema:
+// every table there but the harness's own. It is how the harness sees
+// deduplication state without knowing the implementation's tables.
+func (s *Spec) StateRows(ctx context.Context) (int64, error) {
+	rows, err := s.run.admin.Query(ctx, `SELECT format('%I.%I', schemaname, tablename) FROM pg_tables
+WHERE schemaname = $1 AND tablename NOT LIKE 'harmless\_%'`, s.schema)
+	if err != nil {
+		return 0, fmt.Errorf("list the implementation's tables: %w", err)
+	}
+	tables, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return 0, fmt.Errorf("list the implementation's tables: %w", err)
+	}
+	var total int64
+	for _, table := range tables {
+		var n int64
+		if err := s.run.admin.QueryRow(ctx, `SELECT count(*) FROM `+table).Scan(&n); err != nil {
+			return 0, fmt.Errorf("count rows of %s: %w", table, err)
+		}
+		total += n
+	}
+	return total, nil
+}
+
+// Purge asks instance n to purge the state of events claimed before cutoff.
+// It never panics and never hangs, as Deliver.
+func (s *Spec) Purge(ctx context.Context, n int, cutoff time.Time) (int64, error) {
+	impl, err := s.Instance(ctx, n)
+	if err != nil {
+		return 0, err
+	}
+	purger, ok := impl.(adapters.Purger)
+	if !ok {
+		return 0, fmt.Errorf("%s does not implement adapters.Purger, so its state can never be removed", s.adapter.Name)
+	}
+	removed, err := guard(ctx, s.run.opts.DeliveryTimeout, func(ctx context.Context) (int64, error) {
+		return purger.Purge(ctx, cutoff)
+	})
+	if err != nil {
+		return 0, fmt.Errorf("Purge(%s): %w", cutoff.Format(time.RFC3339Nano), err)
+	}
+	return removed, nil
 }
 
 // Close closes the spec's instances, kills any connection they left behind

@@ -53,11 +53,20 @@ func Classify(stored, digest []byte) adapters.Outcome {
 	return adapters.Rejected
 }
 
-// Validate refuses identities that PostgreSQL text columns cannot store
-// faithfully: an empty id, invalid UTF-8, a NUL byte. The error wraps
+// MaxIdentityBytes bounds the namespace and the id, each. Both are columns
+// of the marker's unique index, and a PostgreSQL B-tree index entry cannot
+// exceed about 2.7 kB: a longer identity would fail at the database with an
+// error a broker would retry for ever.
+const MaxIdentityBytes = 1024
+
+// Validate refuses identities that PostgreSQL text columns and the marker's
+// unique index cannot store faithfully: an empty id, invalid UTF-8, a NUL
+// byte, a namespace or id longer than MaxIdentityBytes. The error wraps
 // [adapters.ErrInvalidInput].
 func Validate(ev adapters.Event) error {
 	switch {
+	case len(ev.Namespace) > MaxIdentityBytes || len(ev.ID) > MaxIdentityBytes:
+		return fmt.Errorf("event %s: namespace and id may have at most %d bytes each: %w", ev, MaxIdentityBytes, adapters.ErrInvalidInput)
 	case ev.ID == "":
 		return fmt.Errorf("event %s: empty id: %w", ev, adapters.ErrInvalidInput)
 	case !utf8.ValidString(ev.Namespace) || !utf8.ValidString(ev.ID):

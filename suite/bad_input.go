@@ -1,0 +1,117 @@
+package suite
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+
+	"github.com/harmless-dev/harmless/adapters"
+	"github.com/harmless-dev/harmless/fixtures"
+	"github.com/harmless-dev/harmless/internal/harness"
+	"github.com/harmless-dev/harmless/internal/ledger"
+)
+
+// oddEvent is one event of the bad-input fixture.
+type oddEvent struct {
+	what string
+	ev   adapters.Event
+}
+
+func oddEvents() []oddEvent {
+	const ns = "harmless.bad-input"
+	payload := []byte(`{"fixture":"bad-input"}`)
+	ev := func(namespace, id string, payload []byte) adapters.Event {
+		return adapters.Event{Namespace: namespace, ID: id, Payload: payload}
+	}
+	return []oddEvent{
+		{"an empty id", ev(ns, "", payload)},
+		{"an empty namespace", ev("", "empty-namespace", payload)},
+		{"a 4 KiB id", ev(ns, strings.Repeat("k", 4<<10), payload)},
+		{"a 1 MiB id", ev(ns, strings.Repeat("m", 1<<20), payload)},
+		{"an id that is not UTF-8", ev(ns, "not-utf8-\xff\xfe", payload)},
+		{"a NUL byte in the id", ev(ns, "nul-\x00-id", payload)},
+		{"a NUL byte in the namespace", ev(ns+"\x00", "nul-namespace", payload)},
+		{"SQL metacharacters in the id", ev(ns, `'; DROP TABLE processed_events; -- $1 "q" \x`, payload)},
+		{"SQL metacharacters in the namespace", ev(`"); DELETE FROM harmless_effects; --`, "sql-namespace", payload)},
+		{"an empty payload", ev(ns, "empty-payload", []byte{})},
+		{"a 16 MiB payload", ev(ns, "large-payload", make([]byte, 16<<20))},
+	}
+}
+
+// oddResult is what delivering one odd event twice left behind.
+type oddResult struct {
+	odd            oddEvent
+	first, again   []harness.Attempt
+	effects        []ledger.Entry
+	verdict, issue string // how it was handled, or what went wrong
+}
+
+// judge classifies the result: processed exactly once, or refused cleanly
+// as invalid input. Anything else is an issue.
+func (r *oddResult) judge() {
+	first, again := r.first[len(r.first)-1], r.again[len(r.again)-1]
+	invalid := func(a harness.Attempt) bool { return errors.Is(a.Err, adapters.ErrInvalidInput) }
+	switch {
+	case first.Acked() && first.Outcome == adapters.Applied && again.Acked() && again.Outcome == adapters.Duplicate && len(r.effects) == 1:
+		r.verdict = "processed exactly once"
+	case invalid(first) && invalid(again) && len(r.effects) == 0:
+		r.verdict = "rejected as invalid input"
+	case len(r.effects) > 1:
+		r.issue = fmt.Sprintf("applied %d times", len(r.effects))
+	case invalid(first) || invalid(again):
+		r.issue = fmt.Sprintf("handled inconsistently: first delivery %s, redelivery %s, %d effects", first.Result(), again.Result(), len(r.effects))
+	default:
+		r.issue = fmt.Sprintf("neither processed exactly once nor rejected as invalid input: first delivery %s, redelivery %s, %d effects", first.Result(), again.Result(), len(r.effects))
+	}
+}
+
+func (s *state) badInput() {
+	Describe(fixtures.BadInput, Label("fixture:"+fixtures.BadInput), Ordered, ContinueOnFailure, func() {
+		var (
+			results []oddResult
+			after   = newEvent(fixtures.BadInput, "ordinary-after-odd")
+			next    []harness.Attempt
+			nextFx  []ledger.Entry
+		)
+		BeforeAll(func(ctx SpecContext) {
+			spec := s.newSpec(ctx)
+			for _, odd := range oddEvents() {
+				r := oddResult{odd: odd}
+				r.first = spec.DeliverUntilTerminal(ctx, 1, odd.ev, s.cfg.maxTries)
+				r.again = spec.DeliverUntilTerminal(ctx, 1, odd.ev, s.cfg.maxTries)
+				var err error
+				r.effects, err = spec.Effects(ctx, odd.ev)
+				Expect(err).NotTo(HaveOccurred())
+				r.judge()
+				results = append(results, r)
+			}
+			next = spec.DeliverUntilTerminal(ctx, 1, after, s.cfg.maxTries)
+			var err error
+			nextFx, err = spec.Effects(ctx, after)
+			Expect(err).NotTo(HaveOccurred())
+		}, NodeTimeout(fixtureTimeout))
+
+		noteRule(fixtures.BadInputExactlyOnceOrRejected, func() ([]string, string) {
+			var problems, handled []string
+			for _, r := range results {
+				if r.issue != "" {
+					problems = append(problems, fmt.Sprintf("%s (%s): %s\n%s", r.odd.what, r.odd.ev, r.issue,
+						harness.DescribeEvent(r.odd.ev, r.effects, append(append([]harness.Attempt{}, r.first...), r.again...))))
+					continue
+				}
+				handled = append(handled, r.odd.what+": "+r.verdict)
+			}
+			return problems, strings.Join(handled, "; ")
+		})
+		rule(fixtures.BadInputRunContinues, func() []string {
+			last := next[len(next)-1]
+			if last.Acked() && last.Outcome == adapters.Applied && len(nextFx) == 1 {
+				return nil
+			}
+			return []string{"after the odd events, an ordinary event was not applied once\n" + harness.DescribeEvent(after, nextFx, next)}
+		})
+	})
+}

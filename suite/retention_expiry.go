@@ -1,0 +1,569 @@
+package suite
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+
+	"github.com/harmless-dev/harmless/adapters"
+	"github.com/harmless-dev/harmless/fixtures"
+	"github.com/harmless-dev/harmless/internal/harness"
+	"github.com/harmless-dev/harmless/internal/ledger"
+)
+
+// The retention-expiry fixture's sizes.
+const (
+	// realTimeMaxWindow is the longest declared window the fixture waits
+	// out in real time, for implementations that do not accept the
+	// harness's clock.
+	realTimeMaxWindow = 10 * time.Second
+	// retentionBatch is how many events the purge race claims at its start
+	// (they expire before it) and how many half a window later (they are
+	// still inside the window while it runs).
+	retentionBatch = 8
+	// retentionRedeliveries is how often each recent event is redelivered
+	// during the purge race.
+	retentionRedeliveries = 4
+	// retentionPurges is how many purges run during the purge race.
+	retentionPurges = 20
+	// stepEvents is how many new events each step of the many-windows
+	// scenario delivers; a step lasts a quarter of the window.
+	stepEvents     = 5
+	stepsPerWindow = 4
+	// stateBound is the most rows the many-windows scenario allows: the
+	// window covers at most stepsPerWindow steps besides the current one,
+	// and one more step's worth is slack.
+	stateBound = stepEvents * (stepsPerWindow + 2)
+	// clockSteps and realTimeSteps are how many steps the many-windows
+	// scenario plays: five windows on the harness's clock, two in real time.
+	clockSteps    = 20
+	realTimeSteps = 8
+)
+
+// retention is how the fixture runs against the adapter: on the harness's
+// clock or in real time, with which window and margin, or not at all.
+type retention struct {
+	// unsupported, when set, is why no rule of the fixture applies.
+	unsupported string
+	mode        string
+	window      time.Duration
+	// eps is the margin before the window's end (where a purge must never
+	// remove the marker) and after it (where a purge must have removed it).
+	eps   time.Duration
+	steps int
+}
+
+// newRetention decides how the fixture runs against an implementation that
+// declares d. Declarations select the rules; they never weaken them.
+func newRetention(d adapters.Declaration) retention {
+	w := d.RedeliveryWindow
+	switch {
+	case w == 0:
+		return retention{unsupported: "declares no redelivery window"}
+	case d.AcceptsClock:
+		// A hundredth of the window, but never so small that PostgreSQL's
+		// microsecond timestamps could blur the window's end.
+		return retention{mode: "clock", window: w, eps: max(w/100, min(w/4, time.Millisecond)), steps: clockSteps}
+	case w > realTimeMaxWindow:
+		return retention{unsupported: fmt.Sprintf("does not accept the harness's clock and declares a window of %s; real-time mode needs a window of at most %s",
+			shortDuration(w), shortDuration(realTimeMaxWindow))}
+	}
+	return retention{mode: "real-time", window: w, eps: w / 4, steps: realTimeSteps}
+}
+
+// applies skips the running spec as not supported when the fixture does not
+// apply.
+func (r retention) applies() {
+	if r.unsupported != "" {
+		Skip(notSupportedPrefix + r.unsupported)
+	}
+}
+
+func (r retention) String() string {
+	if r.unsupported != "" {
+		return "not supported: the implementation " + r.unsupported
+	}
+	return fmt.Sprintf("%s mode, W=%s, ε=%s", r.mode, shortDuration(r.window), shortDuration(r.eps))
+}
+
+// timeline is the time a scenario plays in: the harness's manual clock,
+// which it moves, or real time, which it waits for. Scenarios read and move
+// time only through it, so they are the same in both modes.
+type timeline struct {
+	manual *harness.ManualClock // nil in real time
+	t0     time.Time            // the scenario's start, for messages
+}
+
+func newTimeline(spec *harness.Spec) *timeline {
+	_, manual := spec.Clock()
+	tl := &timeline{manual: manual}
+	tl.t0 = tl.Now()
+	return tl
+}
+
+// Now is the time on the timeline.
+func (tl *timeline) Now() time.Time {
+	if tl.manual != nil {
+		return tl.manual.Now()
+	}
+	return time.Now()
+}
+
+// AdvanceTo moves the timeline to t: it sets the manual clock, or waits
+// until the real time has reached t. Waiting is the scenario itself (time
+// must pass for the window to end), not a way to synchronise.
+func (tl *timeline) AdvanceTo(ctx context.Context, t time.Time) error {
+	if tl.manual != nil {
+		tl.manual.Set(t)
+		return nil
+	}
+	for {
+		wait := time.Until(t)
+		if wait <= 0 {
+			return nil
+		}
+		timer := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			timer.Stop()
+			return context.Cause(ctx)
+		case <-timer.C:
+		}
+	}
+}
+
+// at names t for messages, relative to the scenario's start.
+func (tl *timeline) at(t time.Time) string {
+	d := t.Sub(tl.t0)
+	switch {
+	case d == 0:
+		return "t0"
+	case d < 0:
+		return "t0-" + tl.since(t, tl.t0)
+	}
+	return "t0+" + tl.since(tl.t0, t)
+}
+
+// since names the time from a to b for messages; real time is shown to the
+// millisecond.
+func (tl *timeline) since(a, b time.Time) string {
+	d := b.Sub(a)
+	if tl.manual == nil {
+		d = d.Round(time.Millisecond)
+	}
+	return shortDuration(d)
+}
+
+// span names the interval from a to b for messages.
+func (tl *timeline) span(a, b time.Time) string {
+	if from, to := tl.at(a), tl.at(b); from != to {
+		return "from " + from + " to " + to
+	}
+	return "at " + tl.at(a)
+}
+
+// purge is one purge the harness made and what came of it.
+type purge struct {
+	at, cutoff time.Time
+	removed    int64
+	err        error
+}
+
+// purge asks worker to purge with cutoff = now - W.
+func (r retention) purge(ctx context.Context, spec *harness.Spec, tl *timeline, worker int) purge {
+	p := purge{at: tl.Now()}
+	p.cutoff = p.at.Add(-r.window)
+	p.removed, p.err = spec.Purge(ctx, worker, p.cutoff)
+	return p
+}
+
+func (p purge) describe(tl *timeline) string {
+	if p.err != nil {
+		return fmt.Sprintf("the purge at %s (cutoff %s) failed: %v", tl.at(p.at), tl.at(p.cutoff), p.err)
+	}
+	return fmt.Sprintf("the purge at %s (cutoff %s) reported %d removed", tl.at(p.at), tl.at(p.cutoff), p.removed)
+}
+
+// notApplied returns a problem when the initial delivery of ev did not end
+// Applied: the scenario then has no claim to keep or expire.
+func notApplied(ev adapters.Event, tries []harness.Attempt) string {
+	last := tries[len(tries)-1]
+	if last.Acked() && last.Outcome == adapters.Applied {
+		return ""
+	}
+	return fmt.Sprintf("the first delivery of %s ended %s after %d attempts; expected Applied, so the scenario has no claim to keep or expire",
+		ev, last.Result(), len(tries))
+}
+
+func (s *state) retentionExpiry() {
+	r := newRetention(s.adapter.Declares)
+	Describe(fixtures.RetentionExpiry, Label("fixture:"+fixtures.RetentionExpiry), func() {
+		s.retentionOneEvent(r)
+		s.retentionPurgeRace(r)
+		s.retentionManyWindows(r)
+	})
+}
+
+// retentionOneEvent takes one event through its window: it must be kept
+// (and recognised) at t0+W-ε and purged at t0+W+ε.
+func (s *state) retentionOneEvent(r retention) {
+	Describe("one event through its window", Ordered, ContinueOnFailure, func() {
+		var (
+			ev          = newEvent(fixtures.RetentionExpiry, "window")
+			tl          *timeline
+			claimedBy   time.Time // the first delivery ran from tl.t0 to claimedBy
+			reclaimed   bool      // the redelivery inside the window claimed the event again
+			first       []harness.Attempt
+			inside      purge
+			rowsInside  int64
+			redelivery  []harness.Attempt
+			redelivered time.Time
+			effects     []ledger.Entry
+			history     []harness.Attempt
+			after       purge
+			rowsAfter   int64
+			late        []harness.Attempt // after expiry: information only
+			lateAt      time.Time
+		)
+		BeforeAll(func(ctx SpecContext) {
+			s.cfg.logf("retention-expiry: %s", r)
+			if r.unsupported != "" {
+				return
+			}
+			spec := s.newSpec(ctx)
+			tl = newTimeline(spec)
+			first = spec.DeliverUntilTerminal(ctx, 1, ev, s.cfg.maxTries)
+			claimedBy = tl.Now()
+
+			Expect(tl.AdvanceTo(ctx, tl.t0.Add(r.window-r.eps))).To(Succeed())
+			inside = r.purge(ctx, spec, tl, 1)
+			var err error
+			rowsInside, err = spec.StateRows(ctx)
+			Expect(err).NotTo(HaveOccurred())
+			redelivered = tl.Now()
+			redelivery = spec.DeliverUntilTerminal(ctx, 2, ev, s.cfg.maxTries)
+			effects, err = spec.Effects(ctx, ev)
+			Expect(err).NotTo(HaveOccurred())
+			history = spec.History(ev)
+			// A redelivery that claimed the event again (a violation of
+			// kept-inside-window) starts a new window: expiry is judged
+			// from the last claim, so each rule reports only its own fault.
+			if slices.ContainsFunc(redelivery, func(a harness.Attempt) bool { return a.Acked() && a.Outcome == adapters.Applied }) {
+				reclaimed, claimedBy = true, tl.Now()
+			}
+
+			Expect(tl.AdvanceTo(ctx, claimedBy.Add(r.window+r.eps))).To(Succeed())
+			after = r.purge(ctx, spec, tl, 1)
+			rowsAfter, err = spec.StateRows(ctx)
+			Expect(err).NotTo(HaveOccurred())
+			lateAt = tl.Now()
+			late = spec.DeliverUntilTerminal(ctx, 2, ev, s.cfg.maxTries)
+			s.cfg.logf("retention-expiry (one event): %d rows after the purge at %s, %d after the purge at %s; %s",
+				rowsInside, tl.at(inside.at), rowsAfter, tl.at(after.at), lateNote(tl, ev, lateAt, late))
+		}, NodeTimeout(fixtureTimeout))
+
+		rule(fixtures.RetentionExpiryKeptInsideWindow, func() []string {
+			r.applies()
+			var problems []string
+			if p := notApplied(ev, first); p != "" {
+				problems = append(problems, p)
+			}
+			switch {
+			case inside.err != nil:
+				problems = append(problems, inside.describe(tl))
+			case !inside.cutoff.Before(tl.t0):
+				problems = append(problems, fmt.Sprintf("the harness was late: it purged at %s, with a cutoff after the claim at t0, so the scenario proves nothing (a loaded machine in real-time mode; run it again)",
+					tl.at(inside.at)))
+			case rowsInside == 0:
+				problems = append(problems, fmt.Sprintf("after %s, the implementation's tables hold no row; expected the marker of %s, claimed at t0 and %s old, inside the window of %s, to be kept",
+					inside.describe(tl), ev, tl.since(tl.t0, inside.at), shortDuration(r.window)))
+			}
+			if last := redelivery[len(redelivery)-1]; !last.Acked() || last.Outcome != adapters.Duplicate {
+				problems = append(problems, fmt.Sprintf("the redelivery at %s (attempt %d), %s after the claim and inside the window of %s, ended %s; expected Duplicate",
+					tl.at(redelivered), last.Delivery.Attempt, tl.since(tl.t0, redelivered), shortDuration(r.window), last.Result()))
+			}
+			if len(effects) != 1 && len(problems) == 0 {
+				problems = append(problems, fmt.Sprintf("expected exactly one effect after the redelivery inside the window; observed %d", len(effects)))
+			}
+			if len(problems) > 0 {
+				problems = append(problems, harness.DescribeEvent(ev, effects, history))
+			}
+			return problems
+		})
+		noteRule(fixtures.RetentionExpiryPurgedAfterWindow, func() ([]string, string) {
+			r.applies()
+			var problems []string
+			if p := notApplied(ev, first); p != "" {
+				problems = append(problems, p)
+			}
+			switch {
+			case after.err != nil:
+				problems = append(problems, after.describe(tl))
+			case rowsAfter != 0:
+				claim := "claimed"
+				if reclaimed {
+					claim = "claimed again by the redelivery inside the window,"
+				}
+				problems = append(problems, fmt.Sprintf("after %s, the implementation's tables still hold %s; expected none: the only event, %s, was %s by %s and is %s old, past the window of %s",
+					after.describe(tl), countRows(rowsAfter), ev, claim, tl.at(claimedBy), tl.since(claimedBy, after.at), shortDuration(r.window)))
+			}
+			if len(problems) > 0 {
+				return problems, ""
+			}
+			return nil, lateNote(tl, ev, lateAt, late)
+		})
+	})
+}
+
+// lateNote reports, as information, what a redelivery after expiry did.
+func lateNote(tl *timeline, ev adapters.Event, at time.Time, late []harness.Attempt) string {
+	last := late[len(late)-1]
+	what := "the implementation forgot the event, as its window allows"
+	if !last.Acked() || last.Outcome != adapters.Applied {
+		what = "the implementation still recognised it or refused it; after the window either is allowed"
+	}
+	return fmt.Sprintf("information, outside the window: a redelivery of %s at %s, after the purge, ended %s (%s)",
+		ev, tl.at(at), last.Result(), what)
+}
+
+// retentionPurgeRace purges, again and again, while events claimed half a
+// window ago are redelivered: the purges must remove only expired markers.
+func (s *state) retentionPurgeRace(r retention) {
+	Describe("purge while redeliveries run", Ordered, ContinueOnFailure, func() {
+		var (
+			tl                *timeline
+			setup             []string // initial deliveries that were not Applied
+			oldBy, recentFrom time.Time
+			raceFrom, raceBy  time.Time
+			recent            []adapters.Event
+			recentFirst       [][]harness.Attempt
+			purges            []purge
+			redeliveries      [][][]harness.Attempt // by recent event, by redelivery
+			effects           [][]ledger.Entry
+			histories         [][]harness.Attempt
+		)
+		BeforeAll(func(ctx SpecContext) {
+			if r.unsupported != "" {
+				return
+			}
+			spec := s.newSpec(ctx)
+			tl = newTimeline(spec)
+			for i := range retentionBatch {
+				ev := newEvent(fixtures.RetentionExpiry, fmt.Sprintf("old-%d", i+1))
+				if p := notApplied(ev, spec.DeliverUntilTerminal(ctx, 1, ev, s.cfg.maxTries)); p != "" {
+					setup = append(setup, p)
+				}
+			}
+			oldBy = tl.Now()
+			Expect(tl.AdvanceTo(ctx, oldBy.Add(r.window/2))).To(Succeed())
+			recentFrom = tl.Now()
+			for i := range retentionBatch {
+				ev := newEvent(fixtures.RetentionExpiry, fmt.Sprintf("recent-%d", i+1))
+				tries := spec.DeliverUntilTerminal(ctx, 1, ev, s.cfg.maxTries)
+				if p := notApplied(ev, tries); p != "" {
+					setup = append(setup, p)
+				}
+				recent = append(recent, ev)
+				recentFirst = append(recentFirst, tries)
+			}
+			// The old events are now past the window, the recent ones
+			// half a window and ε inside it.
+			Expect(tl.AdvanceTo(ctx, oldBy.Add(r.window+r.eps))).To(Succeed())
+
+			// Build worker 2 before the race, so that construction is not
+			// part of it. A factory failure shows up in the attempts.
+			_, _ = spec.Instance(ctx, 2)
+			redeliveries = make([][][]harness.Attempt, len(recent))
+			var ready, done sync.WaitGroup
+			release := make(chan struct{})
+			ready.Add(1 + len(recent))
+			done.Add(1 + len(recent))
+			go func() {
+				defer GinkgoRecover()
+				defer done.Done()
+				ready.Done()
+				<-release
+				for range retentionPurges {
+					purges = append(purges, r.purge(ctx, spec, tl, 1))
+				}
+			}()
+			for i, ev := range recent {
+				go func() {
+					defer GinkgoRecover()
+					defer done.Done()
+					ready.Done()
+					<-release
+					for range retentionRedeliveries {
+						redeliveries[i] = append(redeliveries[i], spec.DeliverUntilTerminal(ctx, 2, ev, s.cfg.maxTries))
+					}
+				}()
+			}
+			ready.Wait()
+			raceFrom = tl.Now()
+			close(release)
+			done.Wait()
+			raceBy = tl.Now()
+
+			for _, ev := range recent {
+				fx, err := spec.Effects(ctx, ev)
+				Expect(err).NotTo(HaveOccurred())
+				effects = append(effects, fx)
+				histories = append(histories, spec.History(ev))
+			}
+			var removed int64
+			for _, p := range purges {
+				removed += p.removed
+			}
+			s.cfg.logf("retention-expiry (purge race): %d purges %s reported %d removed while %d redeliveries of %d recent events ran",
+				len(purges), tl.span(raceFrom, raceBy), removed, len(recent)*retentionRedeliveries, len(recent))
+		}, NodeTimeout(fixtureTimeout))
+
+		rule(fixtures.RetentionExpiryConcurrentPurge, func() []string {
+			r.applies()
+			problems := purgeProblems(tl, purges)
+			if last := purges[len(purges)-1]; !last.cutoff.Before(recentFrom) {
+				problems = append(problems, fmt.Sprintf("the harness was late: the last purge at %s had a cutoff after the recent events' claims at %s, so the scenario proves nothing (a loaded machine in real-time mode; run it again)",
+					tl.at(last.at), tl.at(recentFrom)))
+			}
+			problems = append(problems, setup...)
+			for i, ev := range recent {
+				var bad []string
+				for j, tries := range redeliveries[i] {
+					if last := tries[len(tries)-1]; !last.Acked() || last.Outcome != adapters.Duplicate {
+						bad = append(bad, fmt.Sprintf("redelivery %d (attempt %d) ended %s", j+1, last.Delivery.Attempt, last.Result()))
+					}
+				}
+				claim := recentFirst[i][len(recentFirst[i])-1].Delivery.Attempt
+				if len(bad) == 0 && len(effects[i]) == 1 && effects[i][0].Attempt == claim {
+					continue
+				}
+				what := fmt.Sprintf("%d effects", len(effects[i]))
+				if len(bad) > 0 {
+					what = strings.Join(bad, "; ")
+				}
+				problems = append(problems, fmt.Sprintf("%s was claimed at %s and redelivered %s, while purges with cutoffs up to %s ran: it was at most %s old, inside the window of %s, yet %s; expected every redelivery Duplicate and one effect, by attempt %d\n%s",
+					ev, tl.at(recentFrom), tl.span(raceFrom, raceBy), tl.at(purges[len(purges)-1].cutoff), tl.since(recentFrom, raceBy), shortDuration(r.window),
+					what, claim, harness.DescribeEvent(ev, effects[i], histories[i])))
+			}
+			return problems
+		})
+	})
+}
+
+// purgeProblems reports the purges that failed.
+func purgeProblems(tl *timeline, purges []purge) []string {
+	failed := 0
+	var first purge
+	for _, p := range purges {
+		if p.err != nil {
+			if failed == 0 {
+				first = p
+			}
+			failed++
+		}
+	}
+	if failed == 0 {
+		return nil
+	}
+	return []string{fmt.Sprintf("%d of %d purges failed; %s", failed, len(purges), first.describe(tl))}
+}
+
+// windowStep is one step of the many-windows scenario.
+type windowStep struct {
+	at    time.Time
+	setup []string // deliveries that were not Applied
+	purge purge
+	rows  int64
+}
+
+// retentionManyWindows drives many events through many windows, a step of
+// new events every quarter window, each step followed by a purge: the
+// stored state must stay bounded by the window.
+func (s *state) retentionManyWindows(r retention) {
+	Describe("many windows", Ordered, ContinueOnFailure, func() {
+		var (
+			tl    *timeline
+			steps []windowStep
+		)
+		series := func() string {
+			rows := make([]string, len(steps))
+			for i, st := range steps {
+				rows[i] = fmt.Sprint(st.rows)
+			}
+			return strings.Join(rows, ", ")
+		}
+		BeforeAll(func(ctx SpecContext) {
+			if r.unsupported != "" {
+				return
+			}
+			spec := s.newSpec(ctx)
+			tl = newTimeline(spec)
+			for i := range r.steps {
+				Expect(tl.AdvanceTo(ctx, tl.t0.Add(time.Duration(i)*r.window/stepsPerWindow))).To(Succeed())
+				st := windowStep{at: tl.Now()}
+				for j := range stepEvents {
+					ev := newEvent(fixtures.RetentionExpiry, fmt.Sprintf("step-%d-%d", i+1, j+1))
+					if p := notApplied(ev, spec.DeliverUntilTerminal(ctx, 1, ev, s.cfg.maxTries)); p != "" {
+						st.setup = append(st.setup, p)
+					}
+				}
+				st.purge = r.purge(ctx, spec, tl, 1)
+				var err error
+				st.rows, err = spec.StateRows(ctx)
+				Expect(err).NotTo(HaveOccurred())
+				steps = append(steps, st)
+			}
+			s.cfg.logf("retention-expiry (many windows): rows after each of %d steps: %s", len(steps), series())
+		}, NodeTimeout(fixtureTimeout))
+
+		rule(fixtures.RetentionExpiryStateBounded, func() []string {
+			r.applies()
+			var problems []string
+			worst := 0
+			for i, st := range steps {
+				if st.rows > steps[worst].rows {
+					worst = i
+				}
+			}
+			if st := steps[worst]; st.rows > stateBound {
+				problems = append(problems, fmt.Sprintf("after step %d of %d (%s), the implementation's tables hold %s; expected at most %d: every quarter window (%s) a step delivers %d new events and purges, so a window of %s covers at most %d steps besides the current one, and one more is slack. Rows after each step's purge: %s",
+					worst+1, len(steps), st.purge.describe(tl), countRows(st.rows), stateBound, shortDuration(r.window/stepsPerWindow), stepEvents, shortDuration(r.window), stepsPerWindow, series()))
+			}
+			var purges []purge
+			for _, st := range steps {
+				purges = append(purges, st.purge)
+			}
+			problems = append(problems, purgeProblems(tl, purges)...)
+			for _, st := range steps {
+				problems = append(problems, st.setup...)
+			}
+			return problems
+		})
+	})
+}
+
+// countRows says "1 row", "2 rows".
+func countRows(n int64) string {
+	if n == 1 {
+		return "1 row"
+	}
+	return fmt.Sprintf("%d rows", n)
+}
+
+// shortDuration formats d without trailing zero units: 24h, 14m24s, 2s.
+func shortDuration(d time.Duration) string {
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
+}

@@ -1,0 +1,223 @@
+package suite
+
+import (
+	"context"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/harmless-dev/harmless/adapters"
+	"github.com/harmless-dev/harmless/adapters/reference"
+	"github.com/harmless-dev/harmless/fixtures"
+	"github.com/harmless-dev/harmless/internal/pgtest"
+)
+
+// retentionChildEnv names, in a child process of TestRetentionExpiry, the
+// case of retentionCases to run the retention-expiry fixture against.
+const retentionChildEnv = "HARMLESS_TEST_RETENTION"
+
+// realTimeWindow is the window the real-time cases declare.
+const realTimeWindow = 2 * time.Second
+
+// storeImpl is the reference Store as an implementation without a Purge
+// method.
+type storeImpl struct {
+	pool   *pgxpool.Pool
+	store  *reference.Store
+	effect adapters.Effect
+}
+
+func (c storeImpl) Deliver(ctx context.Context, d adapters.Delivery) (adapters.Outcome, error) {
+	return c.store.Process(ctx, d.Event, func(ctx context.Context, tx pgx.Tx) error {
+		return c.effect.Apply(ctx, tx, d)
+	})
+}
+
+func (c storeImpl) Close(context.Context) error {
+	c.pool.Close()
+	return nil
+}
+
+// purgingStore is storeImpl with the Store's Purge, its cutoff moved by
+// shift; with keep set, it removes nothing.
+type purgingStore struct {
+	storeImpl
+	shift time.Duration
+	keep  bool
+}
+
+func (c purgingStore) Purge(ctx context.Context, cutoff time.Time) (int64, error) {
+	if c.keep {
+		return 0, nil
+	}
+	return c.store.Purge(ctx, cutoff.Add(c.shift))
+}
+
+// purging is how a storeAdapter purges.
+type purging int
+
+const (
+	purgeRight   purging = iota // the reference's Purge
+	purgeEarly                  // half a window too early, as broken-early-purge
+	purgeNothing                // nothing removed, as broken-no-purge
+	purgeMissing                // no Purge method
+)
+
+// storeAdapter returns an adapter of the reference Store declaring
+// declares. Unless it accepts the harness's clock it reads the system
+// clock, as most applications do.
+func storeAdapter(name string, declares adapters.Declaration, p purging) adapters.Adapter {
+	return adapters.Adapter{
+		Name:     name,
+		Declares: declares,
+		New: func(ctx context.Context, env adapters.Env) (adapters.Implementation, error) {
+			pool, err := pgxpool.New(ctx, env.DSN)
+			if err != nil {
+				return nil, err
+			}
+			cfg := reference.Config{Schema: env.Schema}
+			if declares.AcceptsClock {
+				cfg.Now = env.Clock.Now
+			}
+			store := reference.NewStore(pool, cfg)
+			if err := store.Migrate(ctx); err != nil {
+				pool.Close()
+				return nil, err
+			}
+			impl := storeImpl{pool: pool, store: store, effect: env.Effect}
+			switch p {
+			case purgeMissing:
+				return impl, nil
+			case purgeEarly:
+				return purgingStore{storeImpl: impl, shift: declares.RedeliveryWindow / 2}, nil
+			case purgeNothing:
+				return purgingStore{storeImpl: impl, keep: true}, nil
+			}
+			return purgingStore{storeImpl: impl}, nil
+		},
+	}
+}
+
+// realTime declares window without accepting the harness's clock.
+func realTime(window time.Duration) adapters.Declaration {
+	return adapters.Declaration{ConflictPolicy: adapters.RejectConflicts, RedeliveryWindow: window}
+}
+
+// retentionCase is an adapter the retention-expiry fixture runs against in
+// a child process, and the verdict each of its rules must get.
+type retentionCase struct {
+	adapter adapters.Adapter
+	want    map[string]Verdict
+	// says is what the message of every rule that must not pass mentions.
+	says string
+}
+
+// retentionVerdicts gives every retention-expiry rule verdict v, except
+// those in fail, which must fail.
+func retentionVerdicts(v Verdict, fail ...string) map[string]Verdict {
+	want := map[string]Verdict{}
+	for _, id := range []string{fixtures.RetentionExpiryKeptInsideWindow, fixtures.RetentionExpiryPurgedAfterWindow,
+		fixtures.RetentionExpiryConcurrentPurge, fixtures.RetentionExpiryStateBounded} {
+		want[id] = v
+	}
+	for _, id := range fail {
+		want[id] = VerdictFail
+	}
+	return want
+}
+
+var retentionCases = map[string]retentionCase{
+	// Correct, in real time: every rule must pass.
+	"reference-realtime": {
+		adapter: storeAdapter("reference-realtime", realTime(realTimeWindow), purgeRight),
+		want:    retentionVerdicts(VerdictPass),
+	},
+	// The bugs of broken-early-purge and broken-no-purge, in real time.
+	"early-purge-realtime": {
+		adapter: storeAdapter("early-purge-realtime", realTime(realTimeWindow), purgeEarly),
+		want:    retentionVerdicts(VerdictPass, fixtures.RetentionExpiryKeptInsideWindow, fixtures.RetentionExpiryConcurrentPurge),
+		says:    "ended Applied",
+	},
+	"no-purge-realtime": {
+		adapter: storeAdapter("no-purge-realtime", realTime(realTimeWindow), purgeNothing),
+		want:    retentionVerdicts(VerdictPass, fixtures.RetentionExpiryPurgedAfterWindow, fixtures.RetentionExpiryStateBounded),
+		says:    "0 removed",
+	},
+	// A window declared, on the harness's clock, and no way to purge.
+	"no-purger": {
+		adapter: storeAdapter("no-purger", reference.Adapter().Declares, purgeMissing),
+		want:    retentionVerdicts(VerdictFail),
+		says:    "does not implement adapters.Purger",
+	},
+	// Too long a window to wait out without the harness's clock.
+	"long-window-realtime": {
+		adapter: storeAdapter("long-window-realtime", realTime(time.Hour), purgeRight),
+		want:    retentionVerdicts(VerdictNotSupported),
+		says:    "declares a window of 1h; real-time mode needs a window of at most 10s",
+	},
+	"no-window": {
+		adapter: storeAdapter("no-window", realTime(0), purgeRight),
+		want:    retentionVerdicts(VerdictNotSupported),
+		says:    "declares no redelivery window",
+	},
+}
+
+// TestRetentionChild runs the suite against the adapter named by
+// retentionChildEnv and writes the certificate to childCertEnv. It runs
+// only in a child process started by TestRetentionExpiry, which selects
+// the retention-expiry fixture with a label filter.
+func TestRetentionChild(t *testing.T) {
+	name := os.Getenv(retentionChildEnv)
+	if name == "" {
+		t.Skip("runs only in a child process of TestRetentionExpiry")
+	}
+	c, ok := retentionCases[name]
+	if !ok {
+		t.Fatalf("%s=%q names no retention case", retentionChildEnv, name)
+	}
+	path := os.Getenv(childCertEnv)
+	Run(t, c.adapter, WithLogf(t.Logf), WithCertificate(func(cert Certificate) {
+		if err := cert.WriteJSON(path); err != nil {
+			t.Errorf("%v", err)
+		}
+	}))
+}
+
+// TestRetentionExpiry runs the retention-expiry fixture, in a child process
+// each, against variants of the reference Store: on the system clock with a
+// two-second window it must pass in real time, the bugs of
+// broken-early-purge and broken-no-purge must be caught in real time too,
+// an implementation without Purge must fail every rule saying so, and
+// windows that cannot be tested are not-supported, saying why.
+func TestRetentionExpiry(t *testing.T) {
+	dsn := pgtest.DSN(t)
+	for name, c := range retentionCases {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			cert, output, elapsed := runTestChild(t, "TestRetentionChild", []string{"-ginkgo.label-filter=fixture:" + fixtures.RetentionExpiry},
+				[]string{"HARMLESS_DSN=" + dsn, retentionChildEnv + "=" + name}, 0, 1)
+			t.Logf("the retention-expiry fixture against %s took %s (the child process %s)",
+				name, time.Duration(cert.Duration*float64(time.Second)).Round(time.Millisecond), elapsed.Round(time.Millisecond))
+			for _, r := range cert.Rules {
+				want, ok := c.want[r.ID]
+				switch {
+				case !ok:
+					if r.Verdict != VerdictSkipped {
+						t.Errorf("rule %s of another fixture ran (%s): the label filter did not hold", r.ID, r.Verdict)
+					}
+				case r.Verdict != want:
+					t.Errorf("rule %s: verdict %s; want %s\n%s", r.ID, r.Verdict, want, r.Message)
+				case want != VerdictPass && !strings.Contains(r.Message, c.says):
+					t.Errorf("rule %s is %s without saying %q:\n%s", r.ID, r.Verdict, c.says, r.Message)
+				}
+			}
+			if t.Failed() {
+				t.Logf("the child's output:\n%s", tail(output, 80))
+			}
+		})
+	}
+}
