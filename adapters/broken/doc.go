@@ -10,8 +10,8 @@
 //
 // | adapter                  | package         | bug                                                             | caught by                                                                   |
 // |--------------------------|-----------------|-----------------------------------------------------------------|-----------------------------------------------------------------------------|
-// | broken-check-then-insert | checktheninsert | SELECT then INSERT, no unique constraint on the marker          | concurrent-delivery                                                         |
-// | broken-effect-first      | effectfirst     | effect committed, then the marker in a second transaction       | concurrent-delivery; crash-recovery*                                        |
+// | broken-check-then-insert | checktheninsert | SELECT then INSERT, no unique constraint on the marker          | concurrent-delivery, conflicting-payload                                    |
+// | broken-effect-first      | effectfirst     | effect committed, then the marker in a second transaction       | concurrent-delivery, conflicting-payload; crash-recovery*                   |
 // | broken-early-purge       | earlypurge      | Purge removes markers still inside the declared window          | retention-expiry                                                            |
 // | broken-ignore-payload    | ignorepayload   | a claimed identity is always Duplicate; payloads never compared | conflicting-payload                                                         |
 // | broken-in-memory         | inmemory        | the dedup set is a map in each worker's memory                  | double-delivery, concurrent-delivery, conflicting-payload, retention-expiry |
