@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -101,7 +102,7 @@ func TestCertify(t *testing.T) {
 			t.Fatalf("exit code %d; want 0\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
 		}
 		lines := strings.Split(strings.TrimSpace(stdout), "\n")
-		if want := "8 passed, 0 failed"; lines[len(lines)-1] != want {
+		if want := fmt.Sprintf("%d passed, 0 failed", len(fixtures.Rules())); lines[len(lines)-1] != want {
 			t.Errorf("last line %q; want %q", lines[len(lines)-1], want)
 		}
 		if !strings.Contains(stderr, "PASSED") {
@@ -124,7 +125,8 @@ func TestCertify(t *testing.T) {
 				passed[r.Fixture] = true
 			}
 		}
-		for _, f := range []string{fixtures.DoubleDelivery, fixtures.ConcurrentDelivery, fixtures.FailureAfterMarker} {
+		for _, f := range fixtures.Catalog() {
+			f := f.ID
 			if !passed[f] {
 				t.Errorf("no passing rule of fixture %s in the certificate", f)
 			}
@@ -154,7 +156,13 @@ func TestCertify(t *testing.T) {
 				t.Errorf("rule %s: verdict %s; want %s", r.ID, r.Verdict, want)
 			}
 		}
-		if !strings.HasSuffix(strings.TrimSpace(stdout), "3 passed, 0 failed, 5 skipped") {
+		ran := 0
+		for _, r := range fixtures.Rules() {
+			if r.Fixture == fixtures.DoubleDelivery {
+				ran++
+			}
+		}
+		if want := fmt.Sprintf("%d passed, 0 failed, %d skipped", ran, len(fixtures.Rules())-ran); !strings.HasSuffix(strings.TrimSpace(stdout), want) {
 			t.Errorf("summary line wrong:\n%s", stdout)
 		}
 	})
