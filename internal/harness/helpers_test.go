@@ -24,6 +24,11 @@ func TestMain(m *testing.M) { pgtest.Main(m) }
 // most as long again.
 const shortTimeout = 300 * time.Millisecond
 
+// ampleTimeout is the delivery timeout of the tests whose implementations
+// do real database work and are not meant to hang: far above what that work
+// takes, even under the race detector on a loaded machine.
+const ampleTimeout = 30 * time.Second
+
 // patience bounds, generously, how long a guarded call may take with
 // shortTimeout: the timeout, the grace period and ten seconds for a noisy
 // machine.

@@ -79,7 +79,7 @@ func (l *leaky) pid() uint32 { return l.conn.PgConn().PID() }
 
 func TestNewSpecGivesAFreshEnvironment(t *testing.T) {
 	t.Parallel()
-	run := startRun(t, shortTimeout)
+	run := startRun(t, ampleTimeout)
 	adapter, built := leakyAdapter(t)
 	spec := newSpec(t, run, adapter)
 	second := newSpec(t, run, adapter)
@@ -127,7 +127,7 @@ func TestNewSpecGivesAFreshEnvironment(t *testing.T) {
 
 func TestSpecCloseDropsItsSchemaAndKillsOnlyItsConnections(t *testing.T) {
 	t.Parallel()
-	run := startRun(t, shortTimeout)
+	run := startRun(t, ampleTimeout)
 	adapter, built := leakyAdapter(t)
 	spec := newSpec(t, run, adapter)
 	for n := 1; n <= 2; n++ {
@@ -220,12 +220,12 @@ func TestStartDropsTheLeftoversOfDeadRunsOnly(t *testing.T) {
 	for _, s := range append([]string{dead}, kept...) {
 		createSchema(t, s)
 	}
-	live := startRun(t, shortTimeout)
+	live := startRun(t, ampleTimeout)
 	liveSpec := newSpec(t, live, adapterOf("live", fake{}))
 
 	var mu sync.Mutex
 	var logged []string
-	fresh := startRunOpts(t, harness.Options{DeliveryTimeout: shortTimeout, Logf: func(format string, args ...any) {
+	fresh := startRunOpts(t, harness.Options{DeliveryTimeout: ampleTimeout, Logf: func(format string, args ...any) {
 		mu.Lock()
 		defer mu.Unlock()
 		logged = append(logged, fmt.Sprintf(format, args...))
@@ -253,7 +253,7 @@ func TestStartDropsTheLeftoversOfDeadRunsOnly(t *testing.T) {
 func TestStartDropsTheSchemasOfARunWhoseKeeperIsGone(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	gone, err := harness.Start(ctx, harness.Options{Provision: provision.Options{DSN: pgtest.DSN(t)}, DeliveryTimeout: shortTimeout})
+	gone, err := harness.Start(ctx, harness.Options{Provision: provision.Options{DSN: pgtest.DSN(t)}, DeliveryTimeout: ampleTimeout})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -269,7 +269,7 @@ func TestStartDropsTheSchemasOfARunWhoseKeeperIsGone(t *testing.T) {
 	})
 
 	// Another run started while this one lives leaves its schema alone.
-	startRun(t, shortTimeout)
+	startRun(t, ampleTimeout)
 	if !schemaExists(t, pool, schema) {
 		t.Fatalf("schema %s of a live run was dropped", schema)
 	}
@@ -283,7 +283,7 @@ func TestStartDropsTheSchemasOfARunWhoseKeeperIsGone(t *testing.T) {
 		err := pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE application_name = $1)`, gone.AppNamePrefix()+"keeper").Scan(&alive)
 		return err == nil && !alive
 	})
-	startRun(t, shortTimeout)
+	startRun(t, ampleTimeout)
 	if schemaExists(t, pool, schema) {
 		t.Errorf("schema %s of a run whose keeper is gone survived Start", schema)
 	}
