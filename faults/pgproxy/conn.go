@@ -1,0 +1,537 @@
+package pgproxy
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgproto3"
+)
+
+// bufSize is the size of each direction's read and write buffers, and the
+// most of a Query or Parse message the proxy looks at.
+const bufSize = 32 << 10
+
+// maxStartupLen is PostgreSQL's MAX_STARTUP_PACKET_LENGTH.
+const maxStartupLen = 10000
+
+// cancelWait bounds how long a forwarded cancel request waits for the
+// server to close its connection (which is how it acknowledges one).
+const cancelWait = 10 * time.Second
+
+// conn is one client connection and, once the client has sent its
+// StartupMessage, its connection to the server.
+type conn struct {
+	id     ConnID
+	p      *Proxy
+	client net.Conn
+	done   chan struct{} // closed by cut
+
+	mu     sync.Mutex // guards the fields up to the blank line
+	server net.Conn
+	isCut  bool
+	meta   ConnInfo // without ID
+	key    []byte   // the backend's secret key, for cancel requests
+
+	// serverToClient's state: the transaction status (ReadyForQuery's 'I',
+	// 'T', 'E') and the statements completed in the open transaction.
+	status byte
+	stmts  int
+
+	// clientToServer's state: the prepared statements and portals that
+	// are a COMMIT.
+	commitStmts, commitPortals map[string]bool
+}
+
+func (c *conn) info() ConnInfo {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	i := c.meta
+	i.ID = c.id
+	return i
+}
+
+// owns reports whether a cancel request for (pid, key) is for this
+// connection's backend.
+func (c *conn) owns(pid uint32, key []byte) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.meta.PID != 0 && c.meta.PID == int(pid) && bytes.Equal(c.key, key)
+}
+
+// cut closes both sides. The relay goroutines then fail on their next read
+// or write and end.
+func (c *conn) cut() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.isCut {
+		return
+	}
+	c.isCut = true
+	close(c.done)
+	c.client.Close()
+	if c.server != nil {
+		c.server.Close()
+	}
+}
+
+// setServer attaches the server side, or closes it if the connection was
+// cut meanwhile.
+func (c *conn) setServer(s net.Conn) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.isCut {
+		s.Close()
+		return false
+	}
+	c.server = s
+	return true
+}
+
+// serve runs the startup phase, then the relay.
+func (c *conn) serve() {
+	defer c.p.wg.Done()
+	defer c.p.forget(c)
+	defer c.cut()
+	cr := bufio.NewReaderSize(c.client, bufSize)
+	for {
+		raw, msg, err := readStartup(cr)
+		if err != nil {
+			return
+		}
+		switch m := msg.(type) {
+		case *pgproto3.SSLRequest, *pgproto3.GSSEncRequest:
+			// No encryption: the client goes on in plaintext or gives up.
+			if _, err := c.client.Write([]byte{'N'}); err != nil {
+				return
+			}
+		case *pgproto3.CancelRequest:
+			c.forwardCancel(raw, m)
+			return
+		case *pgproto3.StartupMessage:
+			c.relay(cr, raw, m)
+			return
+		default:
+			return
+		}
+	}
+}
+
+// readStartup reads one untyped startup-phase message and decodes it with
+// pgproto3. It returns the message's bytes as sent, to be forwarded
+// untouched.
+func readStartup(r *bufio.Reader) ([]byte, pgproto3.FrontendMessage, error) {
+	head, err := r.Peek(4)
+	if err != nil {
+		return nil, nil, err
+	}
+	n := int(binary.BigEndian.Uint32(head))
+	if n < 8 || n > maxStartupLen {
+		return nil, nil, fmt.Errorf("startup packet of %d bytes", n)
+	}
+	raw := make([]byte, n)
+	if _, err := io.ReadFull(r, raw); err != nil {
+		return nil, nil, err
+	}
+	msg, err := pgproto3.NewBackend(bytes.NewReader(raw), io.Discard).ReceiveStartupMessage()
+	return raw, msg, err
+}
+
+func (c *conn) dial(addr string) (net.Conn, error) {
+	d := net.Dialer{Timeout: c.p.dialTimeout}
+	s, err := d.DialContext(c.p.ctx, "tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	if !c.setServer(s) {
+		return nil, net.ErrClosed
+	}
+	return s, nil
+}
+
+// forwardCancel sends a cancel request to the server of the backend it
+// names, then waits for that server to close the connection before closing
+// the client's, as the server would.
+func (c *conn) forwardCancel(raw []byte, m *pgproto3.CancelRequest) {
+	s, err := c.dial(c.p.cancelTarget(m.ProcessID, m.SecretKey))
+	if err != nil {
+		return
+	}
+	if err := s.SetDeadline(time.Now().Add(cancelWait)); err != nil {
+		return
+	}
+	if _, err := s.Write(raw); err != nil {
+		return
+	}
+	_, _ = io.Copy(io.Discard, s)
+}
+
+// relay forwards the StartupMessage to the upstream server and then relays
+// messages both ways until either side ends or the connection is cut.
+func (c *conn) relay(cr *bufio.Reader, raw []byte, sm *pgproto3.StartupMessage) {
+	upstream := c.p.Upstream()
+	c.mu.Lock()
+	c.meta.ApplicationName = sm.Parameters["application_name"]
+	c.meta.User = sm.Parameters["user"]
+	c.meta.Database = sm.Parameters["database"]
+	if c.meta.Database == "" {
+		c.meta.Database = c.meta.User
+	}
+	c.meta.Upstream = upstream
+	c.mu.Unlock()
+
+	s, err := c.dial(upstream)
+	if err != nil {
+		if c.p.ctx.Err() == nil && !errors.Is(err, net.ErrClosed) {
+			c.refuse(fmt.Sprintf("pgproxy: cannot reach the upstream server %s: %v", upstream, err))
+		}
+		return
+	}
+	sw := bufio.NewWriterSize(s, bufSize)
+	if _, err := sw.Write(raw); err != nil {
+		return
+	}
+	if err := sw.Flush(); err != nil {
+		return
+	}
+	c.p.wg.Add(1)
+	go func() {
+		defer c.p.wg.Done()
+		defer c.cut()
+		c.serverToClient(bufio.NewReaderSize(s, bufSize), bufio.NewWriterSize(c.client, bufSize))
+	}()
+	c.clientToServer(cr, sw)
+}
+
+// refuse tells the client, as a server would, why it gets no connection.
+func (c *conn) refuse(msg string) {
+	e := &pgproto3.ErrorResponse{Severity: "FATAL", SeverityUnlocalized: "FATAL", Code: "08006", Message: msg}
+	if buf, err := e.Encode(nil); err == nil {
+		_, _ = c.client.Write(buf)
+	}
+}
+
+// clientToServer relays the client's messages, watching for COMMIT.
+func (c *conn) clientToServer(r *bufio.Reader, w *bufio.Writer) {
+	for {
+		typ, n, err := readHeader(r)
+		if err != nil {
+			return
+		}
+		switch typ {
+		case 'Q': // Query
+			head, err := peekHead(r, n)
+			if err != nil {
+				return
+			}
+			if len(head) == n && isCommit(cstring(head)) && c.at(BeforeCommit, 0, w) {
+				return
+			}
+		case 'P': // Parse: name, query, ...
+			head, err := peekHead(r, n)
+			if err != nil {
+				return
+			}
+			name := cstring(head)
+			query, whole := []byte(nil), false
+			if len(name) < len(head) {
+				rest := head[len(name)+1:]
+				query = cstring(rest)
+				whole = len(query) < len(rest)
+			}
+			c.commitStmts = remember(c.commitStmts, name, whole && isCommit(query))
+		case 'B': // Bind: portal, statement, ...
+			if len(c.commitStmts) == 0 && len(c.commitPortals) == 0 {
+				break
+			}
+			head, err := peekHead(r, n)
+			if err != nil {
+				return
+			}
+			portal := cstring(head)
+			var stmt []byte
+			if len(portal) < len(head) {
+				stmt = cstring(head[len(portal)+1:])
+			}
+			c.commitPortals = remember(c.commitPortals, portal, c.commitStmts[string(stmt)])
+		case 'E': // Execute: portal, row limit
+			if len(c.commitPortals) == 0 {
+				break
+			}
+			head, err := peekHead(r, n)
+			if err != nil {
+				return
+			}
+			if c.commitPortals[string(cstring(head))] && c.at(BeforeCommit, 0, w) {
+				return
+			}
+		case 'C': // Close: 'S' or 'P', name
+			if len(c.commitStmts) == 0 && len(c.commitPortals) == 0 {
+				break
+			}
+			head, err := peekHead(r, n)
+			if err != nil {
+				return
+			}
+			if len(head) > 0 {
+				switch name := string(cstring(head[1:])); head[0] {
+				case 'S':
+					delete(c.commitStmts, name)
+				case 'P':
+					delete(c.commitPortals, name)
+				}
+			}
+		}
+		if err := relayMsg(w, r, typ, n); err != nil {
+			return
+		}
+	}
+}
+
+// remember records in set whether name is a COMMIT.
+func remember(set map[string]bool, name []byte, commit bool) map[string]bool {
+	if commit {
+		if set == nil {
+			set = make(map[string]bool)
+		}
+		set[string(name)] = true
+	} else if len(set) > 0 {
+		delete(set, string(name))
+	}
+	return set
+}
+
+// serverToClient relays the server's messages, tracking the transaction
+// status and watching the CommandCompletes.
+func (c *conn) serverToClient(r *bufio.Reader, w *bufio.Writer) {
+	for {
+		typ, n, err := readHeader(r)
+		if err != nil {
+			return
+		}
+		switch typ {
+		case 'C': // CommandComplete
+			head, err := peekHead(r, n)
+			if err != nil {
+				return
+			}
+			if c.completed(cstring(head), w) {
+				return
+			}
+		case 'Z': // ReadyForQuery
+			head, err := peekHead(r, n)
+			if err != nil {
+				return
+			}
+			if len(head) > 0 {
+				c.status = head[0]
+				if c.status == 'I' {
+					c.stmts = 0
+				}
+			}
+		case 'E': // ErrorResponse: an open transaction has failed
+			if c.status == 'T' {
+				c.status = 'E'
+			}
+		case 'K': // BackendKeyData
+			head, err := peekHead(r, n)
+			if err != nil {
+				return
+			}
+			var kd pgproto3.BackendKeyData
+			if len(head) == n && kd.Decode(head) == nil {
+				c.mu.Lock()
+				c.meta.PID, c.key = int(kd.ProcessID), kd.SecretKey
+				c.mu.Unlock()
+			}
+		}
+		if err := relayMsg(w, r, typ, n); err != nil {
+			return
+		}
+	}
+}
+
+// completed tracks a CommandComplete with tag and fires the rules at
+// AfterCommitComplete or AfterStatement. It reports whether the connection
+// was cut.
+func (c *conn) completed(tag []byte, w *bufio.Writer) bool {
+	switch string(tag) {
+	case "BEGIN", "START TRANSACTION":
+		c.status, c.stmts = 'T', 0
+		return false
+	case "COMMIT":
+		committed := c.status == 'T'
+		c.status = 'I'
+		return committed && c.at(AfterCommitComplete, 0, w)
+	case "ROLLBACK", "PREPARE TRANSACTION":
+		// ReadyForQuery corrects this after ROLLBACK TO SAVEPOINT.
+		c.status = 'I'
+		return false
+	}
+	if c.status != 'T' {
+		return false
+	}
+	c.stmts++
+	return c.at(AfterStatement, c.stmts, w)
+}
+
+// at fires the armed rules that match point pt (and statement n) on this
+// connection. Each firing is recorded before it acts; before acting, what
+// was relayed so far is flushed to w's side. It reports whether the
+// connection was cut (by a rule, or by Close during a delay).
+func (c *conn) at(pt Point, n int, w *bufio.Writer) bool {
+	rules := c.p.rules.Load()
+	if rules == nil {
+		return false
+	}
+	var info ConnInfo
+	loaded := false
+	for _, f := range *rules {
+		r := f.rule
+		if r.At != pt || r.N != n {
+			continue
+		}
+		if !loaded {
+			info, loaded = c.info(), true
+		}
+		if !r.Scope.matches(info) || !f.reserve() {
+			continue
+		}
+		f.record(Firing{Conn: info.ID, PID: info.PID, ApplicationName: info.ApplicationName, At: time.Now()})
+		// A failed flush means the connection is going; the next write says so.
+		_ = w.Flush()
+		switch r.Action {
+		case Cut:
+			c.cut()
+			return true
+		case Delay:
+			if !c.wait(r.Delay) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// wait waits for d, or until the connection is cut; it reports whether d
+// passed.
+func (c *conn) wait(d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-c.done:
+		return false
+	}
+}
+
+// readHeader reads a typed message's type and body length.
+func readHeader(r *bufio.Reader) (typ byte, n int, err error) {
+	h, err := r.Peek(5)
+	if err != nil {
+		return 0, 0, err
+	}
+	typ, l := h[0], int(int32(binary.BigEndian.Uint32(h[1:])))
+	if _, err := r.Discard(5); err != nil {
+		return 0, 0, err
+	}
+	if l < 4 {
+		return 0, 0, fmt.Errorf("message %q with length %d", typ, l)
+	}
+	return typ, l - 4, nil
+}
+
+// peekHead returns the first bytes of a body of n bytes, as many as the
+// buffer holds, without consuming them. They are valid until r is read.
+func peekHead(r *bufio.Reader, n int) ([]byte, error) {
+	return r.Peek(min(n, r.Size()))
+}
+
+// relayMsg relays a message whose header has been read, and flushes w
+// when r has nothing more buffered: messages sent together go on together,
+// and nothing waits in w while the proxy waits for r.
+func relayMsg(w *bufio.Writer, r *bufio.Reader, typ byte, n int) error {
+	if err := copyMsg(w, r, typ, n); err != nil {
+		return err
+	}
+	if r.Buffered() == 0 {
+		return w.Flush()
+	}
+	return nil
+}
+
+// copyMsg writes a message's header and copies its body of n bytes from r
+// to w, as it arrives.
+func copyMsg(w *bufio.Writer, r *bufio.Reader, typ byte, n int) error {
+	var h [5]byte
+	h[0] = typ
+	binary.BigEndian.PutUint32(h[1:], uint32(n+4))
+	if _, err := w.Write(h[:]); err != nil {
+		return err
+	}
+	for n > 0 {
+		if r.Buffered() == 0 {
+			if _, err := r.Peek(1); err != nil {
+				return err
+			}
+		}
+		b, err := r.Peek(min(n, r.Buffered()))
+		if err != nil {
+			return err
+		}
+		if _, err := w.Write(b); err != nil {
+			return err
+		}
+		if _, err := r.Discard(len(b)); err != nil {
+			return err
+		}
+		n -= len(b)
+	}
+	return nil
+}
+
+// cstring is b up to its first NUL (all of b if there is none).
+func cstring(b []byte) []byte {
+	if i := bytes.IndexByte(b, 0); i >= 0 {
+		return b[:i]
+	}
+	return b
+}
+
+// isCommit reports whether a statement's whole text is a COMMIT: COMMIT or
+// END, optionally WORK or TRANSACTION, optionally AND [NO] CHAIN, in any
+// case, with surrounding blanks and semicolons. COMMIT PREPARED is not: it
+// commits a transaction prepared earlier, not the connection's.
+func isCommit(text []byte) bool {
+	text = bytes.TrimRight(bytes.TrimSpace(text), "; \t\r\n")
+	if len(text) < 3 || len(text) > 64 {
+		return false
+	}
+	words := bytes.Fields(text)
+	is := func(i int, w string) bool { return i < len(words) && bytes.EqualFold(words[i], []byte(w)) }
+	if !is(0, "commit") && !is(0, "end") {
+		return false
+	}
+	i := 1
+	if is(i, "work") || is(i, "transaction") {
+		i++
+	}
+	if is(i, "and") {
+		i++
+		if is(i, "no") {
+			i++
+		}
+		if !is(i, "chain") {
+			return false
+		}
+		i++
+	}
+	return i == len(words)
+}

@@ -1,0 +1,793 @@
+package pgproxy_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgconn/ctxwatch"
+	"github.com/jackc/pgx/v5/pgproto3"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/harmless-dev/harmless/adapters"
+	"github.com/harmless-dev/harmless/adapters/reference"
+	"github.com/harmless-dev/harmless/faults/pgproxy"
+	"github.com/harmless-dev/harmless/internal/pgtest"
+)
+
+func TestPassthroughSimpleAndExtended(t *testing.T) {
+	e := setup(t)
+	conn := e.connect(t, "")
+	ctx := t.Context()
+
+	var sum int
+	if err := conn.QueryRow(ctx, "SELECT $1::int + $2::int", 40, 2).Scan(&sum); err != nil || sum != 42 {
+		t.Fatalf("extended query: %d, %v", sum, err)
+	}
+	if _, err := conn.Exec(ctx, "INSERT INTO "+e.schema+".t (id) VALUES ($1), ($2)", 1, 2); err != nil {
+		t.Fatalf("extended exec: %v", err)
+	}
+	if _, err := conn.Exec(ctx, "INSERT INTO "+e.schema+".t (id) VALUES (3); INSERT INTO "+e.schema+".t (id) VALUES (4)"); err != nil {
+		t.Fatalf("simple multi-statement exec: %v", err)
+	}
+	var n int
+	if err := conn.QueryRow(ctx, "SELECT count(*) FROM "+e.schema+".t WHERE id > $1", pgx.QueryExecModeSimpleProtocol, 0).Scan(&n); err != nil || n != 4 {
+		t.Fatalf("simple-protocol query: %d, %v", n, err)
+	}
+
+	// Messages larger than the proxy's buffers, both ways.
+	big := bytes.Repeat([]byte("harmless"), 200_000)
+	var echoed []byte
+	if err := conn.QueryRow(ctx, "SELECT $1::bytea", big).Scan(&echoed); err != nil || !bytes.Equal(echoed, big) {
+		t.Fatalf("1.6 MB bytea round trip: %d bytes back, %v", len(echoed), err)
+	}
+	// Query and Parse messages larger than the proxy's buffers.
+	longSQL := "SELECT length($$" + strings.Repeat("x", 100_000) + "$$)"
+	for _, mode := range []pgx.QueryExecMode{pgx.QueryExecModeSimpleProtocol, pgx.QueryExecModeExec} {
+		var length int
+		if err := conn.QueryRow(ctx, longSQL, mode).Scan(&length); err != nil || length != 100_000 {
+			t.Fatalf("a 100 kB statement (%v): %d, %v", mode, length, err)
+		}
+	}
+	var total int64
+	if err := conn.QueryRow(ctx, "SELECT sum(g) FROM generate_series(1, 100000) g").Scan(&total); err != nil || total != 5000050000 {
+		t.Fatalf("sum: %d, %v", total, err)
+	}
+	rows, _ := conn.Query(ctx, "SELECT g FROM generate_series(1, 50000) g")
+	got, err := pgx.CollectRows(rows, pgx.RowTo[int])
+	if err != nil || len(got) != 50000 || got[49999] != 50000 {
+		t.Fatalf("50000 rows: %d, %v", len(got), err)
+	}
+
+	// COPY FROM STDIN.
+	copied, err := conn.CopyFrom(ctx, pgx.Identifier{strings.Trim(e.schema, `"`), "t"}, []string{"id"},
+		pgx.CopyFromSlice(1000, func(i int) ([]any, error) { return []any{int32(100 + i)}, nil }))
+	if err != nil || copied != 1000 {
+		t.Fatalf("copy: %d, %v", copied, err)
+	}
+	if ids := e.rows(t); len(ids) != 1004 {
+		t.Fatalf("%d rows in the table, want 1004", len(ids))
+	}
+
+	// An error passes through and the connection goes on.
+	_, err = conn.Exec(ctx, "INSERT INTO "+e.schema+".t (id) VALUES ($1)", 1)
+	if sqlState(err) != "23505" {
+		t.Fatalf("duplicate insert: %v, want SQLSTATE 23505", err)
+	}
+	if err := conn.Ping(ctx); err != nil {
+		t.Fatalf("ping after an error: %v", err)
+	}
+
+	// The client sees its own backend's pid, and the proxy lists it.
+	var pid int
+	if err := conn.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&pid); err != nil || pid != int(conn.PgConn().PID()) {
+		t.Fatalf("pg_backend_pid %d, pgconn's pid %d, %v", pid, conn.PgConn().PID(), err)
+	}
+	if i := slices.IndexFunc(e.proxy.Conns(), func(c pgproxy.ConnInfo) bool { return c.PID == pid }); i < 0 {
+		t.Errorf("Conns() = %+v, want one with pid %d", e.proxy.Conns(), pid)
+	} else if c := e.proxy.Conns()[i]; c.ApplicationName != e.appPrefix || c.User != "postgres" || c.Upstream != e.proxy.Upstream() {
+		t.Errorf("Conns() lists %+v", c)
+	}
+}
+
+func TestSSLRequestFallsBackToPlaintext(t *testing.T) {
+	e := setup(t)
+	dsn := strings.Replace(e.dsn, "sslmode=disable", "sslmode=prefer", 1)
+	if !strings.Contains(dsn, "sslmode=prefer") {
+		t.Fatalf("no sslmode=prefer in %s", dsn)
+	}
+	conn := connectDSN(t, dsn, e.appPrefix)
+	var ssl bool
+	if err := conn.QueryRow(t.Context(), "SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()").Scan(&ssl); err != nil {
+		t.Fatal(err)
+	}
+	if ssl {
+		t.Error("the connection through the proxy uses TLS")
+	}
+}
+
+// TestEncryptionRequestsAnsweredN speaks the startup phase by hand: an
+// SSLRequest and a GSSEncRequest are each answered 'N', and the startup
+// that follows gets through.
+func TestEncryptionRequestsAnsweredN(t *testing.T) {
+	e := setup(t)
+	nc, err := net.Dial("tcp", e.proxy.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	if err := nc.SetDeadline(time.Now().Add(testTimeout)); err != nil {
+		t.Fatal(err)
+	}
+	fe := pgproto3.NewFrontend(nc, nc)
+	for _, req := range []pgproto3.FrontendMessage{&pgproto3.SSLRequest{}, &pgproto3.GSSEncRequest{}} {
+		fe.Send(req)
+		if err := fe.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		answer := make([]byte, 1)
+		if _, err := io.ReadFull(nc, answer); err != nil || answer[0] != 'N' {
+			t.Fatalf("%T answered %q, %v; want 'N'", req, answer, err)
+		}
+	}
+	fe.Send(&pgproto3.StartupMessage{ProtocolVersion: pgproto3.ProtocolVersion30,
+		Parameters: map[string]string{"user": "postgres", "database": "postgres", "application_name": e.appPrefix}})
+	if err := fe.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		msg, err := fe.Receive()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, ok := msg.(*pgproto3.ReadyForQuery); ok {
+			break
+		}
+		if er, ok := msg.(*pgproto3.ErrorResponse); ok {
+			t.Fatalf("startup failed: %s", er.Message)
+		}
+	}
+	fe.Send(&pgproto3.Terminate{})
+	if err := fe.Flush(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestCancelRequestIsForwarded(t *testing.T) {
+	e := setup(t)
+	cfg, err := pgx.ParseConfig(e.dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// pgx's default on a cancelled context is to set a deadline on the
+	// socket; ask for a cancel request instead, with the deadline later.
+	cfg.BuildContextWatcherHandler = func(pc *pgconn.PgConn) ctxwatch.Handler {
+		return &pgconn.CancelRequestContextWatcherHandler{Conn: pc, DeadlineDelay: 5 * time.Second}
+	}
+	conn, err := pgx.ConnectConfig(t.Context(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	ctx, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
+	defer cancel()
+	_, err = conn.Exec(ctx, "SELECT pg_sleep(10)")
+	if sqlState(err) != "57014" {
+		t.Fatalf("cancelled pg_sleep: %v, want SQLSTATE 57014 (query_canceled): the cancel request did not reach the server", err)
+	}
+}
+
+// cutCommit arms a cut at point on the test's connections, runs commit
+// on a new one, and checks that the commit failed and that the cut fired
+// once, on that connection's backend. It waits for the backend to go.
+func (e env) cutCommit(t *testing.T, at pgproxy.Point, commit func(*pgx.Conn) error) {
+	t.Helper()
+	f := e.arm(t, pgproxy.Rule{Scope: pgproxy.Scope{ApplicationNamePrefix: e.appPrefix}, At: at, Action: pgproxy.Cut})
+	conn := e.connect(t, "")
+	pid := int(conn.PgConn().PID())
+	err := commit(conn)
+	if err == nil {
+		t.Fatal("the client saw its commit succeed through a cut")
+	}
+	t.Logf("the client's COMMIT: %v", err)
+	if f.Fired() != 1 || !slices.Equal(f.PIDs(), []int{pid}) {
+		t.Errorf("fired %d times on %v, want once on [%d]", f.Fired(), f.PIDs(), pid)
+	}
+	e.waitGone(t, f)
+}
+
+func TestCutBeforeCommitRollsBack(t *testing.T) {
+	e := setup(t)
+	e.cutCommit(t, pgproxy.BeforeCommit, func(conn *pgx.Conn) error { return e.insertAndCommit(t, conn, 1) })
+	if ids := e.rows(t); len(ids) != 0 {
+		t.Errorf("rows %v committed, want none: the server never saw the COMMIT", ids)
+	}
+}
+
+func TestCutBeforeCommitOverExtendedProtocol(t *testing.T) {
+	for _, tt := range []struct {
+		name   string
+		commit func(ctx context.Context, pc *pgconn.PgConn) error
+	}{
+		{"unnamed statement", func(ctx context.Context, pc *pgconn.PgConn) error {
+			return pc.ExecParams(ctx, "COMMIT", nil, nil, nil, nil).Read().Err
+		}},
+		{"prepared statement", func(ctx context.Context, pc *pgconn.PgConn) error {
+			if _, err := pc.Prepare(ctx, "harmless_commit", "  End Transaction ;", nil); err != nil {
+				return err
+			}
+			return pc.ExecPrepared(ctx, "harmless_commit", nil, nil, nil).Read().Err
+		}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			e := setup(t)
+			e.cutCommit(t, pgproxy.BeforeCommit, func(conn *pgx.Conn) error {
+				ctx := t.Context()
+				if _, err := conn.Exec(ctx, "BEGIN"); err != nil {
+					t.Fatal(err)
+				}
+				if _, err := conn.Exec(ctx, "INSERT INTO "+e.schema+".t (id) VALUES ($1)", 1); err != nil {
+					t.Fatal(err)
+				}
+				return tt.commit(ctx, conn.PgConn())
+			})
+			if ids := e.rows(t); len(ids) != 0 {
+				t.Errorf("rows %v committed, want none", ids)
+			}
+		})
+	}
+}
+
+// TestCutAfterCommitCompleteIsAnAmbiguousCommit: the client's COMMIT
+// fails, yet the row is there.
+func TestCutAfterCommitCompleteIsAnAmbiguousCommit(t *testing.T) {
+	e := setup(t)
+	e.cutCommit(t, pgproxy.AfterCommitComplete, func(conn *pgx.Conn) error { return e.insertAndCommit(t, conn, 7) })
+	if ids := e.rows(t); !slices.Equal(ids, []int{7}) {
+		t.Errorf("rows %v, want [7]: the server committed before the cut", ids)
+	}
+}
+
+func TestCommitOfNoTransactionDoesNotFireAfterCommitComplete(t *testing.T) {
+	e := setup(t)
+	f := e.arm(t, pgproxy.Rule{Scope: pgproxy.Scope{ApplicationNamePrefix: e.appPrefix}, At: pgproxy.AfterCommitComplete, Action: pgproxy.Cut})
+	conn := e.connect(t, "")
+	// COMMIT with no transaction open only warns; a failed transaction's
+	// COMMIT completes as ROLLBACK. Neither commits anything.
+	if _, err := conn.Exec(t.Context(), "COMMIT"); err != nil {
+		t.Fatal(err)
+	}
+	tx, err := conn.Begin(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(t.Context(), "SELECT 1/0"); err == nil {
+		t.Fatal("1/0 succeeded")
+	}
+	if err := tx.Commit(t.Context()); !errors.Is(err, pgx.ErrTxCommitRollback) {
+		t.Fatalf("commit of a failed transaction: %v, want %v", err, pgx.ErrTxCommitRollback)
+	}
+	if err := conn.Ping(t.Context()); err != nil {
+		t.Fatalf("the connection was cut: %v", err)
+	}
+	if f.Fired() != 0 {
+		t.Errorf("fired %d times, want 0", f.Fired())
+	}
+}
+
+// TestCutAfterStatement runs the reference transaction (BEGIN; claim
+// INSERT; effect; COMMIT) with a cut after its first statement: the effect
+// never runs, nothing is committed.
+func TestCutAfterStatement(t *testing.T) {
+	e := setup(t)
+	e.exec(t, "CREATE SEQUENCE "+e.schema+".effect_ran")
+	store := e.referenceStore(t)
+	f := e.arm(t, pgproxy.Rule{Scope: pgproxy.Scope{ApplicationNamePrefix: e.appPrefix}, At: pgproxy.AfterStatement, N: 1, Action: pgproxy.Cut})
+	_, err := store.Process(t.Context(), event("1"), func(ctx context.Context, tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, "SELECT nextval('"+e.schema+".effect_ran')")
+		return err
+	})
+	if err == nil {
+		t.Fatal("the delivery succeeded through a cut")
+	}
+	if f.Fired() != 1 {
+		t.Errorf("fired %d times, want 1", f.Fired())
+	}
+	e.waitGone(t, f)
+	var called bool
+	if err := e.direct.QueryRow(t.Context(), "SELECT is_called FROM "+e.schema+".effect_ran").Scan(&called); err != nil {
+		t.Fatal(err)
+	}
+	if called {
+		t.Error("the effect, the second statement, ran")
+	}
+	var markers int
+	if err := e.direct.QueryRow(t.Context(), "SELECT count(*) FROM "+e.schema+".processed_events").Scan(&markers); err != nil {
+		t.Fatal(err)
+	}
+	if markers != 0 {
+		t.Errorf("%d markers committed, want 0", markers)
+	}
+}
+
+func TestDelayHoldsTheCommit(t *testing.T) {
+	e := setup(t)
+	const d = 200 * time.Millisecond
+	f := e.arm(t, pgproxy.Rule{Scope: pgproxy.Scope{ApplicationNamePrefix: e.appPrefix}, At: pgproxy.BeforeCommit, Action: pgproxy.Delay, Delay: d})
+	conn := e.connect(t, "")
+	tx, err := conn.Begin(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(t.Context(), "INSERT INTO "+e.schema+".t (id) VALUES (1)"); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if err := tx.Commit(t.Context()); err != nil {
+		t.Fatalf("a delayed commit failed: %v", err)
+	}
+	if took := time.Since(start); took < d {
+		t.Errorf("commit took %s, want at least the delay %s", took, d)
+	}
+	if f.Fired() != 1 || f.PIDs() != nil {
+		t.Errorf("fired %d times, cut %v; want once, no cut", f.Fired(), f.PIDs())
+	}
+	if ids := e.rows(t); !slices.Equal(ids, []int{1}) {
+		t.Errorf("rows %v, want [1]", ids)
+	}
+}
+
+func TestScopes(t *testing.T) {
+	e := setup(t)
+	victim := e.connect(t, "-victim")
+	bystander := e.connect(t, "-bystander")
+	var victimID pgproxy.ConnID
+	for _, c := range e.proxy.Conns() {
+		if c.PID == int(victim.PgConn().PID()) {
+			victimID = c.ID
+		}
+	}
+	if victimID == 0 {
+		t.Fatalf("the victim (pid %d) is not in Conns() %+v", victim.PgConn().PID(), e.proxy.Conns())
+	}
+	scopes := map[string]pgproxy.Scope{
+		"application_name": {ApplicationName: e.appPrefix + "-victim"},
+		"prefix":           {ApplicationNamePrefix: e.appPrefix + "-vic"},
+		"conn":             {Conn: victimID},
+		"pid":              {PID: int(victim.PgConn().PID())},
+	}
+	i := 0
+	for name, scope := range scopes {
+		t.Run(name, func(t *testing.T) {
+			f := e.arm(t, pgproxy.Rule{Scope: scope, At: pgproxy.AfterCommitComplete, Action: pgproxy.Delay, Delay: time.Millisecond})
+			defer f.Disarm()
+			i += 2
+			if err := e.insertAndCommit(t, bystander, i); err != nil {
+				t.Fatal(err)
+			}
+			if f.Fired() != 0 {
+				t.Fatalf("fired on the bystander")
+			}
+			if err := e.insertAndCommit(t, victim, i+1); err != nil {
+				t.Fatal(err)
+			}
+			if fs := f.Firings(); len(fs) != 1 || fs[0].Conn != victimID || fs[0].PID != int(victim.PgConn().PID()) {
+				t.Fatalf("firings %+v, want one on connection %d", fs, victimID)
+			}
+		})
+	}
+
+	// A cut on the victim's name leaves the bystander alone.
+	f := e.arm(t, pgproxy.Rule{Scope: pgproxy.Scope{ApplicationName: e.appPrefix + "-victim"}, At: pgproxy.BeforeCommit, Action: pgproxy.Cut})
+	if err := e.insertAndCommit(t, bystander, 100); err != nil {
+		t.Fatalf("the bystander's commit: %v", err)
+	}
+	if err := e.insertAndCommit(t, victim, 101); err == nil {
+		t.Fatal("the victim's commit got through")
+	}
+	e.waitGone(t, f)
+	if err := bystander.Ping(t.Context()); err != nil {
+		t.Errorf("the bystander's connection: %v", err)
+	}
+	if ids := e.rows(t); slices.Contains(ids, 101) || !slices.Contains(ids, 100) {
+		t.Errorf("rows %v, want 100 and not 101", ids)
+	}
+}
+
+func TestTimesLimitsFirings(t *testing.T) {
+	e := setup(t)
+	f := e.arm(t, pgproxy.Rule{Scope: pgproxy.Scope{ApplicationNamePrefix: e.appPrefix}, At: pgproxy.BeforeCommit, Action: pgproxy.Cut, Times: 1})
+	if err := e.insertAndCommit(t, e.connect(t, "-1"), 1); err == nil {
+		t.Fatal("the first commit got through")
+	}
+	if err := e.insertAndCommit(t, e.connect(t, "-2"), 2); err != nil {
+		t.Fatalf("the second commit, after the rule's one firing: %v", err)
+	}
+	if f.Fired() != 1 || len(f.Firings()) != 1 {
+		t.Errorf("fired %d times, want 1", f.Fired())
+	}
+	e.waitGone(t, f)
+	if ids := e.rows(t); !slices.Equal(ids, []int{2}) {
+		t.Errorf("rows %v, want [2]", ids)
+	}
+}
+
+func TestDisarm(t *testing.T) {
+	e := setup(t)
+	f := e.arm(t, pgproxy.Rule{At: pgproxy.BeforeCommit, Action: pgproxy.Cut, Scope: pgproxy.Scope{ApplicationNamePrefix: e.appPrefix}})
+	f.Disarm()
+	if err := e.insertAndCommit(t, e.connect(t, ""), 1); err != nil {
+		t.Fatalf("commit after Disarm: %v", err)
+	}
+	if f.Fired() != 0 {
+		t.Errorf("fired %d times after Disarm", f.Fired())
+	}
+}
+
+func TestCloseEndsEverything(t *testing.T) {
+	e := setup(t)
+	f := e.arm(t, pgproxy.Rule{Scope: pgproxy.Scope{ApplicationName: e.appPrefix + "-held"}, At: pgproxy.BeforeCommit, Action: pgproxy.Delay, Delay: time.Hour})
+
+	idle := e.connect(t, "-idle")
+	inTx := e.connect(t, "-in-tx")
+	if _, err := inTx.Exec(t.Context(), "BEGIN"); err != nil {
+		t.Fatal(err)
+	}
+	// A client that connected and said nothing.
+	mute, err := net.Dial("tcp", e.proxy.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mute.Close()
+	held := e.connect(t, "-held")
+	tx, err := held.Begin(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	committed := make(chan error, 1)
+	go func() { committed <- tx.Commit(context.Background()) }()
+	eventually(t, "the delay to hold the commit", func() bool { return f.Fired() == 1 })
+
+	closed := make(chan error, 1)
+	go func() { closed <- e.proxy.Close() }()
+	select {
+	case err := <-closed:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(testTimeout):
+		t.Fatal("Close did not return")
+	}
+	select {
+	case err := <-committed:
+		if err == nil {
+			t.Error("the held commit succeeded after Close")
+		}
+	case <-time.After(testTimeout):
+		t.Fatal("the held commit did not end with Close")
+	}
+	for name, c := range map[string]*pgx.Conn{"idle": idle, "in a transaction": inTx} {
+		if err := c.Ping(t.Context()); err == nil {
+			t.Errorf("the %s connection still works after Close", name)
+		}
+	}
+	if err := mute.SetReadDeadline(time.Now().Add(testTimeout)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := mute.Read(make([]byte, 1)); err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Error("the mute client's connection is still open after Close")
+	}
+	if _, err := net.Dial("tcp", e.proxy.Addr()); err == nil {
+		t.Error("the proxy still accepts connections after Close")
+	}
+	if err := e.proxy.Close(); err != nil {
+		t.Errorf("second Close: %v", err)
+	}
+	// setup's leak check runs when the test ends.
+}
+
+func TestSetUpstreamRedirectsNewConnections(t *testing.T) {
+	dsn := pgtest.DSN(t)
+	checkLeaks(t)
+	// An address where nothing listens.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := ln.Addr().String()
+	ln.Close()
+
+	p := newProxy(t, dead)
+	pdsn, err := p.DSN(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pgx.Connect(t.Context(), pdsn); err == nil || !strings.Contains(err.Error(), "cannot reach the upstream server") {
+		t.Fatalf("connect to a dead upstream: %v", err)
+	}
+	if err := p.SetUpstream(upstreamOf(t, dsn)); err != nil {
+		t.Fatal(err)
+	}
+	conn := connectDSN(t, pdsn, "harmless-pgproxy-test")
+	if err := conn.Ping(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.SetUpstream("no port"); err == nil {
+		t.Error("SetUpstream took an address without a port")
+	}
+}
+
+func TestNewListensOnlyOnLoopback(t *testing.T) {
+	checkLeaks(t)
+	for _, addr := range []string{"0.0.0.0:0", ":0", "[::]:0", "192.0.2.1:0", "example.com:0"} {
+		if p, err := pgproxy.New("127.0.0.1:5432", pgproxy.WithListenAddr(addr)); err == nil {
+			p.Close()
+			t.Errorf("New listened on %s", addr)
+		}
+	}
+	for _, addr := range []string{"127.0.0.1:0", "localhost:0", "127.0.0.2:0"} {
+		p, err := pgproxy.New("127.0.0.1:5432", pgproxy.WithListenAddr(addr))
+		if err != nil {
+			t.Errorf("listen on %s: %v", addr, err)
+			continue
+		}
+		if host, _, _ := net.SplitHostPort(p.Addr()); !net.ParseIP(host).IsLoopback() {
+			t.Errorf("listening on %s", p.Addr())
+		}
+		p.Close()
+	}
+	if _, err := pgproxy.New("nowhere"); err == nil {
+		t.Error("New took an upstream without a port")
+	}
+}
+
+func TestArmRefusesBadRules(t *testing.T) {
+	checkLeaks(t)
+	p := newProxy(t, "127.0.0.1:5432")
+	for _, r := range []pgproxy.Rule{
+		{},
+		{At: pgproxy.BeforeCommit},
+		{At: "somewhere", Action: pgproxy.Cut},
+		{At: pgproxy.AfterStatement, Action: pgproxy.Cut},
+		{At: pgproxy.BeforeCommit, Action: pgproxy.Cut, N: 2},
+		{At: pgproxy.BeforeCommit, Action: pgproxy.Cut, Delay: time.Second},
+		{At: pgproxy.BeforeCommit, Action: pgproxy.Delay},
+		{At: pgproxy.BeforeCommit, Action: pgproxy.Cut, Times: -1},
+		{At: pgproxy.BeforeCommit, Action: pgproxy.Cut, Scope: pgproxy.Scope{ApplicationName: "a", ApplicationNamePrefix: "a"}},
+	} {
+		if _, err := p.Arm(r); err == nil {
+			t.Errorf("Arm(%+v) took it", r)
+		}
+	}
+	f, err := p.Arm(pgproxy.Rule{At: pgproxy.AfterStatement, N: 2, Action: pgproxy.Delay, Delay: time.Second, Times: 3,
+		Scope: pgproxy.Scope{ApplicationNamePrefix: "harmless-x"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := `delay 1s after statement 2 on application_name "harmless-x"*, at most 3 times`; f.String() != want {
+		t.Errorf("String() = %q, want %q", f.String(), want)
+	}
+}
+
+func TestDSN(t *testing.T) {
+	checkLeaks(t)
+	p := newProxy(t, "127.0.0.1:5432")
+	host, port, _ := net.SplitHostPort(p.Addr())
+	for _, tt := range []struct{ in, user, password, database, app string }{
+		{"postgres://alice:s%40cret@db.example:6543/shop?sslmode=disable&application_name=x", "alice", "s@cret", "shop", "x"},
+		{"postgresql://alice@h1:1,h2:2/shop?target_session_attrs=any", "alice", "", "shop", ""},
+		{"postgres://alice@/shop?host=/var/run/postgresql&port=5433&application_name=y", "alice", "", "shop", "y"},
+		{"postgres://alice@h", "alice", "", "", ""},
+		{"host=db.example port=6543 user=alice password='s p\\'a\\\\ce' dbname=shop application_name=z", "alice", "s p'a\\ce", "shop", "z"},
+		{"user=alice hostaddr=10.0.0.1 dbname = shop sslmode=prefer", "alice", "", "shop", ""},
+		{"host=a,b port=1,2 user=alice dbname=shop", "alice", "", "shop", ""},
+	} {
+		got, err := p.DSN(tt.in)
+		if err != nil {
+			t.Errorf("DSN(%q): %v", tt.in, err)
+			continue
+		}
+		cfg, err := pgconn.ParseConfig(got)
+		if err != nil {
+			t.Errorf("DSN(%q) = %q, which does not parse: %v", tt.in, got, err)
+			continue
+		}
+		if cfg.Host != host || strconv.Itoa(int(cfg.Port)) != port || len(cfg.Fallbacks) > 1 {
+			t.Errorf("DSN(%q) = %q: host %s port %d (%d fallbacks), want %s", tt.in, got, cfg.Host, cfg.Port, len(cfg.Fallbacks), p.Addr())
+		}
+		if cfg.User != tt.user || cfg.Password != tt.password || cfg.Database != tt.database || cfg.RuntimeParams["application_name"] != tt.app {
+			t.Errorf("DSN(%q) = %q: user %q password %q database %q application_name %q", tt.in, got, cfg.User, cfg.Password, cfg.Database, cfg.RuntimeParams["application_name"])
+		}
+	}
+	for _, in := range []string{
+		"postgres://h/db?sslmode=require",
+		"host=h sslmode=verify-full",
+		"host=h sslmode='verify-ca'",
+		"host=h sslnegotiation=direct sslmode=require",
+		"host=h password='unterminated",
+		"host",
+	} {
+		if got, err := p.DSN(in); err == nil {
+			t.Errorf("DSN(%q) = %q, want an error", in, got)
+		}
+	}
+}
+
+// TestStartupPacketLimits: the proxy drops a client whose first message
+// is no startup packet, and goes on serving others.
+func TestStartupPacketLimits(t *testing.T) {
+	e := setup(t)
+	for _, junk := range [][]byte{
+		binary.BigEndian.AppendUint32(nil, 1<<20), // too long
+		{0, 0, 0, 8, 0, 0, 0, 1},                  // unknown code
+		[]byte("GET / HTTP/1.1\r\n\r\n"),
+	} {
+		nc, err := net.Dial("tcp", e.proxy.Addr())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := nc.SetDeadline(time.Now().Add(testTimeout)); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := nc.Write(junk); err != nil {
+			t.Fatal(err)
+		}
+		if n, err := nc.Read(make([]byte, 64)); err == nil {
+			t.Errorf("after %q the proxy answered %d bytes", junk, n)
+		}
+		nc.Close()
+	}
+	if err := e.connect(t, "").Ping(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func event(id string) adapters.Event {
+	return adapters.Event{Namespace: "pgproxy-test", ID: id, Payload: []byte("payload")}
+}
+
+// referenceStore is a reference implementation whose pool goes through the
+// proxy, its connections named with the test's prefix, and its table in
+// the test's schema.
+func (e env) referenceStore(t testing.TB) *reference.Store {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(e.dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.ConnConfig.RuntimeParams["application_name"] = e.appPrefix
+	pool, err := pgxpool.NewWithConfig(t.Context(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	store := reference.NewStore(pool, reference.Config{Schema: e.name})
+	if err := store.Migrate(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	return store
+}
+
+// BenchmarkReferenceTx runs the reference implementation's transaction
+// (BEGIN; claim INSERT ... ON CONFLICT DO NOTHING RETURNING; effect INSERT;
+// COMMIT), each on a new event, straight to the server and through a proxy
+// with no rule armed, from 1 and from 8 concurrent clients. ns/op is wall
+// time over transactions (throughput); latency-ns/tx is the mean time one
+// transaction takes.
+func BenchmarkReferenceTx(b *testing.B) {
+	dsn := pgtest.DSN(b)
+	ctx := context.Background()
+	direct, err := pgxpool.New(ctx, dsn)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer direct.Close()
+	schema := "harmless_bench_pgproxy_" + unique(b)
+	quoted := pgx.Identifier{schema}.Sanitize()
+	if _, err := direct.Exec(ctx, "CREATE SCHEMA "+quoted+"; CREATE TABLE "+quoted+".effects (id text NOT NULL)"); err != nil {
+		b.Fatal(err)
+	}
+	defer func() {
+		if _, err := direct.Exec(ctx, "DROP SCHEMA "+quoted+" CASCADE"); err != nil {
+			b.Error(err)
+		}
+	}()
+	if err := reference.NewStore(direct, reference.Config{Schema: schema}).Migrate(ctx); err != nil {
+		b.Fatal(err)
+	}
+	pdsn := proxyDSN(b, dsn)
+	for _, clients := range []int{1, 8} {
+		for _, via := range []struct{ name, dsn string }{{"direct", dsn}, {"proxy", pdsn}} {
+			b.Run(fmt.Sprintf("clients=%d/%s", clients, via.name), func(b *testing.B) {
+				benchReferenceTx(b, via.dsn, schema, clients)
+			})
+		}
+	}
+}
+
+func benchReferenceTx(b *testing.B, dsn, schema string, clients int) {
+	ctx := context.Background()
+	cfg, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		b.Fatal(err)
+	}
+	cfg.MaxConns = int32(clients)
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer pool.Close()
+	store := reference.NewStore(pool, reference.Config{Schema: schema})
+	insertEffect := "INSERT INTO " + pgx.Identifier{schema, "effects"}.Sanitize() + " (id) VALUES ($1)"
+	prefix := unique(b) + "-"
+	var latency atomic.Int64
+	// run delivers n new events from the clients.
+	run := func(n int, tag string, measure bool) {
+		var next atomic.Int64
+		var wg sync.WaitGroup
+		for range clients {
+			wg.Go(func() {
+				for i := next.Add(1); i <= int64(n); i = next.Add(1) {
+					id := prefix + tag + strconv.FormatInt(i, 10)
+					start := time.Now()
+					_, err := store.Process(ctx, event(id), func(ctx context.Context, tx pgx.Tx) error {
+						_, err := tx.Exec(ctx, insertEffect, id)
+						return err
+					})
+					if err != nil {
+						b.Error(err)
+						return
+					}
+					if measure {
+						latency.Add(int64(time.Since(start)))
+					}
+				}
+			})
+		}
+		wg.Wait()
+	}
+	// Warm up: open every connection and prepare its statements.
+	run(4*clients, "warm-", false)
+	b.ResetTimer()
+	run(b.N, "", true)
+	b.StopTimer()
+	b.ReportMetric(float64(latency.Load())/float64(b.N), "latency-ns/tx")
+}
+
+// BenchmarkRoundTrip measures one round trip (a prepared SELECT 1) straight
+// to the server and through a proxy: what the proxy adds to each of a
+// transaction's round trips.
+func BenchmarkRoundTrip(b *testing.B) {
+	dsn := pgtest.DSN(b)
+	pdsn := proxyDSN(b, dsn)
+	for _, via := range []struct{ name, dsn string }{{"direct", dsn}, {"proxy", pdsn}} {
+		b.Run(via.name, func(b *testing.B) {
+			ctx := context.Background()
+			conn, err := pgx.Connect(ctx, via.dsn)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer conn.Close(ctx)
+			var one int
+			for b.Loop() {
+				if err := conn.QueryRow(ctx, "SELECT 1").Scan(&one); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
