@@ -131,14 +131,9 @@ func (s *Spec) Instance(ctx context.Context, n int) (adapters.Implementation, er
 // every table there but the harness's own. It is how the harness sees
 // deduplication state without knowing the implementation's tables.
 func (s *Spec) StateRows(ctx context.Context) (int64, error) {
-	rows, err := s.run.admin.Query(ctx, `SELECT format('%I.%I', schemaname, tablename) FROM pg_tables
-WHERE schemaname = $1 AND tablename NOT LIKE 'harmless\_%'`, s.schema)
+	tables, err := s.StateTables(ctx)
 	if err != nil {
-		return 0, fmt.Errorf("list the implementation's tables: %w", err)
-	}
-	tables, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		return 0, fmt.Errorf("list the implementation's tables: %w", err)
+		return 0, err
 	}
 	var total int64
 	for _, table := range tables {
@@ -149,6 +144,22 @@ WHERE schemaname = $1 AND tablename NOT LIKE 'harmless\_%'`, s.schema)
 		total += n
 	}
 	return total, nil
+}
+
+// StateTables lists the tables the implementation keeps in the spec's
+// schema, every table there but the harness's own, each quoted and
+// schema-qualified.
+func (s *Spec) StateTables(ctx context.Context) ([]string, error) {
+	rows, err := s.run.admin.Query(ctx, `SELECT format('%I.%I', schemaname, tablename) FROM pg_tables
+WHERE schemaname = $1 AND tablename NOT LIKE 'harmless\_%' ORDER BY tablename`, s.schema)
+	if err != nil {
+		return nil, fmt.Errorf("list the implementation's tables: %w", err)
+	}
+	tables, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("list the implementation's tables: %w", err)
+	}
+	return tables, nil
 }
 
 // Purge asks instance n to purge the state of events claimed before cutoff.

@@ -1,0 +1,143 @@
+package harness
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// Crash is a crash of the run's server that [Run.CrashServer] caused: pass
+// it to [Run.RestartServer].
+type Crash struct {
+	// Server describes the crashed server, without credentials.
+	Server string
+	// StartedBefore is the server's pg_postmaster_start_time() before the
+	// crash.
+	StartedBefore time.Time
+	// At is when the crash was done.
+	At time.Time
+
+	dsn string // the server's address before the crash
+}
+
+// Recovery is what [Run.RestartServer] observed: the evidence that the
+// server really crashed and came back.
+type Recovery struct {
+	Crash
+	// StartedAfter is the server's pg_postmaster_start_time() after the
+	// restart. A server that really restarted has a later one.
+	StartedAfter time.Time
+	// OldConnErr is what a connection opened before the crash (the run's
+	// keeper) answered after the restart. A real crash ends every
+	// connection, so it is never nil then.
+	OldConnErr error
+	// Moved reports whether the server came back at another address (a
+	// container gets a new host port): a client holding the old DSN cannot
+	// reconnect by itself then.
+	Moved bool
+	// Down is how long the server was gone: from the crash to the end of
+	// the restart.
+	Down time.Duration
+}
+
+// Problem returns "" when the evidence shows a real crash and restart,
+// else what is missing.
+func (r Recovery) Problem() string {
+	switch {
+	case !r.StartedAfter.After(r.StartedBefore):
+		return fmt.Sprintf("the crash of %s did not happen: the server's start time is still %s", r.Server, r.StartedBefore.Format(time.RFC3339Nano))
+	case r.OldConnErr == nil:
+		return fmt.Sprintf("the crash of %s did not happen: a connection opened before it still works", r.Server)
+	}
+	return ""
+}
+
+// String summarises the evidence, e.g. "throwaway cluster in /tmp/x
+// crashed and restarted: down 0.8s, postmaster start time 12:00:01.5 ->
+// 12:00:02.3, connections opened before the crash gone".
+func (r Recovery) String() string {
+	s := fmt.Sprintf("%s crashed and restarted: down %.1fs, postmaster start time %s -> %s",
+		r.Server, r.Down.Seconds(), r.StartedBefore.Format(clockFormat), r.StartedAfter.Format(clockFormat))
+	if r.OldConnErr != nil {
+		s += ", connections opened before the crash gone"
+	}
+	if r.Moved {
+		s += ", back at a new address"
+	}
+	return s
+}
+
+const clockFormat = "15:04:05.000"
+
+// CrashServer crashes the run's server without a clean shutdown: an
+// immediate shutdown of a throwaway cluster, SIGKILL to a container. It
+// refuses a server the run does not own (one named by a DSN): the harness
+// only ever crashes what it created. Every connection to the server dies;
+// nothing of the run works until [Run.RestartServer].
+//
+// CrashServer and RestartServer must not run concurrently with other uses
+// of the run.
+func (r *Run) CrashServer(ctx context.Context) (*Crash, error) {
+	if !r.server.Owned() {
+		return nil, fmt.Errorf("harness: refusing to crash %s: this run did not create it", r.server)
+	}
+	c := &Crash{Server: r.server.String(), dsn: r.server.DSN()}
+	if err := r.admin.QueryRow(ctx, `SELECT pg_postmaster_start_time()`).Scan(&c.StartedBefore); err != nil {
+		return nil, fmt.Errorf("harness: server start time before the crash: %w", err)
+	}
+	if err := r.server.Crash(ctx); err != nil {
+		return nil, err
+	}
+	c.At = time.Now()
+	return c, nil
+}
+
+// RestartServer starts the server again after c (PostgreSQL runs crash
+// recovery) and recovers the run: it reopens the keeper connection, renews
+// the admin pool's connections and checks that the pool works. The
+// recovery's evidence says whether the crash was real.
+func (r *Run) RestartServer(ctx context.Context, c *Crash) (Recovery, error) {
+	rec := Recovery{Crash: *c}
+	if err := r.server.Restart(ctx); err != nil {
+		return rec, err
+	}
+	rec.Down = time.Since(c.At)
+	dsn := r.server.DSN()
+	rec.Moved = dsn != c.dsn
+
+	// The keeper was opened before the crash: it must be dead now.
+	rec.OldConnErr = r.keeper.Ping(ctx)
+	_ = r.keeper.Close(ctx) // dead: closing it can only fail
+	keeperDSN, err := WithApplicationName(dsn, r.appName("keeper"))
+	if err != nil {
+		return rec, err
+	}
+	if r.keeper, err = pgx.Connect(ctx, keeperDSN); err != nil {
+		return rec, fmt.Errorf("harness: reconnect the keeper after the restart: %w", err)
+	}
+
+	if rec.Moved {
+		adminDSN, err := WithApplicationName(dsn, r.appName("admin"))
+		if err != nil {
+			return rec, err
+		}
+		admin, err := pgxpool.New(ctx, adminDSN)
+		if err != nil {
+			return rec, fmt.Errorf("harness: reconnect the admin pool after the restart: %w", err)
+		}
+		r.admin.Close()
+		r.admin = admin
+	} else {
+		// Idle connections are dead; connections in use are dropped when
+		// released.
+		r.admin.Reset()
+	}
+	if err := r.admin.QueryRow(ctx, `SELECT pg_postmaster_start_time()`).Scan(&rec.StartedAfter); err != nil {
+		return rec, fmt.Errorf("harness: server start time after the restart: %w", err)
+	}
+	r.opts.Logf("%s", rec)
+	return rec, nil
+}

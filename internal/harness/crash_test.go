@@ -1,0 +1,163 @@
+package harness_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/harmless-dev/harmless/internal/harness"
+	"github.com/harmless-dev/harmless/internal/provision"
+)
+
+func TestCrashServerRefusesAServerTheRunDoesNotOwn(t *testing.T) {
+	r := startRun(t, ampleTimeout)
+	if r.Server().Owned() {
+		t.Fatal("a run on a DSN owns its server")
+	}
+	_, err := r.CrashServer(t.Context())
+	if err == nil || !strings.Contains(err.Error(), "refusing to crash") {
+		t.Fatalf("CrashServer on a server named by a DSN: %v; want a refusal", err)
+	}
+	if err := r.Admin().Ping(t.Context()); err != nil {
+		t.Fatalf("the server is gone after a refused crash: %v", err)
+	}
+}
+
+func TestRecoveryProblemWithoutACrash(t *testing.T) {
+	start := time.Date(2030, 1, 1, 12, 0, 0, 0, time.UTC)
+	crash := harness.Crash{Server: "a server", StartedBefore: start}
+	for _, tc := range []struct {
+		name string
+		rec  harness.Recovery
+		says string
+	}{
+		{"real", harness.Recovery{Crash: crash, StartedAfter: start.Add(time.Second), OldConnErr: errors.New("conn closed")}, ""},
+		{"same start time", harness.Recovery{Crash: crash, StartedAfter: start, OldConnErr: errors.New("conn closed")}, "start time is still"},
+		{"old connection alive", harness.Recovery{Crash: crash, StartedAfter: start.Add(time.Second)}, "still works"},
+	} {
+		got := tc.rec.Problem()
+		if tc.says == "" && got != "" || !strings.Contains(got, tc.says) {
+			t.Errorf("%s: Problem() = %q; want %q", tc.name, got, tc.says)
+		}
+	}
+}
+
+// TestCrashAndRestartServer crashes a throwaway cluster of the run's own
+// and checks that the run recovers: committed data is there, a connection
+// opened before the crash is gone, the keeper is back (so no other run
+// takes the run's schemas for leftovers), the admin pool and the spec work.
+func TestCrashAndRestartServer(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	defer cancel()
+	r, err := harness.Start(ctx, harness.Options{Provision: provision.Options{Only: provision.KindCluster}, Logf: t.Logf})
+	if errors.Is(err, provision.ErrNoDatabase) && strings.HasSuffix(err.Error(), ": not found") {
+		t.Skipf("no PostgreSQL server binaries for a throwaway cluster: %v", err)
+	}
+	if err != nil {
+		t.Fatalf("start a run on a throwaway cluster: %v", err)
+	}
+	atEnd(t, "run "+r.ID(), r.Close)
+	if !r.Server().Owned() {
+		t.Fatal("the run does not own its throwaway cluster")
+	}
+	spec := newSpec(t, r, delivering("crash", nil))
+	table := pgx.Identifier{spec.Schema(), "survivor"}.Sanitize()
+	if _, err := r.Admin().Exec(ctx, `CREATE TABLE `+table+` (v text); INSERT INTO `+table+` VALUES ('committed')`); err != nil {
+		t.Fatal(err)
+	}
+	env, err := spec.Env(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := connect(t, env.DSN)
+
+	c, err := r.CrashServer(ctx)
+	if err != nil {
+		t.Fatalf("CrashServer: %v", err)
+	}
+	if err := r.Admin().Ping(ctx); err == nil {
+		t.Fatal("the admin pool still reaches the server after the crash")
+	}
+	rec, err := r.RestartServer(ctx, c)
+	if err != nil {
+		t.Fatalf("RestartServer: %v", err)
+	}
+	t.Logf("%s", rec)
+	if p := rec.Problem(); p != "" || rec.Moved || rec.OldConnErr == nil {
+		t.Errorf("recovery %+v: problem %q, moved %t; want a real crash at the same address", rec, p, rec.Moved)
+	}
+	if err := before.Ping(ctx); err == nil {
+		t.Error("a connection opened before the crash still works")
+	}
+
+	var v string
+	if err := r.Admin().QueryRow(ctx, `SELECT v FROM `+table).Scan(&v); err != nil || v != "committed" {
+		t.Errorf("after the restart: %q, %v; want the committed row", v, err)
+	}
+	var keepers int
+	if err := r.Admin().QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE application_name = $1`, r.AppNamePrefix()+"keeper").Scan(&keepers); err != nil || keepers != 1 {
+		t.Errorf("keeper connections after the restart: %d, %v; want 1", keepers, err)
+	}
+	if _, err := spec.Effects(ctx, event("after-restart")); err != nil {
+		t.Errorf("the spec cannot read its ledger after the restart: %v", err)
+	}
+	if n, err := spec.StateRows(ctx); err != nil || n != 1 {
+		t.Errorf("the spec counts %d rows of state after the restart, %v; want the 1 committed", n, err)
+	}
+	if _, err := r.RestartServer(ctx, c); err == nil {
+		t.Error("RestartServer of a running server: no error")
+	}
+}
+
+func TestHoldWritesHoldsWritesNotReads(t *testing.T) {
+	ctx := t.Context()
+	r := startRun(t, ampleTimeout)
+	spec := newSpec(t, r, delivering("hold", nil))
+	if h, err := spec.HoldWrites(ctx); h != nil || err != nil {
+		t.Fatalf("HoldWrites without tables: %v, %v; want nothing to hold", h, err)
+	}
+	table := pgx.Identifier{spec.Schema(), "markers"}.Sanitize()
+	if _, err := r.Admin().Exec(ctx, `CREATE TABLE `+table+` (id text PRIMARY KEY)`); err != nil {
+		t.Fatal(err)
+	}
+	h, err := spec.HoldWrites(ctx)
+	if err != nil || h == nil {
+		t.Fatalf("HoldWrites: %v, %v", h, err)
+	}
+	if !strings.Contains(h.String(), "markers") {
+		t.Errorf("the hold is on %s; want the markers table", h)
+	}
+	env, err := spec.Env(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn := connect(t, env.DSN)
+	var read int
+	if err := conn.QueryRow(ctx, `SELECT count(*) FROM `+table).Scan(&read); err != nil {
+		t.Fatalf("a read while writes are held: %v", err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := conn.Exec(ctx, `INSERT INTO `+table+` VALUES ('1')`)
+		done <- err
+	}()
+	eventually(t, patience, "the insert waits for the hold", func() bool {
+		n, err := h.Waiting(ctx)
+		return err == nil && n == 1
+	})
+	select {
+	case err := <-done:
+		t.Fatalf("the insert ended while writes were held: %v", err)
+	default:
+	}
+	if err := h.Release(ctx); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+	if err := <-done; err != nil {
+		t.Errorf("the insert after the release: %v", err)
+	}
+}

@@ -1,0 +1,240 @@
+package suite
+
+import (
+	"context"
+	"errors"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/harmless-dev/harmless/adapters"
+	"github.com/harmless-dev/harmless/adapters/builtin"
+	"github.com/harmless-dev/harmless/adapters/reference"
+	"github.com/harmless-dev/harmless/fixtures"
+	"github.com/harmless-dev/harmless/internal/provision"
+)
+
+// crashChildEnv names, in a child process of TestCrashRecovery, the case of
+// crashCases to run the crash-recovery fixture against.
+const crashChildEnv = "HARMLESS_TEST_CRASH"
+
+// expect is the verdict a rule must get and, unless it passes, what its
+// message must mention.
+type expect struct {
+	verdict Verdict
+	says    string
+}
+
+// crashCase is an adapter the crash-recovery fixture runs against, on a
+// throwaway cluster, and the verdict each of its rules must get.
+type crashCase struct {
+	adapter adapters.Adapter
+	want    map[string]expect
+}
+
+var (
+	pass        = expect{verdict: VerdictPass}
+	lostEffects = expect{VerdictFail, "has 0 effects (expected 1)"}
+	twoEffects  = expect{VerdictFail, "has 2 effects (expected 1)"}
+)
+
+// crashCases are the built-in adapters whose verdict on crash-recovery the
+// matrix states and that show each way of passing or failing it, and two
+// bugs that only this fixture catches.
+var crashCases = map[string]crashCase{
+	"reference":           builtinCase("reference", pass, pass),
+	"broken-marker-first": builtinCase("broken-marker-first", pass, lostEffects),
+	"broken-effect-first": builtinCase("broken-effect-first", pass, twoEffects),
+	// No tables: the write hold has nothing to hold, the sleep does.
+	"broken-in-memory": builtinCase("broken-in-memory", pass, pass),
+	// The reference Store on an UNLOGGED table: crash recovery empties it.
+	"unlogged": {
+		adapter: unloggedAdapter(),
+		want: map[string]expect{
+			fixtures.CrashRecoveryAppliedSurvives:     {VerdictFail, "its deduplication state did not survive the crash"},
+			fixtures.CrashRecoveryInFlightExactlyOnce: pass,
+		},
+	},
+	// One connection, opened by the factory and kept for ever.
+	"no-reconnect": {
+		adapter: adapters.Adapter{Name: "no-reconnect", Declares: reference.Adapter().Declares, New: newOneConn},
+		want: map[string]expect{
+			fixtures.CrashRecoveryAppliedSurvives:     {VerdictFail, "it did not reconnect by itself"},
+			fixtures.CrashRecoveryInFlightExactlyOnce: {VerdictFail, "was never acknowledged after the restart"},
+		},
+	},
+}
+
+func builtinCase(name string, applied, inFlight expect) crashCase {
+	a, err := builtin.Lookup(name)
+	if err != nil {
+		panic(err)
+	}
+	return crashCase{adapter: a, want: map[string]expect{
+		fixtures.CrashRecoveryAppliedSurvives:     applied,
+		fixtures.CrashRecoveryInFlightExactlyOnce: inFlight,
+	}}
+}
+
+// unloggedAdapter is the reference Store whose processed-events table is
+// UNLOGGED: faster, and emptied by crash recovery.
+func unloggedAdapter() adapters.Adapter {
+	return adapters.Adapter{
+		Name:     "unlogged",
+		Declares: reference.Adapter().Declares,
+		New: func(ctx context.Context, env adapters.Env) (adapters.Implementation, error) {
+			pool, err := pgxpool.New(ctx, env.DSN)
+			if err != nil {
+				return nil, err
+			}
+			table := pgx.Identifier{env.Schema, reference.DefaultTable}.Sanitize()
+			if _, err := pool.Exec(ctx, `CREATE UNLOGGED TABLE IF NOT EXISTS `+table+` (
+	namespace text NOT NULL, event_id text NOT NULL, payload_digest bytea NOT NULL, processed_at timestamptz NOT NULL,
+	PRIMARY KEY (namespace, event_id))`); err != nil {
+				pool.Close()
+				return nil, err
+			}
+			store := reference.NewStore(pool, reference.Config{Schema: env.Schema, Now: env.Clock.Now})
+			if err := store.Migrate(ctx); err != nil { // creates nothing: the table is there
+				pool.Close()
+				return nil, err
+			}
+			return storeImpl{pool: pool, store: store, effect: env.Effect}, nil
+		},
+	}
+}
+
+// oneConn is the reference pattern on a single connection, opened by the
+// factory and never replaced: once the server is gone, so is the instance.
+type oneConn struct {
+	mu     sync.Mutex
+	conn   *pgx.Conn
+	table  string
+	effect adapters.Effect
+}
+
+func newOneConn(ctx context.Context, env adapters.Env) (adapters.Implementation, error) {
+	conn, err := pgx.Connect(ctx, env.DSN)
+	if err != nil {
+		return nil, err
+	}
+	c := &oneConn{conn: conn, table: pgx.Identifier{env.Schema, "one_conn_markers"}.Sanitize(), effect: env.Effect}
+	if _, err := conn.Exec(ctx, `CREATE TABLE IF NOT EXISTS `+c.table+` (namespace text, event_id text, PRIMARY KEY (namespace, event_id))`); err != nil {
+		conn.Close(ctx)
+		return nil, err
+	}
+	return c, nil
+}
+
+func (c *oneConn) Deliver(ctx context.Context, d adapters.Delivery) (adapters.Outcome, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	outcome := adapters.Duplicate
+	err := pgx.BeginFunc(ctx, c.conn, func(tx pgx.Tx) error {
+		var claimed bool
+		err := tx.QueryRow(ctx, `INSERT INTO `+c.table+` VALUES ($1, $2) ON CONFLICT DO NOTHING RETURNING true`, d.Namespace, d.ID).Scan(&claimed)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		outcome = adapters.Applied
+		return c.effect.Apply(ctx, tx, d)
+	})
+	if err != nil {
+		return 0, err
+	}
+	return outcome, nil
+}
+
+func (c *oneConn) Close(ctx context.Context) error { return c.conn.Close(ctx) }
+
+// TestCrashChild runs the suite against the adapter named by crashChildEnv
+// and writes the certificate to childCertEnv. It runs only in a child
+// process started by TestCrashRecovery, which selects the crash-recovery
+// fixture with a label filter and a throwaway cluster with
+// HARMLESS_PROVISION.
+func TestCrashChild(t *testing.T) {
+	name := os.Getenv(crashChildEnv)
+	if name == "" {
+		t.Skip("runs only in a child process of TestCrashRecovery")
+	}
+	c, ok := crashCases[name]
+	if !ok {
+		t.Fatalf("%s=%q names no crash case", crashChildEnv, name)
+	}
+	path := os.Getenv(childCertEnv)
+	Run(t, c.adapter, WithLogf(t.Logf), WithCertificate(func(cert Certificate) {
+		if err := cert.WriteJSON(path); err != nil {
+			t.Errorf("%v", err)
+		}
+	}))
+}
+
+// TestCrashRecovery runs the crash-recovery fixture for real, on a
+// throwaway cluster of its own, in a child process each: the reference
+// passes, the adapters that commit the marker and the effect apart fail as
+// the verdict matrix says, and so do an UNLOGGED marker table and an
+// implementation that never reconnects. It is skipped only where no
+// PostgreSQL server binaries are found.
+func TestCrashRecovery(t *testing.T) {
+	for name, c := range crashCases {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			if row, err := fixtures.MatrixRowOf(name); err == nil {
+				checkAgainstMatrix(t, row, c)
+			}
+			cert, output, elapsed := runTestChild(t, "TestCrashChild", []string{"-ginkgo.label-filter=fixture:" + fixtures.CrashRecovery},
+				[]string{"HARMLESS_DSN=", "DATABASE_URL=", "HARMLESS_PROVISION=" + string(provision.KindCluster), crashChildEnv + "=" + name}, 0, 1)
+			if noServerBinaries(cert.Error) {
+				t.Skipf("no PostgreSQL server binaries for a throwaway cluster: %s", cert.Error)
+			}
+			t.Logf("the crash-recovery fixture against %s took %s (the child process %s)",
+				name, time.Duration(cert.Duration*float64(time.Second)).Round(time.Millisecond), elapsed.Round(time.Millisecond))
+			if cert.Error != "" || cert.DatabaseKind != string(provision.KindCluster) {
+				t.Fatalf("the run did not start on a throwaway cluster (%q): %s\n%s", cert.DatabaseKind, cert.Error, tail(output, 60))
+			}
+			for _, r := range cert.Rules {
+				want, ok := c.want[r.ID]
+				switch {
+				case !ok:
+					if r.Verdict != VerdictSkipped {
+						t.Errorf("rule %s of another fixture ran (%s): the label filter did not hold", r.ID, r.Verdict)
+					}
+				case r.Verdict != want.verdict:
+					t.Errorf("rule %s: verdict %s; want %s\n%s", r.ID, r.Verdict, want.verdict, r.Message)
+				case !strings.Contains(r.Message, want.says):
+					t.Errorf("rule %s is %s without saying %q:\n%s", r.ID, r.Verdict, want.says, r.Message)
+				}
+			}
+			if t.Failed() {
+				t.Logf("the child's output:\n%s", tail(output, 80))
+			}
+		})
+	}
+}
+
+// checkAgainstMatrix fails the test when a built-in adapter's case does not
+// say what the verdict matrix says of it on crash-recovery.
+func checkAgainstMatrix(t *testing.T, row fixtures.MatrixRow, c crashCase) {
+	t.Helper()
+	fails := false
+	for _, e := range c.want {
+		fails = fails || e.verdict == VerdictFail
+	}
+	if want := row.Expect(fixtures.CrashRecovery) == fixtures.MustFail; fails != want {
+		t.Errorf("the case of %s fails crash-recovery: %t; the verdict matrix says %t", row.Adapter, fails, want)
+	}
+}
+
+// noServerBinaries reports whether a run could not start because the
+// cluster way found no server binaries.
+func noServerBinaries(setupErr string) bool {
+	return strings.Contains(setupErr, provision.ErrNoDatabase.Error()) && strings.HasSuffix(strings.TrimSpace(setupErr), ": not found")
+}
