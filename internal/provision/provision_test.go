@@ -427,9 +427,10 @@ func TestLeftoverClustersOfDeadRunsAreRemoved(t *testing.T) {
 	if err := pingOnce(ctx, leftover.DSN()); err == nil {
 		t.Errorf("the leftover server at %s still accepts connections", leftover.DSN())
 	}
-	if !strings.Contains(strings.Join(lines, "\n"), fmt.Sprintf("removed leftover cluster %s of dead process %d", lc.dir, dead.pid)) {
-		t.Errorf("no progress line about the removal in %q", lines)
-	}
+	// The progress line is not asserted: any harmless process that starts a
+	// cluster meanwhile (go test runs packages in parallel) may be the one
+	// that removes the leftover, and logs it in its own output.
+	t.Logf("progress lines: %q", lines)
 }
 
 func pingOnce(ctx context.Context, dsn string) error {
