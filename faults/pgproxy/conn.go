@@ -470,10 +470,8 @@ func relayMsg(w *bufio.Writer, r *bufio.Reader, typ byte, n int) error {
 // copyMsg writes a message's header and copies its body of n bytes from r
 // to w, as it arrives.
 func copyMsg(w *bufio.Writer, r *bufio.Reader, typ byte, n int) error {
-	var h [5]byte
-	h[0] = typ
-	binary.BigEndian.PutUint32(h[1:], uint32(n+4))
-	if _, err := w.Write(h[:]); err != nil {
+	h := binary.BigEndian.AppendUint32(append(w.AvailableBuffer(), typ), uint32(n+4))
+	if _, err := w.Write(h); err != nil {
 		return err
 	}
 	for n > 0 {
