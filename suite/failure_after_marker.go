@@ -9,6 +9,7 @@ import (
 
 	"github.com/harmless-dev/harmless/adapters"
 	"github.com/harmless-dev/harmless/faults"
+	"github.com/harmless-dev/harmless/faults/pgproxy"
 	"github.com/harmless-dev/harmless/fixtures"
 	"github.com/harmless-dev/harmless/internal/harness"
 	"github.com/harmless-dev/harmless/internal/ledger"
@@ -20,24 +21,56 @@ type failure struct {
 	name string
 	// kills reports whether the failure kills the delivery's connection.
 	kills bool
-	// arm plans the failure for attempt 1 of ev and returns a function that
-	// reports how often it fired, and a description of it.
-	arm func(ctx context.Context, spec *harness.Spec, ev adapters.Event) (fired func(context.Context) (int64, error), what string)
+	// arm plans the failure for attempt 1 of ev.
+	arm func(ctx context.Context, spec *harness.Spec, ev adapters.Event) planned
 }
 
-func dbFailure(point faults.Point, action faults.Action) func(context.Context, *harness.Spec, adapters.Event) (func(context.Context) (int64, error), string) {
-	return func(ctx context.Context, spec *harness.Spec, ev adapters.Event) (func(context.Context) (int64, error), string) {
+// planned is an armed failure.
+type planned struct {
+	// what describes the fault.
+	what string
+	// fired reports how often it fired.
+	fired func(context.Context) (int64, error)
+	// settle, when set, waits until the fault's effects on the server are
+	// over, before the event is redelivered.
+	settle func(context.Context) error
+}
+
+func dbFailure(point faults.Point, action faults.Action) func(context.Context, *harness.Spec, adapters.Event) planned {
+	return func(ctx context.Context, spec *harness.Spec, ev adapters.Event) planned {
 		GinkgoHelper()
 		f, err := spec.Arm(ctx, faults.Plan{Namespace: ev.Namespace, ID: ev.ID, Attempt: 1, Point: point, Action: action})
 		Expect(err).NotTo(HaveOccurred())
-		return func(ctx context.Context) (int64, error) { return spec.Fired(ctx, f) }, f.String()
+		return planned{what: f.String(), fired: func(ctx context.Context) (int64, error) { return spec.Fired(ctx, f) }}
 	}
 }
 
-func hookFailure(action faults.HookAction) func(context.Context, *harness.Spec, adapters.Event) (func(context.Context) (int64, error), string) {
-	return func(_ context.Context, spec *harness.Spec, ev adapters.Event) (func(context.Context) (int64, error), string) {
+func hookFailure(action faults.HookAction) func(context.Context, *harness.Spec, adapters.Event) planned {
+	return func(_ context.Context, spec *harness.Spec, ev adapters.Event) planned {
 		f := spec.Hooks().Arm(faults.HookPlan{Namespace: ev.Namespace, ID: ev.ID, Attempt: 1, Action: action})
-		return func(context.Context) (int64, error) { return f.Fired(), nil }, f.String()
+		return planned{what: f.String(), fired: func(context.Context) (int64, error) { return f.Fired(), nil }}
+	}
+}
+
+// proxyFailure cuts worker 1's connection at a protocol point, through the
+// wire proxy: a black-box fault that needs no access to the implementation's
+// code and works in any language.
+func proxyFailure(at pgproxy.Point, n int) func(context.Context, *harness.Spec, adapters.Event) planned {
+	return func(ctx context.Context, spec *harness.Spec, _ adapters.Event) planned {
+		GinkgoHelper()
+		proxy, err := spec.UseProxy(ctx)
+		Expect(err).NotTo(HaveOccurred())
+		_, _ = spec.Instance(ctx, 1) // built before the fault is armed
+		f, err := proxy.Arm(pgproxy.Rule{
+			Scope: pgproxy.Scope{ApplicationNamePrefix: spec.AppNamePrefix() + "w1"},
+			At:    at, N: n, Action: pgproxy.Cut, Times: 1,
+		})
+		Expect(err).NotTo(HaveOccurred())
+		return planned{
+			what:   f.String(),
+			fired:  func(context.Context) (int64, error) { return int64(f.Fired()), nil },
+			settle: func(ctx context.Context) error { return spec.WaitCut(ctx, f) },
+		}
 	}
 }
 
@@ -47,6 +80,8 @@ var failures = []failure{
 	{name: "a panic in the effect", arm: hookFailure(faults.HookPanic)},
 	{name: "a cancelled context", arm: hookFailure(faults.HookCancel)},
 	{name: "the connection killed at the effect", kills: true, arm: dbFailure(faults.AtEffect, faults.Terminate)},
+	{name: "the connection cut by the proxy after the transaction's first statement", kills: true, arm: proxyFailure(pgproxy.AfterStatement, 1)},
+	{name: "the connection cut by the proxy before COMMIT", kills: true, arm: proxyFailure(pgproxy.BeforeCommit, 0)},
 }
 
 func (s *state) failureAfterMarker() {
@@ -65,12 +100,15 @@ func (s *state) failureAfterMarker() {
 				)
 				BeforeAll(func(ctx SpecContext) {
 					spec := s.newSpec(ctx)
-					var firedFn func(context.Context) (int64, error)
-					firedFn, what = f.arm(ctx, spec, ev)
+					plan := f.arm(ctx, spec, ev)
+					what = plan.what
 					first = spec.Deliver(ctx, 1, ev)
+					if plan.settle != nil {
+						Expect(plan.settle(ctx)).To(Succeed())
+					}
 					retries = spec.DeliverUntilTerminal(ctx, 1, ev, s.cfg.maxTries)
 					var err error
-					fired, err = firedFn(ctx)
+					fired, err = plan.fired(ctx)
 					Expect(err).NotTo(HaveOccurred())
 					effects, err = spec.Effects(ctx, ev)
 					Expect(err).NotTo(HaveOccurred())

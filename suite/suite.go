@@ -61,6 +61,7 @@ func Register(adapter adapters.Adapter, opts ...Option) bool {
 		s.retentionExpiry()
 		s.namespaceIsolation()
 		s.badInput()
+		s.ambiguousCommit()
 		s.crashRecovery()
 	})
 	return true

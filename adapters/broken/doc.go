@@ -11,17 +11,14 @@
 // | adapter                  | package         | bug                                                             | caught by                                                                   |
 // |--------------------------|-----------------|-----------------------------------------------------------------|-----------------------------------------------------------------------------|
 // | broken-check-then-insert | checktheninsert | SELECT then INSERT, no unique constraint on the marker          | concurrent-delivery, conflicting-payload                                    |
-// | broken-effect-first      | effectfirst     | effect committed, then the marker in a second transaction       | concurrent-delivery, conflicting-payload; crash-recovery*                   |
+// | broken-effect-first      | effectfirst     | effect committed, then the marker in a second transaction       | concurrent-delivery, conflicting-payload, ambiguous-commit, crash-recovery  |
 // | broken-early-purge       | earlypurge      | Purge removes markers still inside the declared window          | retention-expiry                                                            |
 // | broken-ignore-payload    | ignorepayload   | a claimed identity is always Duplicate; payloads never compared | conflicting-payload                                                         |
-// | broken-in-memory         | inmemory        | the dedup set is a map in each worker's memory                  | double-delivery, concurrent-delivery, conflicting-payload, retention-expiry |
-// | broken-marker-first      | markerfirst     | marker committed, then the effect in a second transaction       | failure-after-marker                                                        |
+// | broken-in-memory         | inmemory        | the dedup set is a map in each worker's memory                  | double-delivery, concurrent-delivery, conflicting-payload, retention-expiry, ambiguous-commit |
+// | broken-marker-first      | markerfirst     | marker committed, then the effect in a second transaction       | failure-after-marker, ambiguous-commit, crash-recovery                     |
 // | broken-no-namespace      | nonamespace     | the marker is keyed by the event id alone                       | namespace-isolation                                                         |
 // | broken-no-purge          | nopurge         | a window is declared, but Purge removes nothing                 | retention-expiry                                                            |
 // | broken-sql-splice        | sqlsplice       | the identity spliced into the claim's SQL text                  | bad-input                                                                   |
-//
-// * a fixture that is not in the suite yet; the matrix in package fixtures
-// names it as pending.
 //
 // Each sub-package exports Name and Adapter; package builtin registers them
 // all. Each sub-package's documentation tells the real-world story.

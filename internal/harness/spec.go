@@ -11,6 +11,7 @@ import (
 
 	"github.com/harmless-dev/harmless/adapters"
 	"github.com/harmless-dev/harmless/faults"
+	"github.com/harmless-dev/harmless/faults/pgproxy"
 	"github.com/harmless-dev/harmless/internal/ledger"
 )
 
@@ -25,7 +26,8 @@ type Spec struct {
 	started time.Time
 	hooks   *faults.Hooks
 	clock   adapters.Clock
-	manual  *ManualClock // the clock, when the adapter accepts the harness's
+	manual  *ManualClock   // the clock, when the adapter accepts the harness's
+	proxy   *pgproxy.Proxy // between instances and server, once UseProxy was called
 
 	mu        sync.Mutex
 	instances map[int]adapters.Implementation
@@ -93,7 +95,18 @@ func (s *Spec) Effects(ctx context.Context, ev adapters.Event) ([]ledger.Entry, 
 
 // Env is the environment handed to instance n of the implementation.
 func (s *Spec) Env(n int) (adapters.Env, error) {
-	dsn, err := WithApplicationName(s.run.server.DSN(), fmt.Sprintf("%sw%d", s.AppNamePrefix(), n))
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.env(n)
+}
+
+// env is Env for a caller that holds s.mu.
+func (s *Spec) env(n int) (adapters.Env, error) {
+	server, err := s.serverDSN()
+	if err != nil {
+		return adapters.Env{}, err
+	}
+	dsn, err := WithApplicationName(server, fmt.Sprintf("%sw%d", s.AppNamePrefix(), n))
 	if err != nil {
 		return adapters.Env{}, err
 	}
@@ -115,7 +128,7 @@ func (s *Spec) Instance(ctx context.Context, n int) (adapters.Implementation, er
 	if impl, ok := s.instances[n]; ok {
 		return impl, nil
 	}
-	env, err := s.Env(n)
+	env, err := s.env(n)
 	if err != nil {
 		return nil, err
 	}
@@ -193,6 +206,11 @@ func (s *Spec) Close(ctx context.Context) error {
 	for n, impl := range instances {
 		if err := guardClose(ctx, impl, s.run.opts.DeliveryTimeout); err != nil {
 			errs = append(errs, fmt.Errorf("close instance %d: %w", n, err))
+		}
+	}
+	if s.proxy != nil {
+		if err := s.proxy.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("close the spec's proxy: %w", err))
 		}
 	}
 	if _, err := faults.TerminateBackends(ctx, s.run.admin, s.AppNamePrefix()); err != nil {

@@ -1,0 +1,86 @@
+package suite
+
+import (
+	"context"
+	"fmt"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+
+	"github.com/harmless-dev/harmless/adapters"
+	"github.com/harmless-dev/harmless/faults/pgproxy"
+	"github.com/harmless-dev/harmless/fixtures"
+	"github.com/harmless-dev/harmless/internal/harness"
+	"github.com/harmless-dev/harmless/internal/ledger"
+)
+
+// proxyCut is the evidence of one delivery whose connection the proxy cut,
+// and of what followed.
+type proxyCut struct {
+	ev      adapters.Event
+	fault   *pgproxy.Fault
+	fired   int
+	first   harness.Attempt
+	retries []harness.Attempt
+	effects []ledger.Entry
+	history []harness.Attempt
+}
+
+// cutDelivery arms rule on the spec's proxy for worker 1's connections,
+// delivers ev once, waits until the cut backends are gone, and redelivers ev
+// to the same worker until terminal.
+func (s *state) cutDelivery(ctx context.Context, spec *harness.Spec, ev adapters.Event, at pgproxy.Point, n int) proxyCut {
+	GinkgoHelper()
+	proxy, err := spec.UseProxy(ctx)
+	Expect(err).NotTo(HaveOccurred())
+	// Build the worker first: whatever it does at construction is not part
+	// of the fault.
+	_, _ = spec.Instance(ctx, 1)
+	c := proxyCut{ev: ev}
+	c.fault, err = proxy.Arm(pgproxy.Rule{
+		Scope:  pgproxy.Scope{ApplicationNamePrefix: spec.AppNamePrefix() + "w1"},
+		At:     at,
+		N:      n,
+		Action: pgproxy.Cut,
+		Times:  1,
+	})
+	Expect(err).NotTo(HaveOccurred())
+	c.first = spec.Deliver(ctx, 1, ev)
+	c.fired = c.fault.Fired()
+	Expect(spec.WaitCut(ctx, c.fault)).To(Succeed(), "wait for the cut backend to end")
+	c.retries = spec.DeliverUntilTerminal(ctx, 1, ev, s.cfg.maxTries)
+	c.effects, err = spec.Effects(ctx, ev)
+	Expect(err).NotTo(HaveOccurred())
+	c.history = spec.History(ev)
+	return c
+}
+
+// check judges the cut: the fault must have fired, and the redelivery must
+// end with want and exactly one effect.
+func (c proxyCut) check(want adapters.Outcome) []string {
+	describe := harness.DescribeEvent(c.ev, c.effects, c.history)
+	if c.fired == 0 {
+		return []string{fmt.Sprintf("the planned fault (%s) did not fire: attempt 1 ended %s without a transaction reaching that point\n%s",
+			c.fault, c.first.Result(), describe)}
+	}
+	last := c.retries[len(c.retries)-1]
+	if last.Acked() && last.Outcome == want && len(c.effects) == 1 {
+		return nil
+	}
+	return []string{fmt.Sprintf("fault %s fired; attempt 1 ended %s; then the redelivery ended %s (expected %s) and the ledger holds %d effects (expected 1)\n%s",
+		c.fault, c.first.Result(), last.Result(), want, len(c.effects), describe)}
+}
+
+func (s *state) ambiguousCommit() {
+	Describe(fixtures.AmbiguousCommit, Label("fixture:"+fixtures.AmbiguousCommit), Serial, Ordered, ContinueOnFailure, func() {
+		var committed, rolledBack proxyCut
+		BeforeAll(func(ctx SpecContext) {
+			spec := s.newSpec(ctx)
+			committed = s.cutDelivery(ctx, spec, newEvent(fixtures.AmbiguousCommit, "after-commit"), pgproxy.AfterCommitComplete, 0)
+			rolledBack = s.cutDelivery(ctx, spec, newEvent(fixtures.AmbiguousCommit, "before-commit"), pgproxy.BeforeCommit, 0)
+		}, NodeTimeout(fixtureTimeout))
+
+		rule(fixtures.AmbiguousCommitRedeliveryDuplicate, func() []string { return committed.check(adapters.Duplicate) })
+		rule(fixtures.AmbiguousCommitLostCommitApplies, func() []string { return rolledBack.check(adapters.Applied) })
+	})
+}
