@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -10,6 +11,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/harmless-dev/harmless/fixtures"
 	"github.com/harmless-dev/harmless/internal/pgtest"
@@ -97,9 +100,19 @@ func TestCertify(t *testing.T) {
 	t.Run("reference is certified", func(t *testing.T) {
 		path := filepath.Join(t.TempDir(), "c.json")
 		junit := filepath.Join(t.TempDir(), "c.xml")
+		// A bystander: a connection on the same server that the run did not
+		// open. The run kills, cuts and terminates connections; never this one.
+		bystander, err := pgx.Connect(t.Context(), dsn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer bystander.Close(context.Background())
 		code, stdout, stderr := runCertify(t, bin, nil, "--adapter", "reference", "--dsn", dsn, "--json", path, "--junit", junit)
 		if code != 0 {
 			t.Fatalf("exit code %d; want 0\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
+		}
+		if _, err := bystander.Exec(t.Context(), "SELECT 1"); err != nil {
+			t.Errorf("a bystander connection did not survive the certify run: %v", err)
 		}
 		// On a server named by a DSN, the fixtures that crash the server
 		// are not-supported.
