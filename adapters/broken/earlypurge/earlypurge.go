@@ -21,7 +21,7 @@
 //
 // # The fixture that must catch it
 //
-// retention-expiry (a later fixture).
+// retention-expiry.
 package earlypurge
 
 import (

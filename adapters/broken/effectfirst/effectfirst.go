@@ -25,9 +25,10 @@
 //
 // # The fixtures that must catch it
 //
-// concurrent-delivery now; crash-recovery, and a black-box variant of
-// failure-after-marker that fails the marker's transaction, when those
-// fixtures land.
+// concurrent-delivery and conflicting-payload (two deliveries both find no
+// marker), ambiguous-commit (the effect's COMMIT answer is lost, the marker
+// is never written, the redelivery applies again) and crash-recovery (a
+// crash between the two transactions).
 package effectfirst
 
 import (

@@ -21,7 +21,7 @@
 //
 // # The fixture that must catch it
 //
-// conflicting-payload (a later fixture).
+// conflicting-payload.
 package ignorepayload
 
 import (

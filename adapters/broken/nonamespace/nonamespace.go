@@ -19,7 +19,7 @@
 //
 // # The fixture that must catch it
 //
-// namespace-isolation (a later fixture).
+// namespace-isolation.
 package nonamespace
 
 import (

@@ -18,7 +18,7 @@
 //
 // # The fixture that must catch it
 //
-// retention-expiry (a later fixture).
+// retention-expiry.
 package nopurge
 
 import (
