@@ -3,7 +3,6 @@ package suite
 import (
 	"context"
 	"errors"
-	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -161,20 +160,10 @@ func (c *oneConn) Close(ctx context.Context) error { return c.conn.Close(ctx) }
 // fixture with a label filter and a throwaway cluster with
 // HARMLESS_PROVISION.
 func TestCrashChild(t *testing.T) {
-	name := os.Getenv(crashChildEnv)
-	if name == "" {
-		t.Skip("runs only in a child process of TestCrashRecovery")
-	}
-	c, ok := crashCases[name]
-	if !ok {
-		t.Fatalf("%s=%q names no crash case", crashChildEnv, name)
-	}
-	path := os.Getenv(childCertEnv)
-	Run(t, c.adapter, WithLogf(t.Logf), WithCertificate(func(cert Certificate) {
-		if err := cert.WriteJSON(path); err != nil {
-			t.Errorf("%v", err)
-		}
-	}))
+	runChildSuite(t, crashChildEnv, "TestCrashRecovery", func(name string) (adapters.Adapter, []Option, bool) {
+		c, ok := crashCases[name]
+		return c.adapter, nil, ok
+	})
 }
 
 // TestCrashRecovery runs the crash-recovery fixture for real, on a

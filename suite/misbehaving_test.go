@@ -139,16 +139,27 @@ func noPolicy() adapters.Adapter {
 // childAdapterEnv and writes the certificate to childCertEnv. It runs only
 // in a child process started by TestMisbehavingImplementations.
 func TestMisbehavingChild(t *testing.T) {
-	name := os.Getenv(childAdapterEnv)
+	runChildSuite(t, childAdapterEnv, "TestMisbehavingImplementations", func(name string) (adapters.Adapter, []Option, bool) {
+		m, ok := misbehavers[name]
+		return m.adapter, m.opts, ok
+	})
+}
+
+// runChildSuite is the body of a child test: it runs the suite against the
+// case named by the environment variable env, found with lookup, and writes
+// the certificate to childCertEnv. Outside a child process of parent it
+// skips.
+func runChildSuite(t *testing.T, env, parent string, lookup func(name string) (adapters.Adapter, []Option, bool)) {
+	name := os.Getenv(env)
 	if name == "" {
-		t.Skip("runs only in a child process of TestMisbehavingImplementations")
+		t.Skipf("runs only in a child process of %s", parent)
 	}
-	m, ok := misbehavers[name]
+	adapter, opts, ok := lookup(name)
 	if !ok {
-		t.Fatalf("%s=%q names no misbehaving adapter", childAdapterEnv, name)
+		t.Fatalf("%s=%q names no case", env, name)
 	}
 	path := os.Getenv(childCertEnv)
-	Run(t, m.adapter, append(m.opts, WithLogf(t.Logf), WithCertificate(func(c Certificate) {
+	Run(t, adapter, append(opts, WithLogf(t.Logf), WithCertificate(func(c Certificate) {
 		if err := c.WriteJSON(path); err != nil {
 			t.Errorf("%v", err)
 		}

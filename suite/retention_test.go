@@ -2,7 +2,6 @@ package suite
 
 import (
 	"context"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -171,20 +170,10 @@ var retentionCases = map[string]retentionCase{
 // only in a child process started by TestRetentionExpiry, which selects
 // the retention-expiry fixture with a label filter.
 func TestRetentionChild(t *testing.T) {
-	name := os.Getenv(retentionChildEnv)
-	if name == "" {
-		t.Skip("runs only in a child process of TestRetentionExpiry")
-	}
-	c, ok := retentionCases[name]
-	if !ok {
-		t.Fatalf("%s=%q names no retention case", retentionChildEnv, name)
-	}
-	path := os.Getenv(childCertEnv)
-	Run(t, c.adapter, WithLogf(t.Logf), WithCertificate(func(cert Certificate) {
-		if err := cert.WriteJSON(path); err != nil {
-			t.Errorf("%v", err)
-		}
-	}))
+	runChildSuite(t, retentionChildEnv, "TestRetentionExpiry", func(name string) (adapters.Adapter, []Option, bool) {
+		c, ok := retentionCases[name]
+		return c.adapter, nil, ok
+	})
 }
 
 // TestRetentionExpiry runs the retention-expiry fixture, in a child process

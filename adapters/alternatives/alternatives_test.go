@@ -42,26 +42,6 @@ func forEach(t *testing.T, test func(t *testing.T, f *fixture)) {
 	}
 }
 
-// Clock is a clock the test sets.
-type Clock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-// Now returns the time last set.
-func (c *Clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-// Set sets the time.
-func (c *Clock) Set(now time.Time) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = now
-}
-
 // fixture is one adapter in a schema of its own holding the harness ledger.
 type fixture struct {
 	t       *testing.T
@@ -69,7 +49,7 @@ type fixture struct {
 	pool    *pgxpool.Pool
 	schema  string
 	app     string // application_name of the instances' connections
-	clock   *Clock
+	clock   *harness.ManualClock
 	hook    atomic.Pointer[adapters.EffectHook]
 }
 
@@ -84,7 +64,7 @@ func newFixture(t *testing.T, adapter adapters.Adapter) *fixture {
 		pool:    pgtest.Pool(t),
 		schema:  fmt.Sprintf("alt_test_%d_%d", time.Now().UnixNano(), n),
 		app:     fmt.Sprintf("alt-test-%d-%d", time.Now().UnixNano(), n),
-		clock:   &Clock{now: time.Date(2001, 2, 3, 4, 5, 6, 0, time.UTC)},
+		clock:   harness.NewManualClock(time.Date(2001, 2, 3, 4, 5, 6, 0, time.UTC)),
 	}
 	ctx := context.Background()
 	if _, err := f.pool.Exec(ctx, `CREATE SCHEMA `+pgx.Identifier{f.schema}.Sanitize()); err != nil {
