@@ -89,11 +89,11 @@ func MatrixTable() string {
 	for _, f := range fixtures.Catalog() {
 		fmt.Fprintf(&b, " `%s` |", f.ID)
 	}
-	b.WriteString(" models | caught later by |\n|---|")
+	b.WriteString(" models |\n|---|")
 	for range fixtures.Catalog() {
 		b.WriteString("---|")
 	}
-	b.WriteString("---|---|\n")
+	b.WriteString("---|\n")
 	for _, row := range fixtures.Matrix() {
 		fmt.Fprintf(&b, "| `%s` |", row.Adapter)
 		for _, f := range fixtures.Catalog() {
@@ -103,11 +103,7 @@ func MatrixTable() string {
 			}
 			fmt.Fprintf(&b, " %s |", cell)
 		}
-		later := "—"
-		if len(row.Pending) > 0 {
-			later = "`" + strings.Join(row.Pending, "`, `") + "`"
-		}
-		fmt.Fprintf(&b, " %s | %s |\n", escape(row.Models), later)
+		fmt.Fprintf(&b, " %s |\n", escape(row.Models))
 	}
 	return b.String()
 }

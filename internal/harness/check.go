@@ -74,20 +74,6 @@ const (
 	listAtMost = 8
 )
 
-// Outcomes counts the acknowledged outcomes of attempts and the attempts
-// that were not acknowledged.
-func Outcomes(attempts []Attempt) (counts map[adapters.Outcome]int, unacked int) {
-	counts = map[adapters.Outcome]int{}
-	for _, a := range attempts {
-		if a.Acked() {
-			counts[a.Outcome]++
-		} else {
-			unacked++
-		}
-	}
-	return counts, unacked
-}
-
 func times(n int) string {
 	switch n {
 	case 0:
