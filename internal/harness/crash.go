@@ -88,10 +88,18 @@ func (r *Run) CrashServer(ctx context.Context) (*Crash, error) {
 	if err := r.admin.QueryRow(ctx, `SELECT pg_postmaster_start_time()`).Scan(&c.StartedBefore); err != nil {
 		return nil, fmt.Errorf("harness: server start time before the crash: %w", err)
 	}
+	// The crash leaves the evidence of database-side faults unreliable:
+	// count what fired so far while the server is up.
+	for _, s := range r.openSpecs() {
+		if err := s.beforeCrash(ctx); err != nil {
+			return nil, fmt.Errorf("harness: count the faults of spec %s before the crash: %w", s.name, err)
+		}
+	}
 	if err := r.server.Crash(ctx); err != nil {
 		return nil, err
 	}
 	c.At = time.Now()
+	r.addFired(map[string]int64{ServerCrashKind: 1})
 	return c, nil
 }
 
@@ -137,6 +145,11 @@ func (r *Run) RestartServer(ctx context.Context, c *Crash) (Recovery, error) {
 	}
 	if err := r.admin.QueryRow(ctx, `SELECT pg_postmaster_start_time()`).Scan(&rec.StartedAfter); err != nil {
 		return rec, fmt.Errorf("harness: server start time after the restart: %w", err)
+	}
+	for _, s := range r.openSpecs() {
+		if err := s.afterRestart(ctx); err != nil {
+			return rec, fmt.Errorf("harness: count the faults of spec %s after the restart: %w", s.name, err)
+		}
 	}
 	r.opts.Logf("%s", rec)
 	return rec, nil

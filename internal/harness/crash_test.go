@@ -53,14 +53,7 @@ func TestRecoveryProblemWithoutACrash(t *testing.T) {
 func TestCrashAndRestartServer(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
 	defer cancel()
-	r, err := harness.Start(ctx, harness.Options{Provision: provision.Options{Only: provision.KindCluster}, Logf: t.Logf})
-	if errors.Is(err, provision.ErrNoDatabase) && strings.HasSuffix(err.Error(), ": not found") {
-		t.Skipf("no PostgreSQL server binaries for a throwaway cluster: %v", err)
-	}
-	if err != nil {
-		t.Fatalf("start a run on a throwaway cluster: %v", err)
-	}
-	atEnd(t, "run "+r.ID(), r.Close)
+	r := startClusterRun(ctx, t)
 	if !r.Server().Owned() {
 		t.Fatal("the run does not own its throwaway cluster")
 	}
@@ -111,6 +104,22 @@ func TestCrashAndRestartServer(t *testing.T) {
 	if _, err := r.RestartServer(ctx, c); err == nil {
 		t.Error("RestartServer of a running server: no error")
 	}
+}
+
+// startClusterRun starts a run on a throwaway cluster of its own, closed
+// when the test ends. It skips the test where no PostgreSQL server binaries
+// are found.
+func startClusterRun(ctx context.Context, t *testing.T) *harness.Run {
+	t.Helper()
+	r, err := harness.Start(ctx, harness.Options{Provision: provision.Options{Only: provision.KindCluster}, Logf: t.Logf})
+	if errors.Is(err, provision.ErrNoDatabase) && strings.HasSuffix(err.Error(), ": not found") {
+		t.Skipf("no PostgreSQL server binaries for a throwaway cluster: %v", err)
+	}
+	if err != nil {
+		t.Fatalf("start a run on a throwaway cluster: %v", err)
+	}
+	atEnd(t, "run "+r.ID(), r.Close)
+	return r
 }
 
 func TestHoldWritesHoldsWritesNotReads(t *testing.T) {

@@ -15,8 +15,10 @@ import (
 // spec's implementation and the server: every instance built after the call
 // connects through it, so the harness can cut connections at protocol
 // points, whatever the implementation's language. It returns the proxy,
-// which the spec closes at its end. Calling it again returns the same proxy.
-func (s *Spec) UseProxy(ctx context.Context) (*pgproxy.Proxy, error) {
+// which the spec closes at its end; the run counts the firings of the rules
+// armed on it (see [Run.FaultsFired]). Calling it again returns the same
+// proxy.
+func (s *Spec) UseProxy(ctx context.Context) (*Proxy, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.proxy != nil {
@@ -31,8 +33,8 @@ func (s *Spec) UseProxy(ctx context.Context) (*pgproxy.Proxy, error) {
 	if err != nil {
 		return nil, fmt.Errorf("proxy to %s: %w", upstream, err)
 	}
-	s.proxy = proxy
-	return proxy, nil
+	s.proxy = &Proxy{Proxy: proxy, spec: s}
+	return s.proxy, nil
 }
 
 // serverDSN is the DSN instances connect with: the server's, or the

@@ -6,8 +6,11 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"maps"
 	"regexp"
+	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -42,6 +45,10 @@ type Run struct {
 	opts     Options
 	specs    atomic.Int64
 	database string
+
+	mu    sync.Mutex
+	open  map[*Spec]struct{} // the specs not closed yet
+	fired map[string]int64   // firings by fault kind, see FaultsFired
 }
 
 // schemaPattern matches the schemas of harness runs; group 1 is the run id.
@@ -63,7 +70,7 @@ func Start(ctx context.Context, opts Options) (_ *Run, err error) {
 	if _, err := rand.Read(raw[:]); err != nil {
 		return nil, fmt.Errorf("run id: %w", err)
 	}
-	r := &Run{id: hex.EncodeToString(raw[:]), opts: opts}
+	r := &Run{id: hex.EncodeToString(raw[:]), opts: opts, open: map[*Spec]struct{}{}, fired: map[string]int64{}}
 
 	r.server, err = provision.Open(ctx, opts.Provision)
 	if err != nil {
@@ -178,11 +185,28 @@ func (r *Run) NewSpec(ctx context.Context, adapter adapters.Adapter) (*Spec, err
 		schema:  fmt.Sprintf("harmless_%s_%s", r.id, name),
 		started: time.Now(),
 	}
+	r.mu.Lock()
+	r.open[s] = struct{}{}
+	r.mu.Unlock()
 	if err := s.install(ctx); err != nil {
 		s.Close(context.WithoutCancel(ctx))
 		return nil, err
 	}
 	return s, nil
+}
+
+// forget removes s from the run's open specs.
+func (r *Run) forget(s *Spec) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.open, s)
+}
+
+// openSpecs returns the specs not closed yet.
+func (r *Run) openSpecs() []*Spec {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Collect(maps.Keys(r.open))
 }
 
 // WithApplicationName returns dsn with its application_name set to name. It

@@ -11,7 +11,6 @@ import (
 
 	"github.com/harmless-dev/harmless/adapters"
 	"github.com/harmless-dev/harmless/faults"
-	"github.com/harmless-dev/harmless/faults/pgproxy"
 	"github.com/harmless-dev/harmless/internal/ledger"
 )
 
@@ -24,10 +23,15 @@ type Spec struct {
 	name    string
 	schema  string
 	started time.Time
-	hooks   *faults.Hooks
+	hooks   *Hooks
 	clock   adapters.Clock
-	manual  *ManualClock   // the clock, when the adapter accepts the harness's
-	proxy   *pgproxy.Proxy // between instances and server, once UseProxy was called
+	manual  *ManualClock // the clock, when the adapter accepts the harness's
+	proxy   *Proxy       // between instances and server, once UseProxy was called
+
+	// faultsMu guards the faults the spec armed, counted when it closes.
+	faultsMu sync.Mutex
+	dbFaults []*dbFault
+	armed    []armed
 
 	mu        sync.Mutex
 	instances map[int]adapters.Implementation
@@ -38,7 +42,7 @@ type Spec struct {
 type eventKey struct{ namespace, id string }
 
 func (s *Spec) install(ctx context.Context) error {
-	s.hooks = faults.NewHooks()
+	s.hooks = &Hooks{Hooks: faults.NewHooks(), spec: s}
 	s.clock = adapters.SystemClock{}
 	if s.adapter.Declares.AcceptsClock {
 		// A round second far from the real time, so an implementation
@@ -75,16 +79,35 @@ func (s *Spec) AppNamePrefix() string { return s.run.AppNamePrefix() + s.name + 
 // Adapter is the adapter under test.
 func (s *Spec) Adapter() adapters.Adapter { return s.adapter }
 
-// Hooks are the spec's Go-level fault hooks, called by the effect.
-func (s *Spec) Hooks() *faults.Hooks { return s.hooks }
+// Hooks are the spec's Go-level fault hooks, called by the effect. The
+// run counts the firings of the faults armed on them (see
+// [Run.FaultsFired]).
+func (s *Spec) Hooks() *Hooks { return s.hooks }
 
-// Arm plans a database-side fault in the spec's schema.
+// Arm plans a database-side fault in the spec's schema. The run counts its
+// firings when the spec closes (see [Run.FaultsFired]).
 func (s *Spec) Arm(ctx context.Context, p faults.Plan) (*faults.Fault, error) {
-	return faults.Arm(ctx, s.run.admin, s.schema, p)
+	f, err := faults.Arm(ctx, s.run.admin, s.schema, p)
+	if err != nil {
+		return nil, err
+	}
+	s.faultsMu.Lock()
+	defer s.faultsMu.Unlock()
+	s.dbFaults = append(s.dbFaults, &dbFault{fault: f})
+	return f, nil
 }
 
-// Fired reports how often a database-side fault fired.
+// Fired reports how often a database-side fault fired. For a fault armed
+// with [Spec.Arm] it corrects for crashes of the server, which leave the
+// fault's evidence unreliable (see [Run.FaultsFired]).
 func (s *Spec) Fired(ctx context.Context, f *faults.Fault) (int64, error) {
+	s.faultsMu.Lock()
+	defer s.faultsMu.Unlock()
+	for _, d := range s.dbFaults {
+		if d.fault == f {
+			return s.dbFired(ctx, d)
+		}
+	}
 	return f.Fired(ctx, s.run.admin)
 }
 
@@ -195,9 +218,11 @@ func (s *Spec) Purge(ctx context.Context, n int, cutoff time.Time) (int64, error
 	return removed, nil
 }
 
-// Close closes the spec's instances, kills any connection they left behind
-// and drops the spec's schema.
+// Close closes the spec's instances, kills any connection they left behind,
+// adds the firings of the faults the spec armed to the run's counts (see
+// [Run.FaultsFired]) and drops the spec's schema.
 func (s *Spec) Close(ctx context.Context) error {
+	s.run.forget(s)
 	var errs []error
 	s.mu.Lock()
 	instances := s.instances
@@ -214,6 +239,9 @@ func (s *Spec) Close(ctx context.Context) error {
 		}
 	}
 	if _, err := faults.TerminateBackends(ctx, s.run.admin, s.AppNamePrefix()); err != nil {
+		errs = append(errs, err)
+	}
+	if err := s.tally(ctx); err != nil {
 		errs = append(errs, err)
 	}
 	if _, err := s.run.admin.Exec(ctx, `DROP SCHEMA IF EXISTS `+pgx.Identifier{s.schema}.Sanitize()+` CASCADE`); err != nil {

@@ -1,0 +1,156 @@
+package harness_test
+
+import (
+	"context"
+	"errors"
+	"maps"
+	"testing"
+	"time"
+
+	"github.com/harmless-dev/harmless/adapters"
+	"github.com/harmless-dev/harmless/adapters/reference"
+	"github.com/harmless-dev/harmless/faults"
+	"github.com/harmless-dev/harmless/faults/pgproxy"
+	"github.com/harmless-dev/harmless/internal/harness"
+)
+
+func TestFaultKinds(t *testing.T) {
+	for _, tc := range []struct{ got, want string }{
+		{harness.DBFaultKind(faults.Plan{Point: faults.AtEffect, Action: faults.Raise}), "db:raise@effect"},
+		{harness.DBFaultKind(faults.Plan{Point: faults.AtCommit, Action: faults.Terminate}), "db:terminate@commit"},
+		{harness.DBFaultKind(faults.Plan{Point: faults.AtEffect, Action: faults.Sleep, Sleep: time.Second}), "db:sleep@effect"},
+		{harness.HookFaultKind(faults.HookPlan{Action: faults.HookPanic}), "hook:panic"},
+		{harness.ProxyFaultKind(pgproxy.Rule{At: pgproxy.BeforeCommit, Action: pgproxy.Cut}), "proxy:cut@before-commit"},
+		{harness.ProxyFaultKind(pgproxy.Rule{At: pgproxy.AfterCommitComplete, Action: pgproxy.Cut}), "proxy:cut@after-commit-complete"},
+		{harness.ProxyFaultKind(pgproxy.Rule{At: pgproxy.AfterStatement, N: 3, Action: pgproxy.Delay, Delay: time.Second}), "proxy:delay@after-statement"},
+		{harness.ServerCrashKind, "server:crash"},
+	} {
+		if tc.got != tc.want {
+			t.Errorf("kind %q; want %q", tc.got, tc.want)
+		}
+	}
+}
+
+// TestFaultsFiredCountsWhatFired arms a fault of each way of injecting one
+// (database-side, Go hook, wire proxy), makes each fire a known number of
+// times, and checks the run's counts once the spec is closed; a fault that
+// never fired is not counted.
+func TestFaultsFiredCountsWhatFired(t *testing.T) {
+	ctx := t.Context()
+	r := startRun(t, ampleTimeout)
+	spec, err := r.NewSpec(ctx, reference.Adapter())
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := false
+	t.Cleanup(func() {
+		if !closed {
+			ctx, cancel := cleanupContext()
+			defer cancel()
+			_ = spec.Close(ctx)
+		}
+	})
+	proxy, err := spec.UseProxy(ctx) // before the instance is built, so it connects through it
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	raised := event("raised")
+	raise := armDB(t, spec, raised, faults.AtEffect, faults.Raise)
+	armDB(t, spec, event("never"), faults.AtCommit, faults.Terminate)
+	for range 2 {
+		if a := spec.Deliver(ctx, 1, raised); a.Acked() || !faults.IsInjected(a.Err) {
+			t.Fatalf("a delivery with a raise fault armed ended %s; want the injected error", a.Result())
+		}
+	}
+	if n, err := spec.Fired(ctx, raise); err != nil || n != 2 {
+		t.Fatalf("the raise fault fired %d times (%v); want 2", n, err)
+	}
+
+	hooked := event("hooked")
+	hook := spec.Hooks().Arm(faults.HookPlan{Namespace: hooked.Namespace, ID: hooked.ID, Attempt: 1, Action: faults.HookError})
+	if a := spec.Deliver(ctx, 1, hooked); !errors.Is(a.Err, faults.ErrInjected) || hook.Fired() != 1 {
+		t.Fatalf("a delivery with a hook armed ended %s, the hook fired %d times; want the injected error, once", a.Result(), hook.Fired())
+	}
+
+	cut := event("cut")
+	cutFault, err := proxy.Arm(pgproxy.Rule{At: pgproxy.BeforeCommit, Action: pgproxy.Cut, Times: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a := spec.Deliver(ctx, 1, cut); a.Acked() || cutFault.Fired() != 1 {
+		t.Fatalf("a delivery with a cut armed ended %s, the cut fired %d times; want an error, once", a.Result(), cutFault.Fired())
+	}
+	if err := spec.WaitCut(ctx, cutFault); err != nil {
+		t.Fatal(err)
+	}
+
+	if got := r.FaultsFired(); len(got) != 0 {
+		t.Errorf("faults counted before the spec closed: %v; want none yet", got)
+	}
+	closed = true
+	if err := spec.Close(ctx); err != nil {
+		t.Fatalf("close the spec: %v", err)
+	}
+	want := map[string]int64{"db:raise@effect": 2, "hook:error": 1, "proxy:cut@before-commit": 1}
+	if got := r.FaultsFired(); !maps.Equal(got, want) {
+		t.Errorf("FaultsFired() = %v; want %v", got, want)
+	}
+}
+
+// TestFaultsFiredAcrossACrash counts a database-side fault that fires once
+// before a crash of the server and once after it: PostgreSQL's crash
+// recovery moves the fault's evidence sequence ahead, and the count must
+// not follow it.
+func TestFaultsFiredAcrossACrash(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	defer cancel()
+	r := startClusterRun(ctx, t)
+	spec, err := r.NewSpec(ctx, reference.Adapter())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev := event("crash")
+	f := armDB(t, spec, ev, faults.AtCommit, faults.Raise)
+	if a := spec.Deliver(ctx, 1, ev); a.Acked() {
+		t.Fatalf("the delivery before the crash ended %s; want the injected error", a.Result())
+	}
+	c, err := r.CrashServer(ctx)
+	if err != nil {
+		t.Fatalf("CrashServer: %v", err)
+	}
+	if _, err := r.RestartServer(ctx, c); err != nil {
+		t.Fatalf("RestartServer: %v", err)
+	}
+	// The reference's pool reconnects by itself; a failed attempt or two on
+	// a dead connection fire no fault.
+	var fired int64
+	for i := 0; i < 5 && fired < 2; i++ {
+		spec.Deliver(ctx, 1, ev)
+		if fired, err = spec.Fired(ctx, f); err != nil {
+			t.Fatal(err)
+		}
+	}
+	raw, err := f.Fired(ctx, r.Admin())
+	t.Logf("the fault's evidence sequence says %d (%v); the spec counts %d", raw, err, fired)
+	if fired != 2 {
+		t.Errorf("Fired after the restart: %d; want 2 (once before the crash, once after)", fired)
+	}
+	if err := spec.Close(ctx); err != nil {
+		t.Fatalf("close the spec: %v", err)
+	}
+	want := map[string]int64{"db:raise@commit": 2, harness.ServerCrashKind: 1}
+	if got := r.FaultsFired(); !maps.Equal(got, want) {
+		t.Errorf("FaultsFired() = %v; want %v", got, want)
+	}
+}
+
+// armDB arms a database-side fault on every attempt of ev.
+func armDB(t *testing.T, spec *harness.Spec, ev adapters.Event, point faults.Point, action faults.Action) *faults.Fault {
+	t.Helper()
+	f, err := spec.Arm(t.Context(), faults.Plan{Namespace: ev.Namespace, ID: ev.ID, Point: point, Action: action})
+	if err != nil {
+		t.Fatalf("arm %s %s: %v", action, point, err)
+	}
+	return f
+}
