@@ -46,6 +46,19 @@ func (e Effect) SQL() string {
 	return "INSERT INTO " + e.table + " (namespace, event_id, payload_digest, attempt) VALUES ($1, $2, $3, $4)"
 }
 
+// EffectParam names one argument of [Effect.SQL] and its PostgreSQL type.
+type EffectParam struct {
+	Name string
+	Type string
+}
+
+// Params describes the arguments of [Effect.SQL], in placeholder order. Each
+// value [Effect.Args] returns is a []byte for a bytea, a string for a text
+// and an int32 for an int4.
+func (e Effect) Params() []EffectParam {
+	return []EffectParam{{"namespace", "bytea"}, {"event_id", "bytea"}, {"payload_digest", "text"}, {"attempt", "int4"}}
+}
+
 // Args are the arguments of [Effect.SQL] for delivery d.
 func (e Effect) Args(d Delivery) []any {
 	return []any{[]byte(d.Namespace), []byte(d.ID), PayloadDigest(d.Payload), int32(d.Attempt)}

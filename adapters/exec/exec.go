@@ -1,0 +1,227 @@
+// Package exec certifies implementations written in any language: it runs
+// one as a child process and speaks the exec protocol with it, line-delimited
+// JSON over the child's stdin and stdout (docs/protocol.md; codec in package
+// protocol).
+//
+// [Probe] starts the command once to learn what the implementation declares
+// and returns an [adapters.Adapter] named "exec" that the suite certifies like
+// any other. Each implementation instance the suite builds is a pool of child
+// processes: requests go to a process with a free slot (each process declares
+// how many requests it handles at once), and the pool starts another process
+// when every slot is taken.
+//
+// The harness is never at the mercy of the child. Every request has a
+// deadline; a child that crashes, closes its output, writes something that is
+// not the protocol or stops reading its input is killed with its process
+// group, and every request to it fails with an error wrapping
+// [ErrProcessFailed] that says what happened and quotes the end of the
+// child's stderr. The suite reports that as a failed rule and goes on.
+package exec
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/harmless-dev/harmless/adapters"
+	"github.com/harmless-dev/harmless/adapters/exec/protocol"
+)
+
+// Name is the adapter's name in reports.
+const Name = "exec"
+
+// Defaults of [Config].
+const (
+	DefaultStartTimeout    = 30 * time.Second
+	DefaultShutdownTimeout = 5 * time.Second
+	DefaultMaxProcesses    = 64
+)
+
+// Config says how to run an external implementation.
+type Config struct {
+	// Command is run with /bin/sh -c, so it may use shell syntax.
+	Command string
+	// Dir is the child's working directory; empty means the current one.
+	Dir string
+	// Env holds extra KEY=VALUE variables for the child, on top of the
+	// harness's environment, HARMLESS_PROTOCOL and HARMLESS_INSTANCE.
+	Env []string
+	// StartTimeout bounds the probe's handshake. Instances are bounded by
+	// the context the harness gives their construction.
+	StartTimeout time.Duration
+	// ShutdownTimeout bounds a child's exit after shutdown; then its process
+	// group is killed.
+	ShutdownTimeout time.Duration
+	// MaxProcesses bounds the processes of one instance.
+	MaxProcesses int
+	// HarnessVersion is sent in hello.
+	HarnessVersion string
+}
+
+func (c Config) startTimeout() time.Duration { return orDefault(c.StartTimeout, DefaultStartTimeout) }
+func (c Config) shutdownTimeout() time.Duration {
+	return orDefault(c.ShutdownTimeout, DefaultShutdownTimeout)
+}
+
+func (c Config) maxProcesses() int {
+	if c.MaxProcesses <= 0 {
+		return DefaultMaxProcesses
+	}
+	return c.MaxProcesses
+}
+
+func orDefault(d, def time.Duration) time.Duration {
+	if d <= 0 {
+		return def
+	}
+	return d
+}
+
+// Info is what the probe learned: the implementation's handshake.
+type Info struct {
+	// Protocol is the protocol version in use.
+	Protocol int
+	// Command is the command that was run.
+	Command string
+	// Implementation is the name and version the child reported.
+	Implementation protocol.Implementation
+	// Declares is what the implementation declared.
+	Declares adapters.Declaration
+	// MaxInFlight is how many requests one process handles at once.
+	MaxInFlight int
+}
+
+func (i Info) sameAs(o Info) bool {
+	return i.Protocol == o.Protocol && i.Implementation == o.Implementation && i.Declares == o.Declares && i.MaxInFlight == o.MaxInFlight
+}
+
+func describe(i Info) string {
+	return fmt.Sprintf("%s (protocol %d, conflict policy %q, window %s, accepts clock %t, max in flight %d)",
+		i.Implementation, i.Protocol, i.Declares.ConflictPolicy, i.Declares.RedeliveryWindow, i.Declares.AcceptsClock, i.MaxInFlight)
+}
+
+// ErrHandshake marks a child that could not complete hello: it is the wrong
+// program, speaks another version or failed to start.
+var ErrHandshake = errors.New("the implementation did not complete the handshake")
+
+// ErrUnsupported is wrapped by the error of a request the child answered
+// with the class "unsupported".
+var ErrUnsupported = errors.New("not supported by the implementation")
+
+// AnswerError is an error answer from the child.
+type AnswerError struct {
+	// Method is the request's method.
+	Method string
+	// Err is the answer.
+	Err protocol.Error
+	// Process names the process that answered.
+	Process string
+}
+
+// Error says which process answered what.
+func (e *AnswerError) Error() string {
+	return fmt.Sprintf("%s answered %s with %s", e.Process, e.Method, e.Err.Error())
+}
+
+// Unwrap maps the error class to the harness's errors: invalid_input to
+// [adapters.ErrInvalidInput], payload_conflict to
+// [adapters.ErrPayloadConflict], unsupported to [ErrUnsupported]; a
+// transient error wraps nothing.
+func (e *AnswerError) Unwrap() error {
+	switch e.Err.Class {
+	case protocol.InvalidInput:
+		return adapters.ErrInvalidInput
+	case protocol.PayloadConflict:
+		return adapters.ErrPayloadConflict
+	case protocol.Unsupported:
+		return ErrUnsupported
+	}
+	return nil
+}
+
+// Probe runs cfg.Command once, performs the handshake, shuts the child down
+// and returns the adapter that certifies it, with what the child declared.
+func Probe(ctx context.Context, cfg Config) (adapters.Adapter, Info, error) {
+	if cfg.Command == "" {
+		return adapters.Adapter{}, Info{}, errors.New("no command to run")
+	}
+	ctx, cancel := context.WithTimeout(ctx, cfg.startTimeout())
+	defer cancel()
+	proc, err := launch(ctx, cfg, 0, "the probe process")
+	if err != nil {
+		return adapters.Adapter{}, Info{}, err
+	}
+	info, err := handshake(ctx, proc, cfg.HarnessVersion)
+	sctx, scancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.shutdownTimeout())
+	defer scancel()
+	if serr := proc.shutdown(sctx); err == nil && serr != nil {
+		err = fmt.Errorf("%w: %w", ErrHandshake, serr)
+	}
+	if err != nil {
+		return adapters.Adapter{}, Info{}, err
+	}
+	info.Command = cfg.Command
+	adapter := adapters.Adapter{
+		Name:         Name,
+		Declares:     info.Declares,
+		OutOfProcess: true,
+		New: func(ctx context.Context, env adapters.Env) (adapters.Implementation, error) {
+			return newPool(ctx, cfg, info, env)
+		},
+	}
+	return adapter, info, nil
+}
+
+// launch starts one child process of cfg.
+func launch(_ context.Context, cfg Config, instance int, label string) (*process, error) {
+	env := append(os.Environ(), "HARMLESS_PROTOCOL="+strconv.Itoa(protocol.Version), "HARMLESS_INSTANCE="+strconv.Itoa(instance))
+	env = append(env, cfg.Env...)
+	return startProcess(cfg.Command, cfg.Dir, env, label)
+}
+
+// handshake sends hello and checks the answer.
+func handshake(ctx context.Context, proc *process, harness string) (Info, error) {
+	var hello protocol.HelloResult
+	err := proc.request(ctx, protocol.MethodHello, protocol.HelloParams{Protocols: protocol.Versions, Harness: harness}, &hello)
+	if err != nil {
+		return Info{}, fmt.Errorf("%w: %w", ErrHandshake, err)
+	}
+	return Info{
+		Protocol:       hello.Protocol,
+		Implementation: hello.Implementation,
+		Declares:       hello.Declares.Declaration(),
+		MaxInFlight:    hello.MaxInFlight,
+	}, nil
+}
+
+// request sends one request and decodes the answer's result into result: a
+// *protocol.HelloResult, an *adapters.Outcome, an *int64 (purge) or nil. A
+// result that breaks the protocol fails the process.
+func (p *process) request(ctx context.Context, method string, params, result any) error {
+	resp, err := p.call(ctx, method, params)
+	if err != nil {
+		return err
+	}
+	if resp.Error != nil {
+		return &AnswerError{Method: method, Err: *resp.Error, Process: p.label}
+	}
+	switch r := result.(type) {
+	case nil:
+	case *protocol.HelloResult:
+		*r, err = protocol.DecodeHello(resp.Result, protocol.Versions)
+	case *adapters.Outcome:
+		*r, err = protocol.DecodeOutcome(resp.Result)
+	case *int64:
+		*r, err = protocol.DecodePurge(resp.Result)
+	default:
+		panic(fmt.Sprintf("exec: no decoder for %T", result))
+	}
+	if err != nil {
+		p.fail(fmt.Errorf("it answered %s request %d badly: %w", method, resp.ID, err))
+		return p.failure()
+	}
+	return nil
+}

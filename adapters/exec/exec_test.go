@@ -1,0 +1,360 @@
+package exec
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/harmless-dev/harmless/adapters"
+	"github.com/harmless-dev/harmless/adapters/exec/protocol"
+	"github.com/harmless-dev/harmless/internal/execchild"
+	"github.com/harmless-dev/harmless/internal/ledger"
+	"github.com/harmless-dev/harmless/internal/pgtest"
+)
+
+func TestMain(m *testing.M) {
+	execchild.MaybeServe()
+	pgtest.Main(m)
+}
+
+// testTimeout bounds one call in these tests: far above what a well-behaved
+// child needs, so only a hang reaches it.
+const testTimeout = 30 * time.Second
+
+// probe runs the probe for a child in mode and fails the test on error.
+func probe(t *testing.T, mode string, cfg Config) (adapters.Adapter, Info) {
+	t.Helper()
+	cfg.Command = execchild.Command(mode)
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	adapter, info, err := Probe(ctx, cfg)
+	if err != nil {
+		t.Fatalf("probe %s: %v", mode, err)
+	}
+	return adapter, info
+}
+
+// env returns an environment with a fresh schema holding the ledger, on the
+// real server; the schema is dropped when the test ends.
+func env(t *testing.T) adapters.Env {
+	t.Helper()
+	pool := pgtest.Pool(t)
+	var raw [4]byte
+	_, _ = rand.Read(raw[:])
+	schema := "exec_test_" + hex.EncodeToString(raw[:])
+	ctx := context.Background()
+	if _, err := pool.Exec(ctx, `CREATE SCHEMA `+pgx.Identifier{schema}.Sanitize()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_, _ = pool.Exec(context.Background(), `DROP SCHEMA `+pgx.Identifier{schema}.Sanitize()+` CASCADE`)
+	})
+	if err := ledger.Install(ctx, pool, schema); err != nil {
+		t.Fatal(err)
+	}
+	return adapters.Env{
+		DSN:      pgtest.DSN(t),
+		Schema:   schema,
+		Effect:   ledger.Effect(schema, nil),
+		Clock:    adapters.SystemClock{},
+		Instance: 1,
+	}
+}
+
+// start builds an instance of a child in mode; it is closed when the test
+// ends.
+func start(t *testing.T, mode string, cfg Config) (*pool, adapters.Env) {
+	t.Helper()
+	adapter, _ := probe(t, mode, cfg)
+	e := env(t)
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	impl, err := adapter.New(ctx, e)
+	if err != nil {
+		t.Fatalf("new instance of %s: %v", mode, err)
+	}
+	p := impl.(*pool)
+	t.Cleanup(func() { _ = p.Close(context.Background()) })
+	return p, e
+}
+
+func deliver(t *testing.T, impl adapters.Implementation, id string, timeout time.Duration) (adapters.Outcome, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	ev := adapters.Event{Namespace: "exec-test", ID: id, Payload: []byte("payload of " + id)}
+	return impl.Deliver(ctx, adapters.Delivery{Event: ev, Attempt: 1})
+}
+
+func TestProbeReportsTheHandshake(t *testing.T) {
+	adapter, info := probe(t, execchild.Reference, Config{HarnessVersion: "test"})
+	if adapter.Name != Name || !adapter.OutOfProcess {
+		t.Errorf("adapter %q, out of process %t; want %q, true", adapter.Name, adapter.OutOfProcess, Name)
+	}
+	want := adapters.Declaration{ConflictPolicy: adapters.RejectConflicts, RedeliveryWindow: 24 * time.Hour, AcceptsClock: true}
+	if adapter.Declares != want || info.Declares != want {
+		t.Errorf("declares %+v (info %+v), want %+v", adapter.Declares, info.Declares, want)
+	}
+	if info.Protocol != protocol.Version || info.MaxInFlight != 8 || info.Implementation.Name != "execchild-reference" || info.Command == "" {
+		t.Errorf("info %+v", info)
+	}
+}
+
+func TestReferenceChildDeliversPurgesAndCloses(t *testing.T) {
+	impl, e := start(t, execchild.Reference, Config{})
+	for i, want := range []adapters.Outcome{adapters.Applied, adapters.Duplicate, adapters.Duplicate} {
+		got, err := deliver(t, impl, "1", testTimeout)
+		if err != nil || got != want {
+			t.Fatalf("delivery %d: %v, %v; want %v", i+1, got, err, want)
+		}
+	}
+	entries, err := ledger.Entries(context.Background(), pgtest.Pool(t), e.Schema, "exec-test", "1")
+	if err != nil || len(entries) != 1 {
+		t.Fatalf("ledger holds %d effects (%v), want 1", len(entries), err)
+	}
+	removed, err := impl.Purge(context.Background(), time.Now().Add(time.Hour))
+	if err != nil || removed != 1 {
+		t.Fatalf("purge removed %d (%v), want 1", removed, err)
+	}
+	procs := impl.procs
+	if err := impl.Close(context.Background()); err != nil {
+		t.Fatalf("close: %v", err)
+	}
+	for _, m := range procs {
+		waitGroupGone(t, m.cmd.Process.Pid)
+	}
+	if _, err := deliver(t, impl, "2", testTimeout); err == nil {
+		t.Error("a delivery after Close succeeded")
+	}
+}
+
+func TestPoolGrowsWhenEveryProcessIsBusy(t *testing.T) {
+	impl, _ := start(t, execchild.Reference, Config{})
+	const n = 40 // over 8 in flight per process: at least 5 processes
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	for i := range n {
+		wg.Go(func() {
+			got, err := deliver(t, impl, fmt.Sprint("grow-", i), testTimeout)
+			if err == nil && got != adapters.Applied {
+				err = fmt.Errorf("event %d: %v", i, got)
+			}
+			if err != nil {
+				errs <- err
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	impl.mu.Lock()
+	procs := len(impl.procs)
+	impl.mu.Unlock()
+	if most := (n + 7) / 8; procs < 1 || procs > most {
+		t.Errorf("the pool has %d processes; %d requests need at most %d at 8 in flight each", procs, n, most)
+	}
+	t.Logf("%d concurrent deliveries ran on %d processes", n, procs)
+}
+
+func TestMaxProcessesBoundsThePool(t *testing.T) {
+	impl, _ := start(t, execchild.HangOnDeliver, Config{MaxProcesses: 1})
+	var wg sync.WaitGroup
+	for i := range 8 { // fills the only process's slots
+		wg.Go(func() { _, _ = deliver(t, impl, fmt.Sprint("busy-", i), time.Second) })
+	}
+	wg.Wait()
+	impl.mu.Lock()
+	procs := len(impl.procs)
+	impl.mu.Unlock()
+	if procs != 1 {
+		t.Errorf("the pool has %d processes, want at most 1", procs)
+	}
+}
+
+// failures are the misbehaviours that must fail a delivery with a clear
+// error and without hanging the caller beyond its deadline.
+var failures = []struct {
+	mode string
+	want []string // in the error message
+	is   error
+}{
+	{execchild.CrashOnDeliver, []string{"exit status 3", execchild.LastWords}, ErrProcessFailed},
+	{execchild.Garbage, []string{"malformed answer", `"this is not json"`}, protocol.ErrViolation},
+	{execchild.UnknownOutcome, []string{`unknown outcome "maybe"`}, protocol.ErrViolation},
+	{execchild.WrongID, []string{"never sent or was already answered"}, protocol.ErrViolation},
+	{execchild.LongLine, []string{"line too long"}, protocol.ErrViolation},
+	{execchild.StrayGrandchild, []string{"exit status 4"}, ErrProcessFailed},
+	{execchild.HangOnDeliver, []string{"no answer", "deliver request"}, ErrNoAnswer},
+	{execchild.StopReading, []string{"no answer"}, ErrNoAnswer},
+}
+
+func TestMisbehavingChildFailsItsDeliveryClearly(t *testing.T) {
+	for _, f := range failures {
+		t.Run(f.mode, func(t *testing.T) {
+			impl, e := start(t, f.mode, Config{})
+			_, err := deliver(t, impl, "1", 3*time.Second)
+			if err == nil {
+				t.Fatal("the delivery succeeded")
+			}
+			if !errors.Is(err, f.is) {
+				t.Errorf("error does not wrap %v: %v", f.is, err)
+			}
+			for _, w := range f.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error does not say %q: %v", w, err)
+				}
+			}
+			if errors.Is(err, ErrProcessFailed) {
+				// The instance stays failed, with the same cause.
+				_, again := deliver(t, impl, "2", testTimeout)
+				if !errors.Is(again, ErrProcessFailed) {
+					t.Errorf("the next delivery: %v, want the process failure again", again)
+				}
+			}
+			entries, err := ledger.Entries(context.Background(), pgtest.Pool(t), e.Schema, "exec-test", "1")
+			if err != nil || len(entries) != 0 {
+				t.Errorf("ledger holds %d effects (%v), want none", len(entries), err)
+			}
+		})
+	}
+}
+
+func TestStrayGrandchildIsKilledWithTheGroup(t *testing.T) {
+	impl, _ := start(t, execchild.StrayGrandchild, Config{})
+	m := impl.procs[0]
+	if _, err := deliver(t, impl, "1", testTimeout); !errors.Is(err, ErrProcessFailed) {
+		t.Fatalf("delivery: %v", err)
+	}
+	if err := impl.Close(context.Background()); err != nil {
+		t.Fatalf("close: %v", err)
+	}
+	waitGroupGone(t, m.cmd.Process.Pid)
+}
+
+// waitGroupGone waits until no live process is left in process group pgid.
+// Killed processes whose parent has not reaped them yet (zombies) count as
+// gone.
+func waitGroupGone(t *testing.T, pgid int) {
+	t.Helper()
+	deadline := time.Now().Add(testTimeout)
+	for {
+		live := liveInGroup(t, pgid)
+		if len(live) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("processes %v of group %d are still alive", live, pgid)
+		}
+		time.Sleep(20 * time.Millisecond) // polling /proc, not synchronising
+	}
+}
+
+// liveInGroup lists the processes of group pgid that are not zombies.
+func liveInGroup(t *testing.T, pgid int) []int {
+	t.Helper()
+	dirs, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var live []int
+	for _, d := range dirs {
+		pid, err := strconv.Atoi(d.Name())
+		if err != nil {
+			continue
+		}
+		stat, err := os.ReadFile(filepath.Join("/proc", d.Name(), "stat"))
+		if err != nil {
+			continue // gone meanwhile
+		}
+		// Fields after the command, which is in parentheses: state, ppid, pgrp.
+		fields := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:]))
+		if len(fields) >= 3 && fields[2] == strconv.Itoa(pgid) && fields[0] != "Z" {
+			live = append(live, pid)
+		}
+	}
+	return live
+}
+
+func TestErrorClassesMapToTheHarnessErrors(t *testing.T) {
+	impl, _ := start(t, execchild.ErrorClasses, Config{})
+	for class, want := range map[string]error{
+		string(protocol.InvalidInput):    adapters.ErrInvalidInput,
+		string(protocol.PayloadConflict): adapters.ErrPayloadConflict,
+		string(protocol.Unsupported):     ErrUnsupported,
+	} {
+		if _, err := deliver(t, impl, class, testTimeout); !errors.Is(err, want) {
+			t.Errorf("class %s: %v, want an error wrapping %v", class, err, want)
+		}
+	}
+	_, err := deliver(t, impl, string(protocol.Transient), testTimeout)
+	var answer *AnswerError
+	if !errors.As(err, &answer) || answer.Err.Class != protocol.Transient || errors.Is(err, adapters.ErrInvalidInput) || errors.Is(err, ErrProcessFailed) {
+		t.Errorf("class transient: %v", err)
+	}
+	_, err = deliver(t, impl, "bogus", testTimeout)
+	if !errors.Is(err, protocol.ErrViolation) || !strings.Contains(err.Error(), `unknown error class "bogus"`) {
+		t.Errorf("class bogus: %v, want a protocol violation", err)
+	}
+}
+
+func TestHandshakeFailuresAreClear(t *testing.T) {
+	for mode, want := range map[string]string{
+		execchild.BadVersion: "chose protocol version 99; the harness offered [1]",
+		execchild.HelloError: "cannot start: no configuration",
+		execchild.SilentExit: "closed its stdout and exited (exit status 0)",
+	} {
+		t.Run(mode, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+			defer cancel()
+			_, _, err := Probe(ctx, Config{Command: execchild.Command(mode)})
+			if !errors.Is(err, ErrHandshake) || !strings.Contains(err.Error(), want) {
+				t.Errorf("probe: %v; want ErrHandshake saying %q", err, want)
+			}
+		})
+	}
+	t.Run("no such command", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+		defer cancel()
+		_, _, err := Probe(ctx, Config{Command: "/nonexistent/harmless-impl --flag"})
+		if !errors.Is(err, ErrHandshake) || !strings.Contains(err.Error(), "exit status 127") || !strings.Contains(err.Error(), "not found") {
+			t.Errorf("probe: %v; want the shell's exit status 127 and its 'not found' on stderr", err)
+		}
+	})
+}
+
+func TestEveryProcessMustDeclareTheSame(t *testing.T) {
+	adapter, _ := probe(t, execchild.Inconsistent, Config{})
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	_, err := adapter.New(ctx, env(t))
+	if err == nil || !strings.Contains(err.Error(), "but the probe declared") {
+		t.Errorf("new instance: %v; want a declaration mismatch", err)
+	}
+}
+
+func TestChildIgnoringShutdownIsKilled(t *testing.T) {
+	impl, _ := start(t, execchild.IgnoreShutdown, Config{ShutdownTimeout: 500 * time.Millisecond})
+	m := impl.procs[0]
+	err := impl.Close(context.Background())
+	if err == nil || !strings.Contains(err.Error(), "did not exit after shutdown") {
+		t.Errorf("close: %v; want an error saying the child was killed", err)
+	}
+	<-m.exited
+	if !strings.Contains(m.status, "killed") {
+		t.Errorf("the child ended with %s, want killed", m.status)
+	}
+}

@@ -1,0 +1,261 @@
+package exec
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/harmless-dev/harmless/adapters"
+	"github.com/harmless-dev/harmless/adapters/exec/protocol"
+)
+
+// pool is one implementation instance: the child processes of one worker.
+// It sends each request to a process with a free slot and starts another
+// process when every slot is taken, so a child that handles one request at
+// a time still sees real concurrency.
+type pool struct {
+	cfg   Config
+	info  Info
+	env   adapters.Env
+	setup protocol.SetupParams
+
+	mu       sync.Mutex
+	procs    []*member
+	starting int           // processes being started
+	waiting  int           // callers waiting for a slot
+	started  int           // processes ever started, for labels
+	freed    chan struct{} // closed and replaced when a slot frees up
+	err      error         // set when the instance is dead
+	closed   bool
+}
+
+// member is a process of the pool with its request slots.
+type member struct {
+	*process
+	slots chan struct{}
+}
+
+func newPool(ctx context.Context, cfg Config, info Info, env adapters.Env) (*pool, error) {
+	p := &pool{
+		cfg:   cfg,
+		info:  info,
+		env:   env,
+		freed: make(chan struct{}),
+		setup: protocol.SetupParams{
+			Instance: env.Instance,
+			DSN:      env.DSN,
+			Schema:   env.Schema,
+			Effect:   protocol.EffectSpec{SQL: env.Effect.SQL()},
+		},
+	}
+	for _, param := range env.Effect.Params() {
+		p.setup.Effect.Params = append(p.setup.Effect.Params, protocol.EffectParam{Name: param.Name, Type: param.Type})
+	}
+	// The first process starts now, so a child that cannot start fails the
+	// instance's construction, where the harness reports it.
+	m, err := p.grow(ctx)
+	if err != nil {
+		return nil, err
+	}
+	<-m.slots // grow hands the new process over with a slot taken
+	return p, nil
+}
+
+// grow starts one more process, runs hello and setup, and adds it to the
+// pool with one slot taken for the caller.
+func (p *pool) grow(ctx context.Context) (*member, error) {
+	p.mu.Lock()
+	p.started++
+	label := fmt.Sprintf("process %d of instance %d", p.started, p.env.Instance)
+	p.mu.Unlock()
+	proc, err := launch(ctx, p.cfg, p.env.Instance, label)
+	if err != nil {
+		return nil, err
+	}
+	hello, err := handshake(ctx, proc, p.cfg.HarnessVersion)
+	if err == nil && !hello.sameAs(p.info) {
+		err = fmt.Errorf("%s declares %s, but the probe declared %s; every process must declare the same", label, describe(hello), describe(p.info))
+	}
+	if err == nil {
+		err = proc.request(ctx, protocol.MethodSetup, p.setup, nil)
+	}
+	if err != nil {
+		_ = proc.shutdown(context.WithoutCancel(ctx))
+		return nil, err
+	}
+	m := &member{process: proc, slots: make(chan struct{}, p.info.MaxInFlight)}
+	m.slots <- struct{}{}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		go m.shutdown(context.Background())
+		return nil, errClosed
+	}
+	p.procs = append(p.procs, m)
+	return m, nil
+}
+
+var errClosed = errors.New("the instance is closed")
+
+// acquire returns a process with a slot taken for one request. When every
+// slot is taken it starts another process, unless the processes already
+// starting have spare slots for every caller already waiting.
+func (p *pool) acquire(ctx context.Context) (*member, error) {
+	for {
+		p.mu.Lock()
+		if p.err != nil || p.closed {
+			err := p.err
+			p.mu.Unlock()
+			if err == nil {
+				err = errClosed
+			}
+			return nil, err
+		}
+		for _, m := range p.procs {
+			select {
+			case m.slots <- struct{}{}:
+				p.mu.Unlock()
+				return m, nil
+			default:
+			}
+		}
+		spare := p.starting * (p.info.MaxInFlight - 1) // a starter takes one slot itself
+		if len(p.procs)+p.starting < p.cfg.maxProcesses() && p.waiting >= spare {
+			p.starting++
+			p.mu.Unlock()
+			m, err := p.grow(ctx)
+			if err != nil {
+				err = p.die(err)
+			}
+			p.mu.Lock()
+			p.starting--
+			p.wake()
+			p.mu.Unlock()
+			return m, err
+		}
+		p.waiting++
+		freed := p.freed
+		p.mu.Unlock()
+		var err error
+		select {
+		case <-freed:
+		case <-ctx.Done():
+			err = fmt.Errorf("%w: every process of instance %d was busy until the deadline: %w", ErrNoAnswer, p.env.Instance, context.Cause(ctx))
+		}
+		p.mu.Lock()
+		p.waiting--
+		p.mu.Unlock()
+		if err != nil {
+			return nil, err
+		}
+	}
+}
+
+// release gives back m's slot.
+func (p *pool) release(m *member) {
+	<-m.slots
+	p.mu.Lock()
+	p.wake()
+	p.mu.Unlock()
+}
+
+// wake tells the waiting callers to look for a slot again. The caller holds
+// p.mu.
+func (p *pool) wake() {
+	close(p.freed)
+	p.freed = make(chan struct{})
+}
+
+// die marks the instance dead with cause and returns cause. A dead
+// instance never starts processes again: a child that crashed has a bug, and
+// restarting it would hide the bug from the rules that would catch it.
+func (p *pool) die(cause error) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.err == nil {
+		p.err = cause
+	}
+	return cause
+}
+
+// call runs one request on some process of the pool.
+func (p *pool) call(ctx context.Context, method string, params, result any) error {
+	m, err := p.acquire(ctx)
+	if err != nil {
+		return err
+	}
+	defer p.release(m)
+	err = m.request(ctx, method, params, result)
+	if errors.Is(err, ErrProcessFailed) {
+		return p.die(err)
+	}
+	return err
+}
+
+// Deliver sends one delivery to a child process.
+func (p *pool) Deliver(ctx context.Context, d adapters.Delivery) (adapters.Outcome, error) {
+	params := protocol.DeliverParams{
+		Namespace:  []byte(d.Namespace),
+		EventID:    []byte(d.ID),
+		Payload:    d.Payload,
+		Attempt:    d.Attempt,
+		EffectArgs: p.env.Effect.Args(d),
+		Now:        p.now(),
+	}
+	var outcome adapters.Outcome
+	if err := p.call(ctx, protocol.MethodDeliver, params, &outcome); err != nil {
+		return 0, fmt.Errorf("deliver %s attempt %d: %w", d.Event, d.Attempt, err)
+	}
+	return outcome, nil
+}
+
+// Purge asks a child process to purge markers claimed before cutoff.
+func (p *pool) Purge(ctx context.Context, cutoff time.Time) (int64, error) {
+	var removed int64
+	if err := p.call(ctx, protocol.MethodPurge, protocol.PurgeParams{Cutoff: wireTime(cutoff), Now: p.now()}, &removed); err != nil {
+		return 0, err
+	}
+	return removed, nil
+}
+
+// now is the harness's time for a child that accepts the clock.
+func (p *pool) now() *time.Time {
+	if !p.info.Declares.AcceptsClock || p.env.Clock == nil {
+		return nil
+	}
+	t := wireTime(p.env.Clock.Now())
+	return &t
+}
+
+// wireTime is t as the protocol sends it: UTC, in whole microseconds, the
+// precision of PostgreSQL's timestamptz and of most languages' clocks.
+func wireTime(t time.Time) time.Time { return t.UTC().Truncate(time.Microsecond) }
+
+// Close shuts every process down, each within the shutdown timeout.
+func (p *pool) Close(ctx context.Context) error {
+	p.mu.Lock()
+	p.closed = true
+	procs := p.procs
+	p.procs = nil
+	p.mu.Unlock()
+	var (
+		wg   sync.WaitGroup
+		mu   sync.Mutex
+		errs []error
+	)
+	for _, m := range procs {
+		wg.Go(func() {
+			sctx, cancel := context.WithTimeout(ctx, p.cfg.shutdownTimeout())
+			defer cancel()
+			if err := m.shutdown(sctx); err != nil {
+				mu.Lock()
+				errs = append(errs, err)
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}

@@ -1,0 +1,469 @@
+// Package protocol is the wire format of harmless's exec protocol: the
+// line-delimited JSON that harmless speaks with an implementation running as
+// a child process, in any language.
+//
+// docs/protocol.md is the specification; this package is its Go codec, used
+// by the harness (package adapters/exec) to encode requests and decode
+// answers, and usable by Go programs that want to be certified as external
+// processes, to decode requests and encode answers.
+//
+// The decoders are strict on purpose: an answer that does not follow the
+// specification is a [ErrViolation], which the harness reports as a failure
+// of the implementation. They never panic, whatever the input; a fuzz test
+// holds them to that.
+package protocol
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/harmless-dev/harmless/adapters"
+)
+
+// Version is the newest protocol version this package speaks.
+const Version = 1
+
+// Versions are the protocol versions this package speaks, offered in hello.
+var Versions = []int{Version}
+
+// Line limits, without the "\n". Requests carry events, and the bad-input
+// fixture sends a 1 MiB id, which travels twice in base64, and a 16 MiB
+// payload, which grows by a third in base64; answers are
+// small.
+const (
+	// MaxRequestBytes is the longest request line the harness sends.
+	MaxRequestBytes = 64 << 20
+	// MaxAnswerBytes is the longest answer line an implementation may send.
+	MaxAnswerBytes = 1 << 20
+)
+
+// MaxID is the largest request id: ids must be exact in a JSON number read as
+// an IEEE 754 double, as most languages read them.
+const MaxID = 1<<53 - 1
+
+// MaxInFlightLimit is the largest max_in_flight an implementation may declare.
+const MaxInFlightLimit = 1024
+
+// maxWindow bounds a declared redelivery window (about 100 years), so it
+// converts to a time.Duration without overflow.
+const maxWindow = 100 * 365 * 24 * time.Hour
+
+// Methods of the protocol.
+const (
+	MethodHello    = "hello"
+	MethodSetup    = "setup"
+	MethodDeliver  = "deliver"
+	MethodPurge    = "purge"
+	MethodShutdown = "shutdown"
+)
+
+// ErrViolation marks input that breaks the protocol.
+var ErrViolation = errors.New("protocol violation")
+
+func violation(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", ErrViolation, fmt.Sprintf(format, args...))
+}
+
+// ErrorClass classifies an error answer. See docs/protocol.md.
+type ErrorClass string
+
+// The error classes.
+const (
+	// Transient means the delivery was not acknowledged and may be retried.
+	Transient ErrorClass = "transient"
+	// InvalidInput means the event itself is not acceptable.
+	InvalidInput ErrorClass = "invalid_input"
+	// PayloadConflict means the identity was claimed with another payload.
+	PayloadConflict ErrorClass = "payload_conflict"
+	// Unsupported means the method is not implemented.
+	Unsupported ErrorClass = "unsupported"
+)
+
+// Valid reports whether c is a defined class.
+func (c ErrorClass) Valid() bool {
+	switch c {
+	case Transient, InvalidInput, PayloadConflict, Unsupported:
+		return true
+	}
+	return false
+}
+
+// Error is an error answer's body.
+type Error struct {
+	Class   ErrorClass `json:"class"`
+	Message string     `json:"message,omitempty"`
+}
+
+// Error returns the class and the message.
+func (e *Error) Error() string {
+	if e.Message == "" {
+		return string(e.Class)
+	}
+	return string(e.Class) + ": " + e.Message
+}
+
+// Request is one request, as the harness sends it.
+type Request struct {
+	ID     uint64 `json:"id"`
+	Method string `json:"method"`
+	Params any    `json:"params"`
+}
+
+// Response is one decoded answer: exactly one of Result and Error is set.
+type Response struct {
+	ID     uint64
+	Result json.RawMessage
+	Error  *Error
+}
+
+// EncodeRequest returns the line for a request, "\n" included.
+func EncodeRequest(id uint64, method string, params any) ([]byte, error) {
+	if params == nil {
+		params = struct{}{}
+	}
+	return encodeLine(Request{ID: id, Method: method, Params: params}, MaxRequestBytes)
+}
+
+// EncodeResult returns the line answering request id with result.
+func EncodeResult(id uint64, result any) ([]byte, error) {
+	if result == nil {
+		result = struct{}{}
+	}
+	return encodeLine(struct {
+		ID     uint64 `json:"id"`
+		Result any    `json:"result"`
+	}{id, result}, MaxAnswerBytes)
+}
+
+// EncodeError returns the line answering request id with an error.
+func EncodeError(id uint64, class ErrorClass, message string) ([]byte, error) {
+	return encodeLine(struct {
+		ID    uint64 `json:"id"`
+		Error Error  `json:"error"`
+	}{id, Error{Class: class, Message: message}}, MaxAnswerBytes)
+}
+
+func encodeLine(v any, limit int) ([]byte, error) {
+	line, err := json.Marshal(v)
+	if err != nil {
+		return nil, fmt.Errorf("encode message: %w", err)
+	}
+	if len(line) > limit {
+		return nil, fmt.Errorf("encode message: %d bytes is over the %d-byte line limit", len(line), limit)
+	}
+	return append(line, '\n'), nil
+}
+
+// envelope is the raw shape of every message.
+type envelope struct {
+	ID     json.RawMessage `json:"id"`
+	Method json.RawMessage `json:"method"`
+	Params json.RawMessage `json:"params"`
+	Result json.RawMessage `json:"result"`
+	Error  json.RawMessage `json:"error"`
+}
+
+func decodeEnvelope(line []byte, limit int) (envelope, uint64, error) {
+	var env envelope
+	if len(line) > limit {
+		return env, 0, violation("a line of %d bytes is over the %d-byte limit", len(line), limit)
+	}
+	if !isObject(line) {
+		return env, 0, violation("not a JSON object: %s", Excerpt(line))
+	}
+	if err := json.Unmarshal(line, &env); err != nil {
+		return env, 0, violation("not valid JSON (%v): %s", err, Excerpt(line))
+	}
+	id, err := decodeID(env.ID)
+	if err != nil {
+		return env, 0, err
+	}
+	return env, id, nil
+}
+
+// isObject reports whether line, after leading whitespace, starts an object.
+func isObject(line []byte) bool {
+	for _, b := range line {
+		switch b {
+		case ' ', '\t', '\r', '\n':
+			continue
+		case '{':
+			return true
+		default:
+			return false
+		}
+	}
+	return false
+}
+
+func decodeID(raw json.RawMessage) (uint64, error) {
+	if !present(raw) {
+		return 0, violation("the message has no id")
+	}
+	id, err := strconv.ParseUint(string(raw), 10, 64)
+	if err != nil || id == 0 || id > MaxID {
+		return 0, violation("the id %s is not an integer from 1 to 2^53-1", Excerpt(raw))
+	}
+	return id, nil
+}
+
+// present reports whether a field was given a value other than null.
+func present(raw json.RawMessage) bool { return len(raw) > 0 && string(raw) != "null" }
+
+// DecodeResponse decodes one answer line. Any departure from the
+// specification is an error wrapping [ErrViolation].
+func DecodeResponse(line []byte) (Response, error) {
+	env, id, err := decodeEnvelope(line, MaxAnswerBytes)
+	if err != nil {
+		return Response{}, err
+	}
+	resp := Response{ID: id}
+	switch hasResult, hasError := present(env.Result), present(env.Error); {
+	case hasResult && hasError:
+		return Response{}, violation("answer %d has both a result and an error", id)
+	case hasResult:
+		if !isObject(env.Result) {
+			return Response{}, violation("the result of answer %d is not a JSON object: %s", id, Excerpt(env.Result))
+		}
+		resp.Result = env.Result
+	case hasError:
+		var e Error
+		if !isObject(env.Error) || json.Unmarshal(env.Error, &e) != nil {
+			return Response{}, violation("the error of answer %d is not an object with a string class and message: %s", id, Excerpt(env.Error))
+		}
+		if !e.Class.Valid() {
+			return Response{}, violation("answer %d has the unknown error class %q (known: %s, %s, %s, %s)", id, e.Class, Transient, InvalidInput, PayloadConflict, Unsupported)
+		}
+		resp.Error = &e
+	default:
+		return Response{}, violation("answer %d has neither a result nor an error", id)
+	}
+	return resp, nil
+}
+
+// IncomingRequest is one decoded request, as an implementation reads it.
+type IncomingRequest struct {
+	ID     uint64
+	Method string
+	Params json.RawMessage
+}
+
+// DecodeRequest decodes one request line, for Go implementations of the
+// child side.
+func DecodeRequest(line []byte) (IncomingRequest, error) {
+	env, id, err := decodeEnvelope(line, MaxRequestBytes)
+	if err != nil {
+		return IncomingRequest{}, err
+	}
+	var method string
+	if json.Unmarshal(env.Method, &method) != nil || method == "" {
+		return IncomingRequest{}, violation("request %d has no method", id)
+	}
+	params := env.Params
+	if !present(params) {
+		params = json.RawMessage("{}")
+	}
+	if !isObject(params) {
+		return IncomingRequest{}, violation("the params of request %d are not a JSON object: %s", id, Excerpt(params))
+	}
+	return IncomingRequest{ID: id, Method: method, Params: params}, nil
+}
+
+// decodeResult decodes the result object of method into v.
+func decodeResult(method string, raw json.RawMessage, v any) error {
+	if err := json.Unmarshal(raw, v); err != nil {
+		return violation("the %s result is malformed (%v): %s", method, err, Excerpt(raw))
+	}
+	return nil
+}
+
+// Excerpt quotes the start of a message for an error: at most 200 bytes.
+func Excerpt(b []byte) string {
+	const shown = 200
+	if len(b) > shown {
+		return strconv.Quote(string(b[:shown])) + fmt.Sprintf("…(%d bytes)", len(b))
+	}
+	return strconv.Quote(string(b))
+}
+
+// HelloParams are the harness's hello.
+type HelloParams struct {
+	// Protocols are the versions the harness speaks.
+	Protocols []int `json:"protocols"`
+	// Harness is the harness's version.
+	Harness string `json:"harness"`
+}
+
+// Implementation names the implementation behind a child process.
+type Implementation struct {
+	Name    string `json:"name"`
+	Version string `json:"version,omitempty"`
+}
+
+// String returns "name version", or the name alone.
+func (i Implementation) String() string {
+	if i.Version == "" {
+		return i.Name
+	}
+	return i.Name + " " + i.Version
+}
+
+// Declares is what the implementation claims about itself, as in
+// [adapters.Declaration].
+type Declares struct {
+	ConflictPolicy    string  `json:"conflict_policy"`
+	RedeliveryWindowS float64 `json:"redelivery_window_s"`
+	AcceptsClock      bool    `json:"accepts_clock"`
+}
+
+// Declaration converts d into the harness's terms.
+func (d Declares) Declaration() adapters.Declaration {
+	return adapters.Declaration{
+		ConflictPolicy:   adapters.ConflictPolicy(d.ConflictPolicy),
+		RedeliveryWindow: time.Duration(d.RedeliveryWindowS * float64(time.Second)),
+		AcceptsClock:     d.AcceptsClock,
+	}
+}
+
+// HelloResult is the implementation's answer to hello.
+type HelloResult struct {
+	Protocol       int            `json:"protocol"`
+	Implementation Implementation `json:"implementation"`
+	Declares       Declares       `json:"declares"`
+	// MaxInFlight is how many requests one process handles at once; 0 in
+	// the message means 1, and DecodeHello returns 1 then.
+	MaxInFlight int `json:"max_in_flight,omitempty"`
+}
+
+// DecodeHello decodes and checks a hello result against the versions the
+// harness offered.
+func DecodeHello(raw json.RawMessage, offered []int) (HelloResult, error) {
+	var h HelloResult
+	if err := decodeResult(MethodHello, raw, &h); err != nil {
+		return HelloResult{}, err
+	}
+	if !slices.Contains(offered, h.Protocol) {
+		return HelloResult{}, violation("the implementation chose protocol version %d; the harness offered %v", h.Protocol, offered)
+	}
+	if h.Implementation.Name == "" {
+		return HelloResult{}, violation("hello names no implementation (implementation.name is empty)")
+	}
+	switch adapters.ConflictPolicy(h.Declares.ConflictPolicy) {
+	case adapters.NoConflictPolicy, adapters.RejectConflicts:
+	default:
+		return HelloResult{}, violation("unknown conflict_policy %q (known: %q, or \"\" for none)", h.Declares.ConflictPolicy, adapters.RejectConflicts)
+	}
+	w := h.Declares.RedeliveryWindowS
+	if math.IsNaN(w) || w < 0 || w > maxWindow.Seconds() {
+		return HelloResult{}, violation("redelivery_window_s %v is not between 0 and %.0f", w, maxWindow.Seconds())
+	}
+	if h.MaxInFlight == 0 {
+		h.MaxInFlight = 1
+	}
+	if h.MaxInFlight < 1 || h.MaxInFlight > MaxInFlightLimit {
+		return HelloResult{}, violation("max_in_flight %d is not between 1 and %d", h.MaxInFlight, MaxInFlightLimit)
+	}
+	return h, nil
+}
+
+// EffectParam names one argument of the effect's statement and its
+// PostgreSQL type.
+type EffectParam struct {
+	Name string `json:"name"`
+	Type string `json:"type"`
+}
+
+// EffectSpec is the effect as setup describes it.
+type EffectSpec struct {
+	SQL    string        `json:"sql"`
+	Params []EffectParam `json:"params"`
+}
+
+// SetupParams are setup's parameters.
+type SetupParams struct {
+	Instance int        `json:"instance"`
+	DSN      string     `json:"dsn"`
+	Schema   string     `json:"schema"`
+	Effect   EffectSpec `json:"effect"`
+}
+
+// DeliverParams are deliver's parameters. Byte fields travel as standard
+// base64, which is how encoding/json encodes []byte.
+type DeliverParams struct {
+	Namespace  []byte     `json:"namespace"`
+	EventID    []byte     `json:"event_id"`
+	Payload    []byte     `json:"payload"`
+	Attempt    int        `json:"attempt"`
+	EffectArgs []any      `json:"effect_args"`
+	Now        *time.Time `json:"now,omitempty"`
+}
+
+// DeliverResult is deliver's result.
+type DeliverResult struct {
+	Outcome string `json:"outcome"`
+}
+
+// Outcome names on the wire.
+const (
+	OutcomeApplied   = "applied"
+	OutcomeDuplicate = "duplicate"
+	OutcomeRejected  = "rejected"
+)
+
+// DecodeOutcome decodes a deliver result.
+func DecodeOutcome(raw json.RawMessage) (adapters.Outcome, error) {
+	var r DeliverResult
+	if err := decodeResult(MethodDeliver, raw, &r); err != nil {
+		return 0, err
+	}
+	switch r.Outcome {
+	case OutcomeApplied:
+		return adapters.Applied, nil
+	case OutcomeDuplicate:
+		return adapters.Duplicate, nil
+	case OutcomeRejected:
+		return adapters.Rejected, nil
+	}
+	return 0, violation("unknown outcome %q (known: %s, %s, %s)", r.Outcome, OutcomeApplied, OutcomeDuplicate, OutcomeRejected)
+}
+
+// OutcomeName is the wire name of o.
+func OutcomeName(o adapters.Outcome) string {
+	switch o {
+	case adapters.Applied:
+		return OutcomeApplied
+	case adapters.Duplicate:
+		return OutcomeDuplicate
+	case adapters.Rejected:
+		return OutcomeRejected
+	}
+	return ""
+}
+
+// PurgeParams are purge's parameters.
+type PurgeParams struct {
+	Cutoff time.Time  `json:"cutoff"`
+	Now    *time.Time `json:"now,omitempty"`
+}
+
+// PurgeResult is purge's result.
+type PurgeResult struct {
+	Removed *int64 `json:"removed"`
+}
+
+// DecodePurge decodes a purge result: how many markers were removed.
+func DecodePurge(raw json.RawMessage) (int64, error) {
+	var r PurgeResult
+	if err := decodeResult(MethodPurge, raw, &r); err != nil {
+		return 0, err
+	}
+	if r.Removed == nil || *r.Removed < 0 {
+		return 0, violation("the purge result has no non-negative removed count: %s", Excerpt(raw))
+	}
+	return *r.Removed, nil
+}

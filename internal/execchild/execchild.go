@@ -1,0 +1,346 @@
+// Package execchild is the child side of the exec protocol written in Go,
+// for the harness's own tests: a test binary re-executes itself as an
+// external implementation, which either serves the reference Store (over a
+// real PostgreSQL server, through the protocol, as any other language
+// would) or misbehaves in one precise way.
+//
+// A test package opts in from its TestMain:
+//
+//	func TestMain(m *testing.M) {
+//		execchild.MaybeServe() // returns unless the process is a child
+//		...
+//	}
+//
+// and runs the child with [Command].
+package execchild
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/harmless-dev/harmless/adapters"
+	"github.com/harmless-dev/harmless/adapters/exec/protocol"
+	"github.com/harmless-dev/harmless/adapters/reference"
+)
+
+// EnvMode names the variable that makes a test binary a child, and how it
+// behaves.
+const EnvMode = "HARMLESS_EXECCHILD_MODE"
+
+// Modes of the child. Every mode but Reference misbehaves on purpose.
+const (
+	// Reference serves reference.Store through the protocol: correct.
+	Reference = "reference"
+	// CrashOnDeliver writes a last word to stderr and exits with status 3
+	// at its first delivery.
+	CrashOnDeliver = "crash-on-deliver"
+	// Garbage answers deliveries with a line that is not JSON.
+	Garbage = "garbage"
+	// UnknownOutcome answers deliveries with the outcome "maybe".
+	UnknownOutcome = "unknown-outcome"
+	// WrongID answers deliveries with an id that was never sent.
+	WrongID = "wrong-id"
+	// HangOnDeliver never answers a delivery, but answers everything else.
+	HangOnDeliver = "hang-on-deliver"
+	// StopReading stops reading its stdin after setup.
+	StopReading = "stop-reading"
+	// LongLine answers deliveries with a line over the length limit.
+	LongLine = "long-line"
+	// BadVersion chooses a protocol version the harness did not offer.
+	BadVersion = "bad-version"
+	// HelloError answers hello with an error.
+	HelloError = "hello-error"
+	// SilentExit exits at once, saying nothing.
+	SilentExit = "silent-exit"
+	// StrayGrandchild starts a grandchild that holds stdout open, then
+	// exits at its first delivery.
+	StrayGrandchild = "stray-grandchild"
+	// Inconsistent declares another redelivery window in every process but
+	// the probe.
+	Inconsistent = "inconsistent"
+	// IgnoreShutdown answers shutdown but does not exit, except in the
+	// probe.
+	IgnoreShutdown = "ignore-shutdown"
+	// ErrorClasses answers each delivery with the error class named by its
+	// event id (transient, invalid_input, payload_conflict, unsupported).
+	ErrorClasses = "error-classes"
+)
+
+// LastWords is what CrashOnDeliver writes to stderr before it exits.
+const LastWords = "execchild: simulated crash in the middle of a delivery"
+
+// Command returns the shell command that runs this test binary as a child
+// in mode.
+func Command(mode string) string {
+	self, err := os.Executable()
+	if err != nil {
+		panic(err)
+	}
+	return EnvMode + "=" + mode + " exec " + strconv.Quote(self)
+}
+
+// MaybeServe runs the child and exits when the process was started as one;
+// otherwise it returns at once.
+func MaybeServe() {
+	mode, ok := os.LookupEnv(EnvMode)
+	if !ok {
+		return
+	}
+	os.Exit(serve(mode, os.Stdin, os.Stdout))
+}
+
+// child is one child process's state.
+type child struct {
+	mode     string
+	out      io.Writer
+	outMu    sync.Mutex
+	instance int
+
+	mu     sync.Mutex
+	store  *reference.Store
+	pool   *pgxpool.Pool
+	effect protocol.EffectSpec
+	now    atomic.Int64 // latest harness time, Unix ns
+}
+
+func serve(mode string, in io.Reader, out io.Writer) int {
+	c := &child{mode: mode, out: out}
+	c.instance, _ = strconv.Atoi(os.Getenv("HARMLESS_INSTANCE"))
+	if mode == SilentExit {
+		return 0
+	}
+	lines := protocol.NewLineReader(in, protocol.MaxRequestBytes)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	for {
+		line, err := lines.Next()
+		if err != nil {
+			return 0 // end of input: the harness is gone or done
+		}
+		req, err := protocol.DecodeRequest(line)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "execchild:", err)
+			continue
+		}
+		switch req.Method {
+		case protocol.MethodShutdown:
+			wg.Wait()
+			c.answer(protocol.EncodeResult(req.ID, nil))
+			if mode == IgnoreShutdown && c.instance > 0 {
+				select {} // the harness must kill it
+			}
+			if c.pool != nil {
+				c.pool.Close()
+			}
+			return 0
+		case protocol.MethodDeliver:
+			wg.Go(func() { c.deliver(req) })
+		default:
+			c.handle(req)
+			if mode == StopReading && req.Method == protocol.MethodSetup {
+				select {}
+			}
+		}
+	}
+}
+
+func (c *child) answer(line []byte, err error) {
+	if err != nil {
+		panic(err)
+	}
+	c.outMu.Lock()
+	defer c.outMu.Unlock()
+	_, _ = c.out.Write(line)
+}
+
+func (c *child) handle(req protocol.IncomingRequest) {
+	switch req.Method {
+	case protocol.MethodHello:
+		c.hello(req)
+	case protocol.MethodSetup:
+		var p protocol.SetupParams
+		if err := json.Unmarshal(req.Params, &p); err != nil {
+			c.answer(protocol.EncodeError(req.ID, protocol.Transient, err.Error()))
+			return
+		}
+		if err := c.setup(p); err != nil {
+			c.answer(protocol.EncodeError(req.ID, protocol.Transient, err.Error()))
+			return
+		}
+		c.answer(protocol.EncodeResult(req.ID, nil))
+	case protocol.MethodPurge:
+		c.purge(req)
+	default:
+		c.answer(protocol.EncodeError(req.ID, protocol.Unsupported, "unknown method "+req.Method))
+	}
+}
+
+func (c *child) hello(req protocol.IncomingRequest) {
+	window := 24 * time.Hour.Seconds()
+	if c.mode == Inconsistent && c.instance > 0 {
+		window = 3600
+	}
+	result := protocol.HelloResult{
+		Protocol:       protocol.Version,
+		Implementation: protocol.Implementation{Name: "execchild-" + c.mode, Version: "1"},
+		Declares:       protocol.Declares{ConflictPolicy: "reject", RedeliveryWindowS: window, AcceptsClock: true},
+		MaxInFlight:    8,
+	}
+	switch c.mode {
+	case BadVersion:
+		result.Protocol = 99
+	case HelloError:
+		fmt.Fprintln(os.Stderr, "execchild: refusing to start")
+		c.answer(protocol.EncodeError(req.ID, protocol.Transient, "cannot start: no configuration"))
+		return
+	}
+	c.answer(protocol.EncodeResult(req.ID, result))
+}
+
+func (c *child) setup(p protocol.SetupParams) error {
+	pool, err := pgxpool.New(context.Background(), p.DSN)
+	if err != nil {
+		return err
+	}
+	store := reference.NewStore(pool, reference.Config{
+		Schema: p.Schema,
+		Now:    func() time.Time { return time.Unix(0, c.now.Load()).UTC() },
+	})
+	if err := store.Migrate(context.Background()); err != nil {
+		pool.Close()
+		return err
+	}
+	c.mu.Lock()
+	c.pool, c.store, c.effect = pool, store, p.Effect
+	c.mu.Unlock()
+	return nil
+}
+
+// advance moves the child's clock to the harness's time, never backwards.
+func (c *child) advance(now *time.Time) {
+	if now == nil {
+		return
+	}
+	for {
+		old := c.now.Load()
+		if now.UnixNano() <= old || c.now.CompareAndSwap(old, now.UnixNano()) {
+			return
+		}
+	}
+}
+
+func (c *child) deliver(req protocol.IncomingRequest) {
+	var p protocol.DeliverParams
+	if err := json.Unmarshal(req.Params, &p); err != nil {
+		c.answer(protocol.EncodeError(req.ID, protocol.Transient, err.Error()))
+		return
+	}
+	switch c.mode {
+	case CrashOnDeliver:
+		fmt.Fprintln(os.Stderr, LastWords)
+		os.Exit(3)
+	case StrayGrandchild:
+		grandchild := exec.Command("sleep", "300")
+		grandchild.Stdout = os.Stdout
+		_ = grandchild.Start()
+		os.Exit(4)
+	case Garbage:
+		c.answer([]byte("this is not json\n"), nil)
+		return
+	case UnknownOutcome:
+		c.answer(protocol.EncodeResult(req.ID, protocol.DeliverResult{Outcome: "maybe"}))
+		return
+	case WrongID:
+		c.answer(protocol.EncodeResult(req.ID+1000, protocol.DeliverResult{Outcome: protocol.OutcomeApplied}))
+		return
+	case HangOnDeliver:
+		return
+	case LongLine:
+		c.answer([]byte(`{"id":`+strconv.FormatUint(req.ID, 10)+`,"result":{"outcome":"applied","pad":"`+strings.Repeat("x", protocol.MaxAnswerBytes)+`"}}`+"\n"), nil)
+		return
+	case ErrorClasses:
+		c.answer(protocol.EncodeError(req.ID, protocol.ErrorClass(p.EventID), "as asked"))
+		return
+	}
+	c.advance(p.Now)
+	ev := adapters.Event{Namespace: string(p.Namespace), ID: string(p.EventID), Payload: p.Payload}
+	c.mu.Lock()
+	store, effect := c.store, c.effect
+	c.mu.Unlock()
+	args, err := effectArgs(effect, p.EffectArgs)
+	if err != nil {
+		c.answer(protocol.EncodeError(req.ID, protocol.Transient, err.Error()))
+		return
+	}
+	outcome, err := store.Process(context.Background(), ev, func(ctx context.Context, tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, effect.SQL, args...)
+		return err
+	})
+	switch {
+	case err == nil:
+		c.answer(protocol.EncodeResult(req.ID, protocol.DeliverResult{Outcome: protocol.OutcomeName(outcome)}))
+	case errors.Is(err, adapters.ErrInvalidInput):
+		c.answer(protocol.EncodeError(req.ID, protocol.InvalidInput, err.Error()))
+	default:
+		c.answer(protocol.EncodeError(req.ID, protocol.Transient, err.Error()))
+	}
+}
+
+// effectArgs decodes the effect's arguments by their declared types.
+func effectArgs(effect protocol.EffectSpec, raw []any) ([]any, error) {
+	if len(raw) != len(effect.Params) {
+		return nil, fmt.Errorf("%d effect arguments for %d parameters", len(raw), len(effect.Params))
+	}
+	args := make([]any, len(raw))
+	for i, p := range effect.Params {
+		switch v := raw[i].(type) {
+		case string:
+			if p.Type == "bytea" {
+				b, err := base64.StdEncoding.DecodeString(v)
+				if err != nil {
+					return nil, fmt.Errorf("effect argument %s: %w", p.Name, err)
+				}
+				args[i] = b
+				continue
+			}
+			args[i] = v
+		case float64:
+			args[i] = int32(v)
+		default:
+			return nil, fmt.Errorf("effect argument %s has type %T", p.Name, v)
+		}
+	}
+	return args, nil
+}
+
+func (c *child) purge(req protocol.IncomingRequest) {
+	var p protocol.PurgeParams
+	if err := json.Unmarshal(req.Params, &p); err != nil {
+		c.answer(protocol.EncodeError(req.ID, protocol.Transient, err.Error()))
+		return
+	}
+	c.advance(p.Now)
+	c.mu.Lock()
+	store := c.store
+	c.mu.Unlock()
+	removed, err := store.Purge(context.Background(), p.Cutoff)
+	if err != nil {
+		c.answer(protocol.EncodeError(req.ID, protocol.Transient, err.Error()))
+		return
+	}
+	c.answer(protocol.EncodeResult(req.ID, map[string]int64{"removed": removed}))
+}
