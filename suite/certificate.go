@@ -4,8 +4,14 @@ import (
 	"encoding/json"
 	"encoding/xml"
 	"fmt"
+	"html"
+	"io"
+	"maps"
 	"os"
+	"reflect"
+	"runtime/debug"
 	"slices"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -13,6 +19,7 @@ import (
 	"github.com/onsi/ginkgo/v2"
 	"github.com/onsi/ginkgo/v2/types"
 
+	"github.com/harmless-dev/harmless/adapters"
 	"github.com/harmless-dev/harmless/fixtures"
 )
 
@@ -53,25 +60,183 @@ type Certificate struct {
 	Certified bool `json:"certified"`
 	// SuiteVersion is the version of the suite that judged.
 	SuiteVersion string `json:"suite_version"`
+	// Harness identifies the build of the harness that judged.
+	Harness HarnessInfo `json:"harness"`
+	// Protocol describes how the harness drove an implementation that runs
+	// in another process (see [WithProtocol]); nil, and absent from the
+	// JSON, for an in-process adapter.
+	Protocol *Protocol `json:"protocol,omitempty"`
 	// Database is the PostgreSQL server's version.
 	Database string `json:"database"`
 	// DatabaseKind says how the database was provided: dsn, container or
 	// cluster.
 	DatabaseKind string `json:"database_kind"`
+	// Declared is what the adapter declares it can do
+	// ([adapters.Declaration]).
+	Declared Capabilities `json:"declared"`
+	// Verified is the part of Declared that the run proved (see
+	// [Capabilities]): a capability is set only when every rule that tests
+	// it passed; an unproved one is the zero value.
+	Verified Capabilities `json:"verified"`
+	// Seed is the seed of the run's random choices: the same seed repeats
+	// them (see [WithSeed]).
+	Seed uint64 `json:"seed"`
 	// Error is set when the run could not start (no database, a bad
 	// adapter); no rule ran then.
 	Error string `json:"error,omitempty"`
 	// Rules holds one verdict per rule, in catalogue order.
 	Rules []RuleResult `json:"rules"`
+	// Faults counts, by kind, how many times the harness's faults fired
+	// during the run; a kind that never fired is absent. The kinds are
+	// "db:<action>@<point>" (a database-side fault, e.g. "db:raise@effect",
+	// "db:sleep@effect", "db:terminate@commit"), "hook:<action>" (a Go hook
+	// in the effect: "hook:error", "hook:panic", "hook:cancel"),
+	// "proxy:<action>@<point>" (a rule of the wire proxy, e.g.
+	// "proxy:cut@before-commit", "proxy:cut@after-commit-complete",
+	// "proxy:cut@after-statement") and "server:crash". It is never nil.
+	Faults map[string]int64 `json:"faults"`
 	// Started and Duration time the run.
 	Started  time.Time `json:"started_at"`
 	Duration float64   `json:"duration_s"`
 }
 
+// HarnessInfo identifies the build of the harness.
+type HarnessInfo struct {
+	// Version is the suite's [Version].
+	Version string `json:"version"`
+	// Commit is the harness's source revision (see [Harness]).
+	Commit string `json:"commit"`
+}
+
+// Harness returns the version and commit of the running harness. The commit
+// is the VCS revision Go stamped into the binary, with "-dirty" appended
+// when the working tree had changes; without a revision (go install of a
+// released version, or a build with -buildvcs=false) it is the module's
+// version, unless that is "(devel)"; else "unknown". When the harness is a
+// dependency of the module under test (suite.Run in another module's
+// tests), the main module's revision is not the harness's: the commit is
+// then the version of the harness's module in the build, or "unknown".
+func Harness() HarnessInfo {
+	info, ok := debug.ReadBuildInfo()
+	if !ok {
+		info = nil
+	}
+	return HarnessInfo{Version: Version, Commit: buildCommit(info)}
+}
+
+// modulePath is the harness's module path.
+var modulePath = strings.TrimSuffix(reflect.TypeFor[Certificate]().PkgPath(), "/suite")
+
+// buildCommit finds the harness's commit in info (see [Harness]); nil info
+// means none could be read.
+func buildCommit(info *debug.BuildInfo) string {
+	const unknown = "unknown"
+	usable := func(v string) bool { return v != "" && v != "(devel)" }
+	switch {
+	case info == nil:
+		return unknown
+	case info.Main.Path != modulePath:
+		for _, d := range info.Deps {
+			if d.Path != modulePath {
+				continue
+			}
+			if d.Replace != nil {
+				d = d.Replace
+			}
+			if usable(d.Version) {
+				return d.Version
+			}
+		}
+		return unknown
+	}
+	var revision string
+	var modified bool
+	for _, kv := range info.Settings {
+		switch kv.Key {
+		case "vcs.revision":
+			revision = kv.Value
+		case "vcs.modified":
+			modified = kv.Value == "true"
+		}
+	}
+	switch {
+	case revision != "" && modified:
+		return revision + "-dirty"
+	case revision != "":
+		return revision
+	case usable(info.Main.Version):
+		return info.Main.Version
+	}
+	return unknown
+}
+
+// Capabilities are the capabilities of [adapters.Declaration], as the
+// certificate states them: what the adapter declares (Certificate.Declared)
+// and what the run verified (Certificate.Verified). In Verified a
+// capability holds the declared value only when every rule that tests it
+// passed, and the zero value otherwise:
+//
+//   - ConflictPolicy, when every rule of the conflicting-payload fixture
+//     passed;
+//   - RedeliveryWindow, when every rule of the retention-expiry fixture
+//     passed (an adapter that declares no window gets not-supported there,
+//     so never a verified window);
+//   - AcceptsClock, when the adapter declares it and every rule of the
+//     retention-expiry fixture passed: those rules then ran on the
+//     harness's manual clock, which the implementation had to follow.
+//
+// A rule that was skipped, not-supported or failed verifies nothing.
+type Capabilities struct {
+	// ConflictPolicy is the answer to a conflicting payload: "reject" or ""
+	// (none).
+	ConflictPolicy adapters.ConflictPolicy `json:"conflict_policy"`
+	// RedeliveryWindow is how long deduplication state is kept, in seconds;
+	// 0 for none.
+	RedeliveryWindow float64 `json:"redelivery_window_s"`
+	// AcceptsClock reports whether the implementation reads time only from
+	// the harness's clock.
+	AcceptsClock bool `json:"accepts_clock"`
+}
+
+// declared returns the capabilities d declares.
+func declared(d adapters.Declaration) Capabilities {
+	return Capabilities{ConflictPolicy: d.ConflictPolicy, RedeliveryWindow: d.RedeliveryWindow.Seconds(), AcceptsClock: d.AcceptsClock}
+}
+
+// verify returns the part of declared that rules prove (see
+// [Capabilities]).
+func verify(declared Capabilities, rules []RuleResult) Capabilities {
+	passed := func(fixture string) bool {
+		n := 0
+		for _, r := range rules {
+			if r.Fixture != fixture {
+				continue
+			}
+			if r.Verdict != VerdictPass {
+				return false
+			}
+			n++
+		}
+		return n > 0
+	}
+	var v Capabilities
+	if passed(fixtures.ConflictingPayload) {
+		v.ConflictPolicy = declared.ConflictPolicy
+	}
+	if passed(fixtures.RetentionExpiry) {
+		v.RedeliveryWindow = declared.RedeliveryWindow
+		v.AcceptsClock = declared.AcceptsClock
+	}
+	return v
+}
+
 // Count returns how many rules have verdict v.
-func (c Certificate) Count(v Verdict) int {
+func (c Certificate) Count(v Verdict) int { return count(c.Rules, v) }
+
+// count returns how many of rules have verdict v.
+func count(rules []RuleResult, v Verdict) int {
 	n := 0
-	for _, r := range c.Rules {
+	for _, r := range rules {
 		if r.Verdict == v {
 			n++
 		}
@@ -127,16 +292,38 @@ func (s *state) certificate(report ginkgo.Report) Certificate {
 	cert := Certificate{
 		Adapter:      s.adapter.Name,
 		SuiteVersion: Version,
+		Harness:      Harness(),
+		Protocol:     s.cfg.protocol,
 		Database:     s.database,
 		DatabaseKind: s.kind,
+		Declared:     declared(s.adapter.Declares),
+		Seed:         s.seed,
+		Faults:       map[string]int64{},
 		Started:      report.StartTime,
 		Duration:     report.RunTime.Seconds(),
+	}
+	if s.run != nil {
+		maps.Copy(cert.Faults, s.run.FaultsFired())
 	}
 	if s.setupErr != nil {
 		cert.Error = s.setupErr.Error()
 	}
+	cert.Rules = ruleResults(fixtures.Rules(), report.SpecReports)
+	cert.Certified = cert.Error == ""
+	for _, r := range cert.Rules {
+		if r.Verdict == VerdictFail || r.Verdict == VerdictSkipped || (r.Level == fixtures.Must && r.Verdict != VerdictPass && r.Verdict != VerdictNotSupported) {
+			cert.Certified = false
+		}
+	}
+	cert.Verified = verify(cert.Declared, cert.Rules)
+	return cert
+}
+
+// ruleResults folds the reports of the specs of each of rules into the
+// rule's verdict. A rule with no spec among reports is skipped.
+func ruleResults(rules []fixtures.Rule, reports []types.SpecReport) []RuleResult {
 	specs := map[string][]types.SpecReport{}
-	for _, sr := range report.SpecReports {
+	for _, sr := range reports {
 		if sr.LeafNodeType != types.NodeTypeIt {
 			continue
 		}
@@ -146,22 +333,22 @@ func (s *state) certificate(report ginkgo.Report) Certificate {
 			}
 		}
 	}
-	cert.Certified = cert.Error == ""
-	for _, r := range fixtures.Rules() {
+	results := make([]RuleResult, 0, len(rules))
+	for _, r := range rules {
 		res := RuleResult{ID: r.ID, Fixture: r.Fixture, Level: r.Level, Doc: r.Doc}
 		res.Verdict, res.Message = verdict(specs[r.ID])
-		if res.Verdict == VerdictFail || res.Verdict == VerdictSkipped || (r.Level == fixtures.Must && res.Verdict != VerdictPass && res.Verdict != VerdictNotSupported) {
-			cert.Certified = false
-		}
-		cert.Rules = append(cert.Rules, res)
+		results = append(results, res)
 	}
-	return cert
+	return results
 }
+
+// noSpecRan is the message of a rule none of whose specs is in the report.
+const noSpecRan = "no spec of this rule ran"
 
 // verdict folds the results of a rule's specs into one verdict.
 func verdict(specs []types.SpecReport) (Verdict, string) {
 	if len(specs) == 0 {
-		return VerdictSkipped, "no spec of this rule ran"
+		return VerdictSkipped, noSpecRan
 	}
 	var failed, notSupported, notes []string
 	passed, skipped := 0, 0
@@ -196,56 +383,261 @@ func verdict(specs []types.SpecReport) (Verdict, string) {
 	return VerdictPass, strings.Join(notes, "\n")
 }
 
-// WriteJUnit writes the certificate as JUnit XML to path: one testsuite, one
-// testcase per rule named by its id, with a failure or skipped element where
-// the rule did not pass.
-func (c Certificate) WriteJUnit(path string) error {
-	type failure struct {
+// JUnit XML: a testsuites element holding one testsuite of one testcase
+// per rule.
+type (
+	junitSuites struct {
+		XMLName xml.Name `xml:"testsuites"`
+		Name    string   `xml:"name,attr"`
+		junitCounts
+		Suites []junitSuite `xml:"testsuite"`
+	}
+	junitSuite struct {
+		Name string `xml:"name,attr"`
+		junitCounts
+		Timestamp  string          `xml:"timestamp,attr,omitempty"`
+		Properties []junitProperty `xml:"properties>property"`
+		Cases      []junitCase     `xml:"testcase"`
+		SystemErr  string          `xml:"system-err,omitempty"`
+	}
+	// junitCounts are the totals of a testsuite, and of testsuites.
+	junitCounts struct {
+		Tests    int     `xml:"tests,attr"`
+		Failures int     `xml:"failures,attr"`
+		Errors   int     `xml:"errors,attr"`
+		Skipped  int     `xml:"skipped,attr"`
+		Time     float64 `xml:"time,attr"`
+	}
+	junitProperty struct {
+		Name  string `xml:"name,attr"`
+		Value string `xml:"value,attr"`
+	}
+	junitCase struct {
+		Name      string        `xml:"name,attr"`
+		Classname string        `xml:"classname,attr"`
+		Failure   *junitFailure `xml:"failure,omitempty"`
+		Skipped   *junitSkipped `xml:"skipped,omitempty"`
+	}
+	junitFailure struct {
 		Message string `xml:"message,attr"`
 		Type    string `xml:"type,attr"`
 		Text    string `xml:",chardata"`
 	}
-	type skipped struct {
+	junitSkipped struct {
 		Message string `xml:"message,attr"`
 	}
-	type testcase struct {
-		Name      string   `xml:"name,attr"`
-		Classname string   `xml:"classname,attr"`
-		Failure   *failure `xml:"failure,omitempty"`
-		Skipped   *skipped `xml:"skipped,omitempty"`
-	}
-	type testsuite struct {
-		XMLName  xml.Name   `xml:"testsuite"`
-		Name     string     `xml:"name,attr"`
-		Tests    int        `xml:"tests,attr"`
-		Failures int        `xml:"failures,attr"`
-		Errors   int        `xml:"errors,attr"`
-		Skipped  int        `xml:"skipped,attr"`
-		Time     float64    `xml:"time,attr"`
-		Cases    []testcase `xml:"testcase"`
-	}
-	ts := testsuite{Name: "harmless: " + c.Adapter, Tests: len(c.Rules), Time: c.Duration}
-	if c.Error != "" {
-		ts.Errors = 1
-	}
-	for _, r := range c.Rules {
-		tc := testcase{Name: fmt.Sprintf("[%s] %s: %s", r.Level, r.ID, r.Doc), Classname: r.Fixture}
-		switch r.Verdict {
-		case VerdictFail:
-			ts.Failures++
-			tc.Failure = &failure{Message: r.ID + " failed", Type: string(r.Level), Text: r.Message}
-		case VerdictSkipped, VerdictNotSupported:
-			ts.Skipped++
-			tc.Skipped = &skipped{Message: string(r.Verdict) + ": " + r.Message}
-		}
-		ts.Cases = append(ts.Cases, tc)
-	}
-	data, err := xml.MarshalIndent(ts, "", "  ")
+)
+
+// WriteJUnit writes the certificate as JUnit XML to path: a testsuites
+// element with the totals, holding one testsuite named "harmless: ADAPTER"
+// whose properties identify the run (adapter, certified, harness version
+// and commit, database, seed, protocol), and one testcase per rule, named
+// "[LEVEL] RULE-ID: doc" with the fixture as its classname. A failed rule
+// has a failure element whose text is the rule's message; a skipped or
+// not-supported rule has a skipped element saying which and why. A run that
+// could not start counts one error, its message in system-err.
+func (c Certificate) WriteJUnit(path string) error {
+	f, err := os.Create(path)
 	if err != nil {
-		return fmt.Errorf("encode JUnit report: %w", err)
+		return fmt.Errorf("write JUnit report: %w", err)
 	}
-	if err := os.WriteFile(path, append([]byte(xml.Header), append(data, '\n')...), 0o644); err != nil {
+	if err := c.writeJUnit(f); err != nil {
+		f.Close()
+		return fmt.Errorf("write JUnit report %s: %w", path, err)
+	}
+	if err := f.Close(); err != nil {
 		return fmt.Errorf("write JUnit report: %w", err)
 	}
 	return nil
+}
+
+func (c Certificate) writeJUnit(w io.Writer) error {
+	ts := junitSuite{Name: "harmless: " + c.Adapter, junitCounts: junitCounts{Tests: len(c.Rules), Time: c.Duration}}
+	if !c.Started.IsZero() {
+		ts.Timestamp = c.Started.UTC().Format("2006-01-02T15:04:05")
+	}
+	props := [][2]string{
+		{"adapter", c.Adapter},
+		{"certified", strconv.FormatBool(c.Certified)},
+		{"harness.version", c.Harness.Version},
+		{"harness.commit", c.Harness.Commit},
+		{"database", c.Database},
+		{"database_kind", c.DatabaseKind},
+		{"seed", strconv.FormatUint(c.Seed, 10)},
+	}
+	if p := c.Protocol; p != nil {
+		props = append(props, [2]string{"protocol", p.String()})
+	}
+	for _, p := range props {
+		ts.Properties = append(ts.Properties, junitProperty{Name: p[0], Value: p[1]})
+	}
+	if c.Error != "" {
+		ts.Errors = 1
+		ts.SystemErr = c.Error
+	}
+	for _, r := range c.Rules {
+		tc := junitCase{Name: fmt.Sprintf("[%s] %s: %s", r.Level, r.ID, r.Doc), Classname: r.Fixture}
+		switch r.Verdict {
+		case VerdictFail:
+			ts.Failures++
+			tc.Failure = &junitFailure{Message: r.ID + " failed", Type: string(r.Level), Text: r.Message}
+		case VerdictSkipped, VerdictNotSupported:
+			ts.Skipped++
+			tc.Skipped = &junitSkipped{Message: string(r.Verdict) + ": " + r.Message}
+		}
+		ts.Cases = append(ts.Cases, tc)
+	}
+	all := junitSuites{Name: "harmless", junitCounts: ts.junitCounts, Suites: []junitSuite{ts}}
+	data, err := xml.MarshalIndent(all, "", "  ")
+	if err != nil {
+		return fmt.Errorf("encode: %w", err)
+	}
+	_, err = io.WriteString(w, xml.Header+string(data)+"\n")
+	return err
+}
+
+// String describes the protocol on one line, e.g. `harmless-exec v1:
+// "./consumer --harmless", implementation "consumer 1.4.2", at most 8
+// deliveries in flight`.
+func (p Protocol) String() string {
+	return fmt.Sprintf("%s v%d: %q, implementation %q, at most %d deliveries in flight", p.Name, p.Version, p.Command, p.Implementation, p.MaxInFlight)
+}
+
+// markdownVerdicts are the verdicts as the Markdown table shows them: a
+// failure in bold, what did not run in italics.
+var markdownVerdicts = map[Verdict]string{
+	VerdictPass:         "PASS",
+	VerdictFail:         "**FAIL**",
+	VerdictNotSupported: "_NOT-SUPPORTED_",
+	VerdictSkipped:      "_SKIPPED_",
+}
+
+// WriteMarkdown writes the certificate as a Markdown summary for a pull
+// request or a CI step summary (GitHub's $GITHUB_STEP_SUMMARY): a heading
+// "harmless: CERTIFIED" or "harmless: NOT CERTIFIED" with the adapter, the
+// summary counts, a table of the run (adapter, database, harness version
+// and commit, protocol when there is one, seed, declared and verified
+// capabilities, faults fired, start and duration), a table with one row per
+// rule (rule id, fixture, level, verdict), and the message of every failed
+// and not-supported rule in a collapsed <details> block, as a fenced code
+// block. It writes no colour and no emoji.
+func (c Certificate) WriteMarkdown(w io.Writer) error {
+	var b strings.Builder
+	verdict := "CERTIFIED"
+	if !c.Certified {
+		verdict = "NOT CERTIFIED"
+	}
+	fmt.Fprintf(&b, "## harmless: %s: %s\n\n", verdict, mdCode(c.Adapter))
+	if c.Error != "" {
+		fmt.Fprintf(&b, "The run could not start:\n\n%s\n", mdFence(c.Error))
+	}
+	fmt.Fprintf(&b, "**%s**\n\n", c.Summary())
+
+	b.WriteString("| run | |\n|---|---|\n")
+	row := func(k, v string) { fmt.Fprintf(&b, "| %s | %s |\n", k, mdCell(v)) }
+	row("adapter", mdCode(c.Adapter))
+	row("database", fmt.Sprintf("PostgreSQL %s (%s)", c.Database, c.DatabaseKind))
+	row("harness", fmt.Sprintf("%s, commit %s", c.Harness.Version, mdCode(c.Harness.Commit)))
+	if c.Protocol != nil {
+		row("protocol", c.Protocol.String())
+	}
+	row("seed", fmt.Sprintf("%d (repeat with %s)", c.Seed, mdCode(fmt.Sprintf("--seed %d", c.Seed))))
+	row("declared", c.Declared.String())
+	row("verified", c.Verified.String())
+	row("faults fired", faultList(c.Faults))
+	if !c.Started.IsZero() {
+		row("started", fmt.Sprintf("%s, took %.1fs", c.Started.UTC().Format(time.RFC3339), c.Duration))
+	}
+
+	b.WriteString("\n| rule | fixture | level | verdict |\n|---|---|---|---|\n")
+	for _, r := range c.Rules {
+		fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", mdCell(mdCode(r.ID)), mdCell(r.Fixture), r.Level, markdownVerdicts[r.Verdict])
+	}
+	for _, section := range []struct {
+		title   string
+		verdict Verdict
+	}{{"Failures", VerdictFail}, {"Not supported", VerdictNotSupported}} {
+		if c.Count(section.verdict) == 0 {
+			continue
+		}
+		fmt.Fprintf(&b, "\n### %s\n", section.title)
+		for _, r := range c.Rules {
+			if r.Verdict == section.verdict {
+				fmt.Fprintf(&b, "\n<details><summary><code>%s</code> (%s, %s)</summary>\n\n%s\n</details>\n",
+					html.EscapeString(r.ID), r.Level, r.Verdict, mdFence(r.Message))
+			}
+		}
+	}
+	if _, err := io.WriteString(w, b.String()); err != nil {
+		return fmt.Errorf("write Markdown summary: %w", err)
+	}
+	return nil
+}
+
+// String describes the capabilities, e.g. "conflict policy reject,
+// redelivery window 24h0m0s, accepts the harness's clock", or "none".
+func (c Capabilities) String() string {
+	var parts []string
+	if c.ConflictPolicy != "" {
+		parts = append(parts, "conflict policy "+string(c.ConflictPolicy))
+	}
+	if c.RedeliveryWindow > 0 {
+		parts = append(parts, "redelivery window "+time.Duration(c.RedeliveryWindow*float64(time.Second)).String())
+	}
+	if c.AcceptsClock {
+		parts = append(parts, "accepts the harness's clock")
+	}
+	if len(parts) == 0 {
+		return "none"
+	}
+	return strings.Join(parts, ", ")
+}
+
+// faultList lists fault counts by kind, e.g. "db:raise@effect 3,
+// server:crash 1", or "none".
+func faultList(counts map[string]int64) string {
+	if len(counts) == 0 {
+		return "none"
+	}
+	var parts []string
+	for _, kind := range slices.Sorted(maps.Keys(counts)) {
+		parts = append(parts, fmt.Sprintf("%s %d", mdCode(kind), counts[kind]))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// mdCell makes s safe in a Markdown table cell: one line, pipes escaped.
+func mdCell(s string) string {
+	return strings.NewReplacer("|", `\|`, "\r\n", " ", "\n", " ").Replace(s)
+}
+
+// mdCode returns s as a Markdown code span, delimited by more backticks
+// than s has in a row.
+func mdCode(s string) string {
+	ticks := strings.Repeat("`", longestRun(s, '`')+1)
+	if strings.HasPrefix(s, "`") || strings.HasSuffix(s, "`") {
+		s = " " + s + " "
+	}
+	return ticks + s + ticks
+}
+
+// mdFence returns s as a fenced code block, the fence longer than any run
+// of backticks in s.
+func mdFence(s string) string {
+	fence := strings.Repeat("`", max(3, longestRun(s, '`')+1))
+	return fence + "text\n" + strings.TrimRight(s, "\n") + "\n" + fence + "\n"
+}
+
+// longestRun is the length of the longest run of c in s.
+func longestRun(s string, c byte) int {
+	longest, run := 0, 0
+	for i := range len(s) {
+		if s[i] == c {
+			run++
+			longest = max(longest, run)
+		} else {
+			run = 0
+		}
+	}
+	return longest
 }

@@ -129,6 +129,8 @@ func (s *state) concurrentRound(ctx context.Context, spec *harness.Spec, round i
 
 // race releases s.cfg.contenders deliveries of ev together, spread over two
 // workers, each redelivered until acknowledged, and collects the evidence.
+// The run's seed decides the order in which the contenders start and which
+// worker each one gets (see lineUp).
 func (s *state) race(ctx context.Context, spec *harness.Spec, ev adapters.Event, overlap bool) race {
 	GinkgoHelper()
 	r := race{ev: ev, contenders: make([][]harness.Attempt, s.cfg.contenders)}
@@ -146,9 +148,10 @@ func (s *state) race(ctx context.Context, spec *harness.Spec, ev adapters.Event,
 		_, _ = spec.Instance(ctx, worker)
 	}
 
+	order, workers := s.lineUp(ev, len(r.contenders))
 	var ready, done sync.WaitGroup
 	release := make(chan struct{})
-	for i := range r.contenders {
+	for _, i := range order {
 		ready.Add(1)
 		done.Add(1)
 		go func() {
@@ -156,7 +159,7 @@ func (s *state) race(ctx context.Context, spec *harness.Spec, ev adapters.Event,
 			defer done.Done()
 			ready.Done()
 			<-release
-			r.contenders[i] = spec.DeliverUntilTerminal(ctx, 1+i%2, ev, s.cfg.maxTries)
+			r.contenders[i] = spec.DeliverUntilTerminal(ctx, workers[i], ev, s.cfg.maxTries)
 		}()
 	}
 	ready.Wait()
@@ -171,6 +174,21 @@ func (s *state) race(ctx context.Context, spec *harness.Spec, ev adapters.Event,
 		Expect(err).NotTo(HaveOccurred())
 	}
 	return r
+}
+
+// lineUp returns the order in which a race of n contenders for ev starts
+// them, and the worker (1 or 2) each contender delivers to: each worker gets
+// half of them (one more for worker 1 when n is odd), shuffled. The run's
+// seed and the event decide, so a run with the same seed lines every round
+// up the same way, whichever fixtures it runs.
+func (s *state) lineUp(ev adapters.Event, n int) (order, workers []int) {
+	rng := s.rand("concurrent-delivery " + ev.String())
+	workers = make([]int, n)
+	for i := range workers {
+		workers[i] = 1 + i%2
+	}
+	rng.Shuffle(n, func(i, j int) { workers[i], workers[j] = workers[j], workers[i] })
+	return rng.Perm(n), workers
 }
 
 // describe is the round's evidence for a failure message.

@@ -202,6 +202,12 @@ func TestCrashRecovery(t *testing.T) {
 					t.Errorf("rule %s is %s without saying %q:\n%s", r.ID, r.Verdict, want.says, r.Message)
 				}
 			}
+			// Every variant crashes the server, but the write hold when the
+			// implementation has no table; the sleep stall holds at least
+			// one delivery.
+			if cert.Faults["server:crash"] < 2 || cert.Faults["db:sleep@effect"] < 1 {
+				t.Errorf("faults fired: %v; want at least 2 server crashes and a sleep", cert.Faults)
+			}
 			if t.Failed() {
 				t.Logf("the child's output:\n%s", tail(output, 80))
 			}

@@ -20,6 +20,10 @@ type config struct {
 	overlapSleep    time.Duration
 	logf            func(format string, args ...any)
 	onCertificate   []func(Certificate)
+	onFixture       []func(FixtureProgress)
+	seed            uint64
+	seedSet         bool
+	protocol        *Protocol
 }
 
 func newConfig(opts []Option) config {
@@ -88,4 +92,44 @@ func WithLogf(logf func(format string, args ...any)) Option {
 // WithCertificate calls fn with the certificate once the suite has run.
 func WithCertificate(fn func(Certificate)) Option {
 	return func(c *config) { c.onCertificate = append(c.onCertificate, fn) }
+}
+
+// WithFixtureProgress calls fn once for each fixture that ran, when it
+// finishes: when the first spec of the next fixture starts, or at the end
+// of the suite. A fixture none of whose specs ran (all filtered out, say)
+// is not reported.
+func WithFixtureProgress(fn func(FixtureProgress)) Option {
+	return func(c *config) { c.onFixture = append(c.onFixture, fn) }
+}
+
+// WithSeed sets the seed of the suite's random choices, recorded in the
+// certificate so that a run can be repeated: the order in which the
+// concurrent-delivery fixture starts its contenders and which of the two
+// workers each one is delivered to. Without it the suite uses Ginkgo's
+// random seed (GinkgoRandomSeed, set with -ginkgo.seed).
+func WithSeed(seed uint64) Option {
+	return func(c *config) { c.seed, c.seedSet = seed, true }
+}
+
+// Protocol describes how the harness drove an implementation that runs in
+// another process.
+type Protocol struct {
+	// Name is the protocol's name, e.g. "harmless-exec".
+	Name string `json:"name"`
+	// Version is the protocol version both sides spoke.
+	Version int `json:"version"`
+	// Command is the command that runs the implementation.
+	Command string `json:"command"`
+	// Implementation is the name and version the implementation reported.
+	Implementation string `json:"implementation"`
+	// MaxInFlight is how many deliveries the harness had in flight to the
+	// implementation at most.
+	MaxInFlight int `json:"max_in_flight"`
+}
+
+// WithProtocol records in the certificate how the harness drove an
+// implementation that runs in another process. In-process adapters leave
+// it out, and so does their certificate.
+func WithProtocol(p Protocol) Option {
+	return func(c *config) { c.protocol = &p }
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
+	"math/rand/v2"
 	"strings"
 	"testing"
 	"time"
@@ -52,6 +54,7 @@ func Register(adapter adapters.Adapter, opts ...Option) bool {
 	BeforeSuite(s.start, NodeTimeout(setupTimeout))
 	AfterSuite(s.stop, NodeTimeout(cleanupTimeout))
 	ReportAfterSuite("harmless certificate", s.report)
+	ReportBeforeEach(s.specStarts)
 	ReportAfterEach(s.progress)
 	Describe("harmless", func() {
 		s.doubleDelivery()
@@ -75,6 +78,8 @@ type state struct {
 	database string
 	kind     string
 	setupErr error
+	seed     uint64
+	fixture  fixtureRun // the fixture running now, for WithFixtureProgress
 }
 
 func (s *state) start(ctx SpecContext) {
@@ -85,6 +90,10 @@ func (s *state) start(ctx SpecContext) {
 }
 
 func (s *state) setUp(ctx context.Context) error {
+	s.seed = s.cfg.seed
+	if !s.cfg.seedSet {
+		s.seed = uint64(GinkgoRandomSeed())
+	}
 	if err := s.adapter.Validate(); err != nil {
 		return fmt.Errorf("%w: %w", ErrSetup, err)
 	}
@@ -104,23 +113,136 @@ func (s *state) setUp(ctx context.Context) error {
 	if s.database, err = run.ServerVersion(ctx); err != nil {
 		return fmt.Errorf("%w: %w", ErrSetup, err)
 	}
-	s.cfg.logf("harmless %s: certifying %q on PostgreSQL %s (%s), run %s", Version, s.adapter.Name, s.database, s.kind, run.ID())
+	s.cfg.logf("harmless %s: certifying %q on PostgreSQL %s (%s), run %s, seed %d", Version, s.adapter.Name, s.database, s.kind, run.ID(), s.seed)
 	return nil
 }
 
 func (s *state) stop(ctx SpecContext) {
+	s.fixtureDone()
 	if s.run == nil {
 		return
 	}
 	Expect(s.run.Close(ctx)).To(Succeed(), "release the run's database")
 }
 
-// progress reports each finished spec through the configured logf.
+// progress reports each finished spec that ran (not one a filter left out)
+// through the configured logf, and collects it for its fixture's progress
+// report.
 func (s *state) progress(sr SpecReport) {
 	if sr.LeafNodeType != types.NodeTypeIt {
 		return
 	}
-	s.cfg.logf("%-7s %s (%.1fs)", strings.ToUpper(sr.State.String()), strings.Join(append(sr.ContainerHierarchyTexts[1:], sr.LeafNodeText), " / "), sr.RunTime.Seconds())
+	if ran(sr) {
+		s.cfg.logf("%-7s %s (%.1fs)", strings.ToUpper(sr.State.String()), strings.Join(append(sr.ContainerHierarchyTexts[1:], sr.LeafNodeText), " / "), sr.RunTime.Seconds())
+	}
+	if fixtureOf(sr) == s.fixture.id {
+		s.fixture.specs = append(s.fixture.specs, sr)
+		s.fixture.ran = s.fixture.ran || ran(sr)
+	}
+}
+
+// FixtureProgress is one fixture's result, reported by
+// [WithFixtureProgress] when the fixture finishes.
+type FixtureProgress struct {
+	// Fixture is the fixture's id.
+	Fixture string
+	// Rules holds the verdict of each of the fixture's rules that has a
+	// spec in the run (filtered out or not), in catalogue order, as the
+	// certificate will state it.
+	Rules []RuleResult
+	// Started is when the fixture's first spec that ran started.
+	Started time.Time
+	// Duration is how long the fixture's specs ran, from the start of the
+	// first to the end of the last.
+	Duration time.Duration
+}
+
+// Count returns how many of the fixture's rules have verdict v.
+func (p FixtureProgress) Count(v Verdict) int { return count(p.Rules, v) }
+
+// fixtureRun collects the specs of the fixture that runs now.
+type fixtureRun struct {
+	id    string
+	specs []types.SpecReport
+	ran   bool // whether any of specs ran, rather than being filtered out
+}
+
+// specStarts notices the end of a fixture: specs run one fixture after
+// another, so a spec of another fixture starting means the one before has
+// finished.
+func (s *state) specStarts(sr SpecReport) {
+	if sr.LeafNodeType != types.NodeTypeIt {
+		return
+	}
+	if id := fixtureOf(sr); id != s.fixture.id {
+		s.fixtureDone()
+		s.fixture.id = id
+	}
+}
+
+// fixtureDone reports the fixture that ran last, if any of its specs ran,
+// and forgets it.
+func (s *state) fixtureDone() {
+	fx := s.fixture
+	s.fixture = fixtureRun{}
+	if fx.id == "" || !fx.ran || len(s.cfg.onFixture) == 0 {
+		return
+	}
+	var rules []fixtures.Rule
+	for _, r := range fixtures.Rules() {
+		if r.Fixture == fx.id {
+			rules = append(rules, r)
+		}
+	}
+	p := FixtureProgress{Fixture: fx.id}
+	for _, r := range ruleResults(rules, fx.specs) {
+		if r.Message != noSpecRan {
+			p.Rules = append(p.Rules, r)
+		}
+	}
+	var end time.Time
+	for _, sr := range fx.specs {
+		if !ran(sr) {
+			continue
+		}
+		if p.Started.IsZero() || sr.StartTime.Before(p.Started) {
+			p.Started = sr.StartTime
+		}
+		if sr.EndTime.After(end) {
+			end = sr.EndTime
+		}
+	}
+	p.Duration = end.Sub(p.Started)
+	for _, fn := range s.cfg.onFixture {
+		fn(p)
+	}
+}
+
+// fixtureOf returns the fixture of a spec, from its fixture: label.
+func fixtureOf(sr SpecReport) string {
+	for _, l := range sr.Labels() {
+		if id, ok := strings.CutPrefix(l, "fixture:"); ok {
+			return id
+		}
+	}
+	return ""
+}
+
+// ran reports whether a spec ran: Ginkgo skips the specs a filter leaves
+// out (and all specs once the suite is interrupted or cannot start)
+// without a message, and a spec skipped at run time (not-supported, say)
+// with one.
+func ran(sr SpecReport) bool {
+	return !(sr.State == types.SpecStateSkipped && sr.Failure.Message == "") && sr.State != types.SpecStatePending
+}
+
+// rand returns a random source for one of the suite's random choices,
+// driven by the run's seed and stream, a name for the choice: the same seed
+// makes the same choice, whatever else the run does.
+func (s *state) rand(stream string) *rand.Rand {
+	h := fnv.New64a()
+	h.Write([]byte(stream))
+	return rand.New(rand.NewPCG(s.seed, h.Sum64()))
 }
 
 // ErrSetup marks a run that could not start: a bad adapter or option, or no
