@@ -282,6 +282,7 @@ func (c Certificate) WriteJSON(path string) error {
 }
 
 func (s *state) report(report ginkgo.Report) {
+	s.fixtureDone() // if AfterSuite did not run
 	cert := s.certificate(report)
 	for _, fn := range s.cfg.onCertificate {
 		fn(cert)
