@@ -1,6 +1,7 @@
 package main
 
 import (
+	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -12,9 +13,11 @@ import (
 	"time"
 
 	"github.com/onsi/ginkgo/v2"
+	"github.com/onsi/ginkgo/v2/formatter"
 	"github.com/onsi/ginkgo/v2/types"
 	"github.com/onsi/gomega"
 
+	"github.com/harmless-dev/harmless/adapters"
 	"github.com/harmless-dev/harmless/adapters/builtin"
 	"github.com/harmless-dev/harmless/fixtures"
 	"github.com/harmless-dev/harmless/internal/docgen"
@@ -78,11 +81,15 @@ type certifyFlags struct {
 	labelFilter     string
 	jsonPath        string
 	junitPath       string
+	markdownPath    string
 	contenders      int
 	rounds          int
 	overlapRounds   int
 	deliveryTimeout time.Duration
+	seed            uint64
+	seedSet         bool // whether --seed was given
 	verbose         bool
+	quiet           bool
 }
 
 func parseCertify(args []string, stderr io.Writer) (certifyFlags, error) {
@@ -96,19 +103,26 @@ func parseCertify(args []string, stderr io.Writer) (certifyFlags, error) {
 	fs.StringVar(&f.labelFilter, "label-filter", "", "run only specs matching this Ginkgo label filter, e.g. 'fixture:double-delivery'")
 	fs.StringVar(&f.jsonPath, "json", "", "write the certificate as JSON to this file")
 	fs.StringVar(&f.junitPath, "junit", "", "write a JUnit XML report (one testcase per rule) to this file")
+	fs.StringVar(&f.markdownPath, "markdown", "", "write a Markdown summary to this file (also appended to $"+stepSummaryEnv+" when that is set)")
 	fs.IntVar(&f.contenders, "contenders", suite.DefaultContenders, "concurrent deliveries per concurrent-delivery round")
 	fs.IntVar(&f.rounds, "rounds", suite.DefaultPlainRounds, "plain concurrent-delivery rounds")
 	fs.IntVar(&f.overlapRounds, "overlap-rounds", suite.DefaultOverlapRounds, "concurrent-delivery rounds with a database-side sleep after the claim")
 	fs.DurationVar(&f.deliveryTimeout, "delivery-timeout", 15*time.Second, "how long one delivery may take before it counts as hung")
-	fs.BoolVar(&f.verbose, "v", false, "verbose Ginkgo output")
+	fs.Uint64Var(&f.seed, "seed", 0, "seed of the run's random choices, to repeat a run (default: random; the certificate records it)")
+	fs.BoolVar(&f.verbose, "v", false, "verbose: a line per spec and the suite's log on stderr, Ginkgo's verbose report on stdout")
+	fs.BoolVar(&f.quiet, "quiet", false, "print only the final verdict lines and errors")
+	fs.BoolVar(&f.quiet, "q", false, "short for --quiet")
 	if err := fs.Parse(args); err != nil {
 		return f, err
 	}
+	fs.Visit(func(fl *flag.Flag) { f.seedSet = f.seedSet || fl.Name == "seed" })
 	switch {
 	case fs.NArg() > 0:
 		return f, fmt.Errorf("unexpected arguments: %s", strings.Join(fs.Args(), " "))
 	case f.adapter == "":
 		return f, errors.New("--adapter is required (see 'harmless list')")
+	case f.verbose && f.quiet:
+		return f, errors.New("-v and --quiet contradict each other: choose one")
 	}
 	switch f.provision {
 	case "", "dsn", "container", "cluster":
@@ -123,32 +137,35 @@ func parseCertify(args []string, stderr io.Writer) (certifyFlags, error) {
 	return f, nil
 }
 
-func certify(args []string, stdout, stderr io.Writer) int {
-	f, err := parseCertify(args, stderr)
-	if errors.Is(err, flag.ErrHelp) {
-		return exitCertified
+// level is the verbosity f asks for.
+func (f certifyFlags) level() verbosity {
+	switch {
+	case f.quiet:
+		return quiet
+	case f.verbose:
+		return verbose
 	}
-	if err != nil {
-		fmt.Fprintf(stderr, "harmless certify: %v\n", err)
-		return exitUsage
-	}
+	return normal
+}
+
+// implementation returns the implementation to certify and the suite
+// options it needs: the one place that turns flags into an adapter.
+func implementation(f certifyFlags) (adapters.Adapter, []suite.Option, error) {
 	adapter, err := builtin.Lookup(f.adapter)
 	if err != nil {
-		fmt.Fprintf(stderr, "harmless certify: %v\n", err)
-		return exitUsage
+		return adapters.Adapter{}, nil, err
 	}
+	return adapter, nil, nil
+}
 
-	start := time.Now()
-	logf := func(format string, args ...any) {
-		fmt.Fprintf(stderr, "[%6.1fs] %s\n", time.Since(start).Seconds(), fmt.Sprintf(format, args...))
-	}
-	var cert *suite.Certificate
+// suiteOptions turns the flags about the run (database, sizes, seed) into
+// suite options.
+func suiteOptions(f certifyFlags) []suite.Option {
 	opts := []suite.Option{
-		suite.WithLogf(logf),
 		suite.WithContenders(f.contenders),
 		suite.WithRounds(f.rounds, f.overlapRounds),
 		suite.WithDeliveryTimeout(f.deliveryTimeout),
-		suite.WithCertificate(func(c suite.Certificate) { cert = &c }),
+		suite.WithSeed(f.seed),
 	}
 	if f.dsn != "" {
 		opts = append(opts, suite.WithDSN(f.dsn))
@@ -159,15 +176,65 @@ func certify(args []string, stdout, stderr io.Writer) int {
 	if f.provision != "" {
 		opts = append(opts, suite.WithProvisioning(f.provision))
 	}
+	return opts
+}
 
+// randomSeed returns a random seed below 2^53, so that the certificate's
+// JSON number reads back exactly in any language, and as Ginkgo's random
+// seed it is the same number.
+func randomSeed() uint64 {
+	var b [8]byte
+	_, _ = rand.Read(b[:]) // never fails: it crashes the program instead
+	var seed uint64
+	for _, x := range b {
+		seed = seed<<8 | uint64(x)
+	}
+	return seed & (1<<53 - 1)
+}
+
+func certify(args []string, stdout, stderr io.Writer) int {
+	f, err := parseCertify(args, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return exitCertified
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "harmless certify: %v\n", err)
+		return exitUsage
+	}
+	adapter, opts, err := implementation(f)
+	if err != nil {
+		fmt.Fprintf(stderr, "harmless certify: %v\n", err)
+		return exitUsage
+	}
+	if !f.seedSet {
+		f.seed = randomSeed()
+	}
+
+	out := newPrinter(stdout, stderr, f.level(), os.Getenv)
+	var cert *suite.Certificate
+	opts = append(opts, suiteOptions(f)...)
+	opts = append(opts,
+		suite.WithLogf(out.logf),
+		suite.WithFixtureProgress(out.fixture),
+		suite.WithCertificate(func(c suite.Certificate) { cert = &c }),
+	)
 	gomega.RegisterFailHandler(ginkgo.Fail)
 	suite.Register(adapter, opts...)
 	suiteConfig, reporterConfig := ginkgo.GinkgoConfiguration()
 	suiteConfig.LabelFilter = f.labelFilter
+	suiteConfig.RandomSeed = int64(f.seed)
 	reporterConfig.Succinct = !f.verbose
 	reporterConfig.Verbose = f.verbose
-	reporterConfig.NoColor = !isTerminal(stdout)
+	reporterConfig.NoColor = !out.colorOut
+	// Ginkgo's own report repeats the progress lines and the failures
+	// certify prints: it is shown only when verbose.
+	ginkgoOut := formatter.ColorableStdOut
+	formatter.ColorableStdOut = io.Discard
+	if f.verbose {
+		formatter.ColorableStdOut = stdout
+	}
 	ginkgo.RunSpecs(ginkgoT{}, "harmless certify "+adapter.Name, suiteConfig, reporterConfig)
+	formatter.ColorableStdOut = ginkgoOut
 
 	if cert == nil {
 		fmt.Fprintln(stderr, "harmless certify: the suite produced no certificate")
@@ -177,31 +244,11 @@ func certify(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "harmless certify: %s\n", cert.Error)
 		return exitUsage
 	}
-	for _, out := range []struct {
-		path  string
-		write func(string) error
-	}{{f.jsonPath, cert.WriteJSON}, {f.junitPath, cert.WriteJUnit}} {
-		if out.path == "" {
-			continue
-		}
-		if err := out.write(out.path); err != nil {
-			fmt.Fprintf(stderr, "harmless certify: %v\n", err)
-			return exitUsage
-		}
+	if err := writeReports(f, *cert, os.Getenv); err != nil {
+		fmt.Fprintf(stderr, "harmless certify: %v\n", err)
+		return exitUsage
 	}
-
-	fmt.Fprintf(stdout, "\nharmless %s: %s on PostgreSQL %s (%s)\n\n%s\n", suite.Version, cert.Adapter, cert.Database, cert.DatabaseKind, cert.Table())
-	for _, r := range cert.Rules {
-		if r.Verdict == suite.VerdictFail {
-			fmt.Fprintf(stdout, "FAIL %s\n  %s\n\n", r.ID, strings.ReplaceAll(r.Message, "\n", "\n  "))
-		}
-	}
-	if cert.Certified {
-		fmt.Fprintf(stdout, "CERTIFIED: %s\n", cert.Adapter)
-	} else {
-		fmt.Fprintf(stdout, "NOT CERTIFIED: %s\n", cert.Adapter)
-	}
-	fmt.Fprintln(stdout, cert.Summary())
+	out.result(*cert)
 	if !cert.Certified {
 		return exitNotCertified
 	}
@@ -265,12 +312,3 @@ func list(args []string, stdout, stderr io.Writer) int {
 type ginkgoT struct{}
 
 func (ginkgoT) Fail() {}
-
-func isTerminal(w io.Writer) bool {
-	f, ok := w.(*os.File)
-	if !ok {
-		return false
-	}
-	info, err := f.Stat()
-	return err == nil && info.Mode()&os.ModeCharDevice != 0
-}

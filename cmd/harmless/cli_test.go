@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -33,6 +32,8 @@ func TestUsageErrorsExit2(t *testing.T) {
 		{"bad provision", []string{"certify", "--adapter", "reference", "--provision", "cloud"}, "--provision must be dsn, container or cluster"},
 		{"bad label filter", []string{"certify", "--adapter", "reference", "--label-filter", "fixture:(("}, "--label-filter"},
 		{"stray argument", []string{"certify", "--adapter", "reference", "extra"}, "unexpected arguments: extra"},
+		{"verbose and quiet", []string{"certify", "--adapter", "reference", "-v", "-q"}, "-v and --quiet contradict each other"},
+		{"bad seed", []string{"certify", "--adapter", "reference", "--seed", "-1"}, "invalid value \"-1\" for flag -seed"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var stdout, stderr bytes.Buffer
@@ -127,17 +128,12 @@ func TestCertify(t *testing.T) {
 		if want := fmt.Sprintf("%d passed, 0 failed, %d not-supported", len(fixtures.Rules())-crashing, crashing); lines[len(lines)-1] != want {
 			t.Errorf("last line %q; want %q", lines[len(lines)-1], want)
 		}
-		if !strings.Contains(stderr, "PASSED") {
-			t.Errorf("no progress on stderr:\n%s", stderr)
+		// One progress line per fixture, none per spec without -v.
+		ran, _ := progressLines(stderr)
+		if len(ran) != len(fixtures.Catalog()) || strings.Contains(stderr, "PASSED") {
+			t.Errorf("progress lines for %v; want one per fixture of the catalogue, and no line per spec:\n%s", ran, stderr)
 		}
-		var cert suite.Certificate
-		data, err := os.ReadFile(path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := json.Unmarshal(data, &cert); err != nil {
-			t.Fatal(err)
-		}
+		cert := readCertificate(t, path)
 		if !cert.Certified || cert.Adapter != "reference" || cert.SuiteVersion != suite.Version || !strings.HasPrefix(cert.Database, "1") {
 			t.Errorf("certificate header wrong: %+v", cert)
 		}
@@ -156,8 +152,9 @@ func TestCertify(t *testing.T) {
 				t.Errorf("no passing rule of fixture %s in the certificate", f)
 			}
 		}
-		if data, err := os.ReadFile(junit); err != nil || !bytes.Contains(data, []byte(`<testcase name="[MUST] double-delivery.one-effect`)) {
-			t.Errorf("JUnit report lacks the rule's testcase (err %v):\n%s", err, data)
+		checkJUnit(t, junit, cert)
+		if cert.Faults["proxy:cut@before-commit"] == 0 || cert.Faults["db:sleep@effect"] < int64(suite.DefaultOverlapRounds) {
+			t.Errorf("faults fired: %v; want the cuts and sleeps the fixtures plan", cert.Faults)
 		}
 	})
 
@@ -167,11 +164,7 @@ func TestCertify(t *testing.T) {
 		if code != exitNotCertified {
 			t.Fatalf("exit code %d; want %d\n%s", code, exitNotCertified, stdout)
 		}
-		var cert suite.Certificate
-		data, _ := os.ReadFile(path)
-		if err := json.Unmarshal(data, &cert); err != nil {
-			t.Fatal(err)
-		}
+		cert := readCertificate(t, path)
 		for _, r := range cert.Rules {
 			want := suite.VerdictSkipped
 			if r.Fixture == fixtures.DoubleDelivery {

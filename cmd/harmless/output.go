@@ -1,0 +1,187 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/harmless-dev/harmless/fixtures"
+	"github.com/harmless-dev/harmless/suite"
+)
+
+// ANSI colours of the terminal output.
+const (
+	green  = "\x1b[32m"
+	red    = "\x1b[31m"
+	yellow = "\x1b[33m"
+	reset  = "\x1b[0m"
+)
+
+// verdictColors colour each verdict on a terminal: pass green, fail red,
+// not-supported and skipped yellow.
+var verdictColors = map[suite.Verdict]string{
+	suite.VerdictPass:         green,
+	suite.VerdictFail:         red,
+	suite.VerdictNotSupported: yellow,
+	suite.VerdictSkipped:      yellow,
+}
+
+// verbosity is how much certify prints while the suite runs.
+type verbosity int
+
+const (
+	// quiet prints only the final verdict lines and errors.
+	quiet verbosity = iota
+	// normal adds one progress line per fixture on stderr.
+	normal
+	// verbose adds a line per spec and the suite's log on stderr, and
+	// Ginkgo's verbose report on stdout.
+	verbose
+)
+
+// printer writes certify's terminal output: progress on stderr, the result
+// on stdout, in colour only where that stream is a terminal and NO_COLOR
+// is not set.
+type printer struct {
+	stdout, stderr     io.Writer
+	colorOut, colorErr bool
+	level              verbosity
+	start              time.Time
+	fixtureWidth       int // the longest fixture id, to align progress lines
+}
+
+func newPrinter(stdout, stderr io.Writer, level verbosity, getenv func(string) string) *printer {
+	p := &printer{
+		stdout:   stdout,
+		stderr:   stderr,
+		colorOut: useColor(stdout, getenv),
+		colorErr: useColor(stderr, getenv),
+		level:    level,
+		start:    time.Now(),
+	}
+	for _, f := range fixtures.Catalog() {
+		p.fixtureWidth = max(p.fixtureWidth, len(f.ID))
+	}
+	return p
+}
+
+// useColor reports whether output to w may be coloured: w is a terminal and
+// NO_COLOR (https://no-color.org) is unset or empty.
+func useColor(w io.Writer, getenv func(string) string) bool {
+	return getenv("NO_COLOR") == "" && isTerminal(w)
+}
+
+// isTerminal reports whether w is a terminal (a character device).
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	info, err := f.Stat()
+	return err == nil && info.Mode()&os.ModeCharDevice != 0
+}
+
+// paint wraps s in color when on is set.
+func paint(on bool, color, s string) string {
+	if !on || color == "" {
+		return s
+	}
+	return color + s + reset
+}
+
+// stamp prefixes a stderr line with the time since the run started.
+func (p *printer) stamp(line string) {
+	fmt.Fprintf(p.stderr, "[%6.1fs] %s\n", time.Since(p.start).Seconds(), line)
+}
+
+// logf prints the suite's log lines (a line per spec among them); only
+// when verbose.
+func (p *printer) logf(format string, args ...any) {
+	if p.level >= verbose {
+		p.stamp(fmt.Sprintf(format, args...))
+	}
+}
+
+// fixture prints the progress line of a finished fixture, e.g.
+//
+//	[  3.2s] double-delivery        3 rules  3 pass                          (0.4s)
+//
+// unless quiet.
+func (p *printer) fixture(f suite.FixtureProgress) {
+	if p.level < normal {
+		return
+	}
+	noun := "rules"
+	if len(f.Rules) == 1 {
+		noun = "rule"
+	}
+	const countsWidth = 36
+	var counts []string
+	width := 0
+	for _, v := range []suite.Verdict{suite.VerdictPass, suite.VerdictFail, suite.VerdictNotSupported, suite.VerdictSkipped} {
+		if n := f.Count(v); n > 0 {
+			s := fmt.Sprintf("%d %s", n, v)
+			width += len(s)
+			counts = append(counts, paint(p.colorErr, verdictColors[v], s))
+		}
+	}
+	if len(counts) > 1 {
+		width += 2 * (len(counts) - 1)
+	}
+	pad := strings.Repeat(" ", max(1, countsWidth-width))
+	p.stamp(fmt.Sprintf("%-*s %2d %-5s  %s%s(%.1fs)", p.fixtureWidth, f.Fixture, len(f.Rules), noun, strings.Join(counts, ", "), pad, f.Duration.Seconds()))
+}
+
+// result prints the verdict on stdout: unless quiet, a header naming the
+// harness, the adapter, the database and the seed, the verdict table and
+// each failure's message; always a FAIL line per failed rule, the verdict
+// line and the summary counts, last.
+func (p *printer) result(cert suite.Certificate) {
+	if p.level >= normal {
+		fmt.Fprintf(p.stdout, "\nharmless %s (commit %s): %s on PostgreSQL %s (%s), seed %d\n",
+			cert.Harness.Version, cert.Harness.Commit, cert.Adapter, cert.Database, cert.DatabaseKind, cert.Seed)
+		if cert.Protocol != nil {
+			fmt.Fprintf(p.stdout, "protocol %s\n", cert.Protocol)
+		}
+		fmt.Fprintf(p.stdout, "\n%s\n", p.table(cert))
+	}
+	for _, r := range cert.Rules {
+		if r.Verdict != suite.VerdictFail {
+			continue
+		}
+		if p.level >= normal {
+			fmt.Fprintf(p.stdout, "%s %s\n  %s\n\n", paint(p.colorOut, red, "FAIL"), r.ID, strings.ReplaceAll(r.Message, "\n", "\n  "))
+		} else {
+			fmt.Fprintf(p.stdout, "%s %s\n", paint(p.colorOut, red, "FAIL"), r.ID)
+		}
+	}
+	if cert.Certified {
+		fmt.Fprintf(p.stdout, "%s: %s\n", paint(p.colorOut, green, "CERTIFIED"), cert.Adapter)
+	} else {
+		fmt.Fprintf(p.stdout, "%s: %s\n", paint(p.colorOut, red, "NOT CERTIFIED"), cert.Adapter)
+	}
+	fmt.Fprintln(p.stdout, cert.Summary())
+}
+
+// table is the certificate's verdict table, each verdict coloured on a
+// terminal. The verdict is the last column, so colour does not upset the
+// alignment.
+func (p *printer) table(cert suite.Certificate) string {
+	table := cert.Table()
+	if !p.colorOut {
+		return table
+	}
+	lines := strings.SplitAfter(table, "\n")
+	for i, r := range cert.Rules {
+		if i+1 >= len(lines) {
+			break
+		}
+		word := strings.ToUpper(string(r.Verdict))
+		if line, ok := strings.CutSuffix(lines[i+1], word+"\n"); ok {
+			lines[i+1] = line + paint(true, verdictColors[r.Verdict], word) + "\n"
+		}
+	}
+	return strings.Join(lines, "")
+}
