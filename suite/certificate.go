@@ -498,10 +498,10 @@ func (c Certificate) writeJUnit(w io.Writer) error {
 }
 
 // String describes the protocol on one line, e.g. `harmless-exec v1:
-// "./consumer --harmless", implementation "consumer 1.4.2", at most 8
-// deliveries in flight`.
+// "./consumer --harmless", implementation "consumer 1.4.2", up to 8
+// requests in flight per process`.
 func (p Protocol) String() string {
-	return fmt.Sprintf("%s v%d: %q, implementation %q, at most %d deliveries in flight", p.Name, p.Version, p.Command, p.Implementation, p.MaxInFlight)
+	return fmt.Sprintf("%s v%d: %q, implementation %q, up to %d requests in flight per process", p.Name, p.Version, p.Command, p.Implementation, p.MaxInFlight)
 }
 
 // markdownVerdicts are the verdicts as the Markdown table shows them: a

@@ -205,7 +205,7 @@ func TestWriteMarkdown(t *testing.T) {
 	}
 	for _, want := range []string{
 		"## harmless: CERTIFIED: `sample`\n",
-		"\n| protocol | harmless-exec v1: \"./consumer --harmless\", implementation \"consumer 1.4.2\", at most 8 deliveries in flight |\n",
+		"\n| protocol | harmless-exec v1: \"./consumer --harmless\", implementation \"consumer 1.4.2\", up to 8 requests in flight per process |\n",
 	} {
 		if !strings.Contains(b.String(), want) {
 			t.Errorf("no %q in\n%s", want, b.String())

@@ -122,8 +122,8 @@ type Protocol struct {
 	Command string `json:"command"`
 	// Implementation is the name and version the implementation reported.
 	Implementation string `json:"implementation"`
-	// MaxInFlight is how many deliveries the harness had in flight to the
-	// implementation at most.
+	// MaxInFlight is how many requests one process of the implementation
+	// handles at once, as it declared.
 	MaxInFlight int `json:"max_in_flight"`
 }
 

@@ -33,6 +33,9 @@ import (
 // Name is the adapter's name in reports.
 const Name = "exec"
 
+// ProtocolName names the protocol in certificates.
+const ProtocolName = "harmless-exec"
+
 // Defaults of [Config].
 const (
 	DefaultStartTimeout    = 30 * time.Second

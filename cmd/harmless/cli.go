@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/json"
 	"errors"
@@ -19,6 +20,7 @@ import (
 
 	"github.com/harmless-dev/harmless/adapters"
 	"github.com/harmless-dev/harmless/adapters/builtin"
+	"github.com/harmless-dev/harmless/adapters/exec"
 	"github.com/harmless-dev/harmless/fixtures"
 	"github.com/harmless-dev/harmless/internal/docgen"
 	"github.com/harmless-dev/harmless/suite"
@@ -34,7 +36,8 @@ const (
 const usage = `harmless certifies that an implementation makes duplicate event delivery harmless.
 
 Usage:
-  harmless certify --adapter NAME [flags]   run the suite and print a verdict per rule
+  harmless certify --adapter NAME [flags]   certify a built-in adapter: run the suite, print a verdict per rule
+  harmless certify --exec COMMAND [flags]   certify a program in any language that speaks the exec protocol
   harmless list                             print the known adapters and rules
   harmless matrix                           print the verdict matrix: which fixture each built-in adapter must pass or fail
   harmless version                          print the suite version
@@ -75,6 +78,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 
 type certifyFlags struct {
 	adapter         string
+	exec            string
 	dsn             string
 	image           string
 	provision       string
@@ -97,6 +101,7 @@ func parseCertify(args []string, stderr io.Writer) (certifyFlags, error) {
 	fs := flag.NewFlagSet("harmless certify", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.StringVar(&f.adapter, "adapter", "", "built-in adapter to certify (see 'harmless list')")
+	fs.StringVar(&f.exec, "exec", "", "certify the program this shell command runs, over the exec protocol (docs/protocol.md)")
 	fs.StringVar(&f.dsn, "dsn", "", "PostgreSQL connection string (default: $HARMLESS_DSN, else $DATABASE_URL, else a container, else a throwaway local cluster)")
 	fs.StringVar(&f.image, "image", "", "container image when starting PostgreSQL in a container (default: $HARMLESS_IMAGE, else postgres:17-alpine)")
 	fs.StringVar(&f.provision, "provision", "", "force one way to get a database: dsn, container or cluster")
@@ -119,8 +124,10 @@ func parseCertify(args []string, stderr io.Writer) (certifyFlags, error) {
 	switch {
 	case fs.NArg() > 0:
 		return f, fmt.Errorf("unexpected arguments: %s", strings.Join(fs.Args(), " "))
-	case f.adapter == "":
-		return f, errors.New("--adapter is required (see 'harmless list')")
+	case f.adapter == "" && f.exec == "":
+		return f, errors.New("--adapter NAME or --exec COMMAND is required (see 'harmless list')")
+	case f.adapter != "" && f.exec != "":
+		return f, errors.New("--adapter and --exec both name an implementation: give one")
 	case f.verbose && f.quiet:
 		return f, errors.New("-v and --quiet contradict each other: choose one")
 	}
@@ -149,13 +156,28 @@ func (f certifyFlags) level() verbosity {
 }
 
 // implementation returns the implementation to certify and the suite
-// options it needs: the one place that turns flags into an adapter.
-func implementation(f certifyFlags) (adapters.Adapter, []suite.Option, error) {
-	adapter, err := builtin.Lookup(f.adapter)
-	if err != nil {
-		return adapters.Adapter{}, nil, err
+// options it needs: the one place that turns flags into an adapter. For
+// --exec it starts the program once to learn what it declares.
+func implementation(ctx context.Context, f certifyFlags) (adapters.Adapter, []suite.Option, error) {
+	if f.exec == "" {
+		adapter, err := builtin.Lookup(f.adapter)
+		return adapter, nil, err
 	}
-	return adapter, nil, nil
+	adapter, info, err := exec.Probe(ctx, exec.Config{
+		Command:        f.exec,
+		HarnessVersion: suite.Version,
+		StartTimeout:   max(f.deliveryTimeout, exec.DefaultStartTimeout),
+	})
+	if err != nil {
+		return adapters.Adapter{}, nil, fmt.Errorf("--exec %q: %w", f.exec, err)
+	}
+	return adapter, []suite.Option{suite.WithProtocol(suite.Protocol{
+		Name:           exec.ProtocolName,
+		Version:        info.Protocol,
+		Command:        info.Command,
+		Implementation: info.Implementation.String(),
+		MaxInFlight:    info.MaxInFlight,
+	})}, nil
 }
 
 // suiteOptions turns the flags about the run (database, sizes, seed) into
@@ -201,7 +223,7 @@ func certify(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "harmless certify: %v\n", err)
 		return exitUsage
 	}
-	adapter, opts, err := implementation(f)
+	adapter, opts, err := implementation(context.Background(), f)
 	if err != nil {
 		fmt.Fprintf(stderr, "harmless certify: %v\n", err)
 		return exitUsage

@@ -27,7 +27,7 @@ func TestUsageErrorsExit2(t *testing.T) {
 		{"no command", nil, "Usage:"},
 		{"unknown command", []string{"certfy"}, `unknown command "certfy"`},
 		{"unknown adapter", []string{"certify", "--adapter", "nosuch"}, `unknown adapter "nosuch" (known: `},
-		{"no adapter", []string{"certify"}, "--adapter is required"},
+		{"no adapter", []string{"certify"}, "--adapter NAME or --exec COMMAND is required"},
 		{"unknown flag", []string{"certify", "--adapter", "reference", "--nope"}, "flag provided but not defined: -nope"},
 		{"bad provision", []string{"certify", "--adapter", "reference", "--provision", "cloud"}, "--provision must be dsn, container or cluster"},
 		{"bad label filter", []string{"certify", "--adapter", "reference", "--label-filter", "fixture:(("}, "--label-filter"},

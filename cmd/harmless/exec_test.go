@@ -1,0 +1,183 @@
+package main
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/harmless-dev/harmless/fixtures"
+	"github.com/harmless-dev/harmless/internal/execchild"
+	"github.com/harmless-dev/harmless/internal/pgtest"
+	"github.com/harmless-dev/harmless/suite"
+)
+
+func TestMain(m *testing.M) {
+	execchild.MaybeServe() // the exec tests run this binary as a child
+	pgtest.Main(m)
+}
+
+// repoRoot is the repository's root, two levels above this package.
+func repoRoot(t *testing.T) string {
+	t.Helper()
+	root, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return root
+}
+
+// needPsycopg skips the test, saying why, when Debian's python3-psycopg2 is
+// not installed: the Python examples need it (and .ci/run installs it).
+func needPsycopg(t *testing.T) {
+	t.Helper()
+	if err := exec.Command("/usr/bin/python3", "-c", "import psycopg2").Run(); err != nil {
+		t.Skipf("the Python examples need /usr/bin/python3 with psycopg2 (Debian: apt-get install python3-psycopg2): %v", err)
+	}
+}
+
+// workflowCertifyStep returns the run line of the Certify step in the
+// GitHub Actions workflow that users copy.
+func workflowCertifyStep(t *testing.T) string {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(repoRoot(t), "ci", "github", "harmless.yml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wf struct {
+		Jobs map[string]struct {
+			Services map[string]struct {
+				Image string `yaml:"image"`
+			} `yaml:"services"`
+			Env   map[string]string `yaml:"env"`
+			Steps []struct {
+				Name string `yaml:"name"`
+				Run  string `yaml:"run"`
+			} `yaml:"steps"`
+		} `yaml:"jobs"`
+	}
+	if err := yaml.Unmarshal(data, &wf); err != nil {
+		t.Fatalf("the workflow is not valid YAML: %v", err)
+	}
+	job, ok := wf.Jobs["certify"]
+	if !ok {
+		t.Fatal("the workflow has no certify job")
+	}
+	if !strings.HasPrefix(job.Services["postgres"].Image, "postgres:") || !strings.HasPrefix(job.Env["HARMLESS_DSN"], "postgres://") {
+		t.Errorf("the certify job does not start PostgreSQL as a service and point HARMLESS_DSN at it: %+v", job)
+	}
+	for _, step := range job.Steps {
+		if step.Name == "Certify" {
+			return step.Run
+		}
+	}
+	t.Fatal("the workflow has no Certify step")
+	return ""
+}
+
+// TestWorkflowCertifiesThePythonExample runs the workflow's Certify step, as
+// written, against a real server: the Python implementation must be
+// certified, and every report the workflow publishes must be there and
+// parse, the step summary included.
+func TestWorkflowCertifiesThePythonExample(t *testing.T) {
+	needPsycopg(t)
+	line := workflowCertifyStep(t)
+	for _, flag := range []string{"--exec", "--junit", "--json", "--markdown"} {
+		if !strings.Contains(line, flag) {
+			t.Errorf("the Certify step does not use %s: %s", flag, line)
+		}
+	}
+	bin := binary(t)
+	dir := t.TempDir()
+	if err := os.Symlink(filepath.Join(repoRoot(t), "examples"), filepath.Join(dir, "examples")); err != nil {
+		t.Fatal(err)
+	}
+	summary := filepath.Join(dir, "step-summary.md")
+	if err := os.WriteFile(summary, []byte("earlier step\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("/bin/sh", "-c", line)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(),
+		"PATH="+filepath.Dir(bin)+string(os.PathListSeparator)+os.Getenv("PATH"),
+		"HARMLESS_DSN="+pgtest.DSN(t),
+		"GITHUB_STEP_SUMMARY="+summary)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("the Certify step failed: %v\n%s", err, out)
+	}
+
+	cert := readCertificate(t, filepath.Join(dir, "harmless.json"))
+	if !cert.Certified || cert.Adapter != "exec" {
+		t.Errorf("certificate: adapter %s, certified %t\n%s", cert.Adapter, cert.Certified, cert.Table())
+	}
+	if cert.Protocol == nil || cert.Protocol.Version != 1 || !strings.Contains(cert.Protocol.Command, "impl.py") || !strings.HasPrefix(cert.Protocol.Implementation, "python-psycopg") {
+		t.Errorf("certificate's protocol: %+v", cert.Protocol)
+	}
+	checkJUnit(t, filepath.Join(dir, "harmless-junit.xml"), cert)
+	md, err := os.ReadFile(filepath.Join(dir, "harmless.md"))
+	if err != nil || !strings.Contains(string(md), "CERTIFIED") {
+		t.Errorf("markdown report: %v\n%s", err, md)
+	}
+	got, err := os.ReadFile(summary)
+	if err != nil || !strings.HasPrefix(string(got), "earlier step\n") || !strings.Contains(string(got), string(md)) {
+		t.Errorf("the step summary was not appended with the markdown report (%v):\n%s", err, got)
+	}
+	t.Logf("the Python implementation was certified in %.1f s", cert.Duration)
+}
+
+// TestBrokenPythonExampleFailsConcurrentDelivery certifies the deliberately
+// broken Python implementation: the race between two processes (and
+// threads) must be caught across the process boundary.
+func TestBrokenPythonExampleFailsConcurrentDelivery(t *testing.T) {
+	needPsycopg(t)
+	bin := binary(t)
+	path := filepath.Join(t.TempDir(), "c.json")
+	script := filepath.Join(repoRoot(t), "examples", "python-psycopg", "broken_check_then_insert.py")
+	code, stdout, stderr := runCertify(t, bin, nil, "--exec", "python3 "+script, "--dsn", pgtest.DSN(t), "--json", path)
+	if code != exitNotCertified {
+		t.Fatalf("exit code %d, want %d\nstdout:\n%s\nstderr:\n%s", code, exitNotCertified, stdout, stderr)
+	}
+	cert := readCertificate(t, path)
+	for _, r := range cert.Rules {
+		switch {
+		case r.Fixture == fixtures.ConcurrentDelivery && r.Verdict != suite.VerdictFail:
+			t.Errorf("%s: %s, want fail", r.ID, r.Verdict)
+		case r.Fixture == fixtures.DoubleDelivery && r.Verdict != suite.VerdictPass:
+			t.Errorf("%s: %s, want pass (the implementation is broken only under concurrency): %s", r.ID, r.Verdict, r.Message)
+		}
+	}
+}
+
+// TestExecFailuresAreReported runs children that misbehave: a crash fails
+// rules with the child's last words in the message and the run finishes; a
+// child that cannot complete the handshake is an environment error.
+func TestExecFailuresAreReported(t *testing.T) {
+	bin := binary(t)
+	dsn := pgtest.DSN(t)
+
+	path := filepath.Join(t.TempDir(), "c.json")
+	code, stdout, stderr := runCertify(t, bin, nil, "--exec", execchild.Command(execchild.CrashOnDeliver), "--dsn", dsn, "--json", path,
+		"--label-filter", "fixture:double-delivery")
+	if code != exitNotCertified {
+		t.Fatalf("a crashing child: exit code %d, want %d\nstdout:\n%s\nstderr:\n%s", code, exitNotCertified, stdout, stderr)
+	}
+	cert := readCertificate(t, path)
+	for _, r := range cert.Rules {
+		if r.Fixture == fixtures.DoubleDelivery && (r.Verdict != suite.VerdictFail || !strings.Contains(r.Message, execchild.LastWords) || !strings.Contains(r.Message, "exit status 3")) {
+			t.Errorf("%s: %s, want a failure quoting the exit status and the child's stderr: %s", r.ID, r.Verdict, r.Message)
+		}
+	}
+
+	code, _, stderr = runCertify(t, bin, nil, "--exec", execchild.Command(execchild.BadVersion), "--dsn", dsn)
+	if code != exitUsage || !strings.Contains(stderr, "did not complete the handshake") || !strings.Contains(stderr, "protocol version 99") {
+		t.Errorf("a child speaking another version: exit code %d, want %d with a clear message; stderr:\n%s", code, exitUsage, stderr)
+	}
+	code, _, stderr = runCertify(t, bin, nil, "--exec", "true", "--adapter", "reference")
+	if code != exitUsage || !strings.Contains(stderr, "--exec") {
+		t.Errorf("--exec with --adapter: exit code %d, want %d; stderr:\n%s", code, exitUsage, stderr)
+	}
+}
