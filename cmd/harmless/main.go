@@ -3,16 +3,20 @@
 //
 // Usage:
 //
-//	harmless certify --adapter NAME [--dsn DSN] [--label-filter EXPR] [--json FILE] [--junit FILE]
-//	harmless list
+//	harmless certify (--adapter NAME | --exec COMMAND) [--dsn DSN] [--label-filter EXPR] [--seed N]
+//	                 [--json FILE] [--junit FILE] [--markdown FILE] [-q | -v]
+//	harmless list [--json]
 //	harmless matrix
 //	harmless version
 //
 // certify runs the conformance suite of package suite against a built-in
-// adapter and prints one verdict per rule. It exits 0 when the implementation
-// is certified (every MUST rule ran and passed, nothing skipped), 1 when it
-// is not, and 2 on a usage or environment error such as an unknown adapter or
-// no database.
+// adapter, or against a program in any language that speaks the exec
+// protocol (docs/protocol.md, package adapters/exec), and prints one verdict
+// per rule. It exits 0 when the implementation is certified (every MUST rule
+// ran and passed, nothing skipped), 1 when it is not, and 2 on a usage or
+// environment error such as an unknown adapter, no database, or a program
+// that cannot complete the protocol's handshake. docs/reports.md describes
+// its outputs.
 package main
 
 import (
