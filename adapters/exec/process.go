@@ -44,9 +44,10 @@ type process struct {
 	abandoned map[uint64]bool // ids whose caller gave up; a late answer is dropped
 	err       error           // why the process failed; set once
 
-	failed chan struct{} // closed when err is set
-	exited chan struct{} // closed when the process has been waited for
-	status string        // exit status, once exited
+	failed     chan struct{} // closed when err is set
+	exited     chan struct{} // closed when the process has been waited for
+	status     string        // exit status, once exited
+	stderrDone chan struct{} // closed when stderr has been read to its end
 }
 
 // startProcess starts command as a child with its own process group.
@@ -62,13 +63,14 @@ func startProcess(command, dir string, env []string, label string) (*process, er
 		return nil, fmt.Errorf("start %s: %w", label, err)
 	}
 	p := &process{
-		label:     label,
-		stdin:     stdinW,
-		stderr:    newTail(tailBytes),
-		pending:   map[uint64]chan protocol.Response{},
-		abandoned: map[uint64]bool{},
-		failed:    make(chan struct{}),
-		exited:    make(chan struct{}),
+		label:      label,
+		stdin:      stdinW,
+		stderr:     newTail(tailBytes),
+		pending:    map[uint64]chan protocol.Response{},
+		abandoned:  map[uint64]bool{},
+		failed:     make(chan struct{}),
+		exited:     make(chan struct{}),
+		stderrDone: make(chan struct{}),
 	}
 	p.cmd = osexec.Command("/bin/sh", "-c", command)
 	p.cmd.Dir = dir
@@ -98,6 +100,7 @@ func startProcess(command, dir string, env []string, label string) (*process, er
 		return nil, fmt.Errorf("start %s: %w", label, err)
 	}
 	go func() {
+		defer close(p.stderrDone)
 		defer stderrR.Close()
 		_, _ = io.Copy(p.stderr, stderrR)
 	}()
@@ -208,8 +211,13 @@ func (p *process) kill() {
 	}
 }
 
-// failure is the error a caller gets once the process has failed.
+// failure is the error a caller gets once the process has failed. It waits
+// a moment for the rest of stderr, which often says why.
 func (p *process) failure() error {
+	select {
+	case <-p.stderrDone:
+	case <-time.After(exitGrace):
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return fmt.Errorf("%w: %s: %w%s", ErrProcessFailed, p.label, p.err, p.stderr.Summary())
@@ -285,17 +293,25 @@ func (p *process) write(ctx context.Context, line []byte) error {
 		return err
 	}
 	n, err := p.stdin.Write(line)
-	if err != nil {
-		cause := fmt.Errorf("it stopped reading its stdin: %w", err)
-		if n == 0 && errors.Is(err, os.ErrDeadlineExceeded) {
-			// Nothing was written, so the stream is intact; the child is
-			// only slow, as a hung Deliver would be.
-			return fmt.Errorf("%w: %w", ErrNoAnswer, cause)
+	switch {
+	case err == nil:
+		return nil
+	case n == 0 && errors.Is(err, os.ErrDeadlineExceeded):
+		// Nothing was written, so the stream is intact; the child is only
+		// slow, as a hung Deliver would be.
+		return fmt.Errorf("%w: it stopped reading its stdin: %w", ErrNoAnswer, err)
+	case errors.Is(err, syscall.EPIPE):
+		// The child closed its stdin, most likely by exiting: say how.
+		select {
+		case <-p.exited:
+			p.fail(fmt.Errorf("it exited (%s) before it read a request", p.status))
+		case <-time.After(exitGrace):
+			p.fail(fmt.Errorf("it closed its stdin: %w", err))
 		}
-		p.fail(cause)
-		return p.failure()
+	default:
+		p.fail(fmt.Errorf("it stopped reading its stdin: %w", err))
 	}
-	return nil
+	return p.failure()
 }
 
 // shutdown asks the child to exit, closes its stdin and waits for it to exit
