@@ -140,13 +140,12 @@ _RFC3339 = re.compile(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d{1,9}))?(Z|[+-]\
 
 
 def time_field(params: Params, name: str) -> datetime:
-    """The required RFC 3339 time param ``name``, truncated to microseconds.
+    """The required RFC 3339 time param ``name``, in microseconds.
 
-    harmless sends nanoseconds; Python's datetime and PostgreSQL's timestamptz
-    hold microseconds. Truncating every time the same way (never rounding)
-    keeps order: equal times stay equal, and times at least 1 µs apart keep
-    their order, so a marker claimed at a purge's cutoff survives it and one
-    claimed before it does not. The harness's clock moves in far larger steps.
+    harmless sends whole microseconds, the precision of Python's datetime and
+    of PostgreSQL's timestamptz. Should a sender write more digits, they are
+    truncated (never rounded), which keeps order: equal times stay equal, so
+    a marker claimed at a purge's cutoff survives it.
     """
     text = field(params, name, str)
     match = _RFC3339.fullmatch(text)
