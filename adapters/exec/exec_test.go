@@ -48,7 +48,7 @@ func probe(t *testing.T, mode string, cfg Config) (adapters.Adapter, Info) {
 
 // env returns an environment with a fresh schema holding the ledger, on the
 // real server; the schema is dropped when the test ends.
-func env(t *testing.T) adapters.Env {
+func env(t testing.TB) adapters.Env {
 	t.Helper()
 	pool := pgtest.Pool(t)
 	var raw [4]byte
