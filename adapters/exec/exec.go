@@ -153,7 +153,7 @@ func Probe(ctx context.Context, cfg Config) (adapters.Adapter, Info, error) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, cfg.startTimeout())
 	defer cancel()
-	proc, err := launch(ctx, cfg, 0, "the probe process")
+	proc, err := launch(cfg, 0, "the probe process")
 	if err != nil {
 		return adapters.Adapter{}, Info{}, err
 	}
@@ -179,7 +179,7 @@ func Probe(ctx context.Context, cfg Config) (adapters.Adapter, Info, error) {
 }
 
 // launch starts one child process of cfg.
-func launch(_ context.Context, cfg Config, instance int, label string) (*process, error) {
+func launch(cfg Config, instance int, label string) (*process, error) {
 	env := append(os.Environ(), "HARMLESS_PROTOCOL="+strconv.Itoa(protocol.Version), "HARMLESS_INSTANCE="+strconv.Itoa(instance))
 	env = append(env, cfg.Env...)
 	return startProcess(cfg.Command, cfg.Dir, env, label)

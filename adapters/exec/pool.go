@@ -70,7 +70,7 @@ func (p *pool) grow(ctx context.Context) (*member, error) {
 	p.started++
 	label := fmt.Sprintf("process %d of instance %d", p.started, p.env.Instance)
 	p.mu.Unlock()
-	proc, err := launch(ctx, p.cfg, p.env.Instance, label)
+	proc, err := launch(p.cfg, p.env.Instance, label)
 	if err != nil {
 		return nil, err
 	}
