@@ -192,9 +192,10 @@ func containerHost(ctx context.Context, cli client.APIClient, ctr testcontainers
 	return h, nil
 }
 
-// engineIsLocal reports whether the engine's default bridge gateway is an
-// address of this network namespace, that is, whether the engine publishes
-// ports where this process runs.
+// engineIsLocal reports whether the engine's default bridge is attached to
+// this network namespace (its gateway, or an address in its subnet, is one
+// of ours), that is, whether the engine publishes ports where this process
+// runs. Some engines report the bridge's subnet without its gateway.
 func engineIsLocal(ctx context.Context, cli client.APIClient) bool {
 	nw, err := cli.NetworkInspect(ctx, "bridge", client.NetworkInspectOptions{})
 	if err != nil {
@@ -206,10 +207,17 @@ func engineIsLocal(ctx context.Context, cli client.APIClient) bool {
 	}
 	for _, cfg := range nw.Network.IPAM.Config {
 		for _, a := range addrs {
-			if ipn, ok := a.(*net.IPNet); ok {
-				if ip, ok := netip.AddrFromSlice(ipn.IP); ok && ip.Unmap() == cfg.Gateway.Unmap() {
-					return true
-				}
+			ipn, ok := a.(*net.IPNet)
+			if !ok {
+				continue
+			}
+			ip, ok := netip.AddrFromSlice(ipn.IP)
+			if !ok {
+				continue
+			}
+			ip = ip.Unmap()
+			if (cfg.Gateway.IsValid() && ip == cfg.Gateway.Unmap()) || (cfg.Subnet.IsValid() && cfg.Subnet.Contains(ip)) {
+				return true
 			}
 		}
 	}
