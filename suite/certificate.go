@@ -117,10 +117,7 @@ type HarnessInfo struct {
 // tests), the main module's revision is not the harness's: the commit is
 // then the version of the harness's module in the build, or "unknown".
 func Harness() HarnessInfo {
-	info, ok := debug.ReadBuildInfo()
-	if !ok {
-		info = nil
-	}
+	info, _ := debug.ReadBuildInfo() // nil when it cannot be read
 	return HarnessInfo{Version: Version, Commit: buildCommit(info)}
 }
 

@@ -172,11 +172,30 @@ func TestPoolGrowsWhenEveryProcessIsBusy(t *testing.T) {
 
 func TestMaxProcessesBoundsThePool(t *testing.T) {
 	impl, _ := start(t, execchild.HangOnDeliver, Config{MaxProcesses: 1})
+	// Fill the only process's 8 slots with deliveries that hang until
+	// cancelled.
+	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
-	for i := range 8 { // fills the only process's slots
-		wg.Go(func() { _, _ = deliver(t, impl, fmt.Sprint("busy-", i), time.Second) })
+	defer wg.Wait()
+	defer cancel()
+	for i := range 8 {
+		wg.Go(func() {
+			ev := adapters.Event{Namespace: "exec-test", ID: fmt.Sprint("busy-", i)}
+			_, _ = impl.Deliver(ctx, adapters.Delivery{Event: ev, Attempt: 1})
+		})
 	}
-	wg.Wait()
+	full := time.Now().Add(testTimeout)
+	for len(impl.procs) == 0 || len(impl.procs[0].slots) < 8 { // polling, not synchronising
+		if time.Now().After(full) {
+			t.Fatal("the 8 deliveries never all reached the process")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	// A ninth must wait for a slot, not start a second process.
+	_, err := deliver(t, impl, "ninth", 300*time.Millisecond)
+	if !errors.Is(err, ErrNoAnswer) || !strings.Contains(err.Error(), "was busy until the deadline") {
+		t.Errorf("a ninth delivery: %v; want it to wait for a slot until its deadline", err)
+	}
 	impl.mu.Lock()
 	procs := len(impl.procs)
 	impl.mu.Unlock()

@@ -285,10 +285,7 @@ func (p *process) forget(id uint64, abandon bool) {
 func (p *process) write(ctx context.Context, line []byte) error {
 	p.writeMu.Lock()
 	defer p.writeMu.Unlock()
-	deadline, ok := ctx.Deadline()
-	if !ok {
-		deadline = time.Time{}
-	}
+	deadline, _ := ctx.Deadline() // none: the zero time, no deadline
 	if err := p.stdin.SetWriteDeadline(deadline); err != nil {
 		return err
 	}

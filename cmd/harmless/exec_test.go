@@ -30,13 +30,20 @@ func repoRoot(t *testing.T) string {
 	return root
 }
 
-// needPsycopg skips the test, saying why, when Debian's python3-psycopg2 is
-// not installed: the Python examples need it (and .ci/run installs it).
+// needPsycopg skips the test, saying why, when neither python3 on PATH nor
+// /usr/bin/python3 (to which the examples restart) can import psycopg2: the
+// Python examples need it, and .ci/run installs Debian's python3-psycopg2.
 func needPsycopg(t *testing.T) {
 	t.Helper()
-	if err := exec.Command("/usr/bin/python3", "-c", "import psycopg2").Run(); err != nil {
-		t.Skipf("the Python examples need /usr/bin/python3 with psycopg2 (Debian: apt-get install python3-psycopg2): %v", err)
+	var errs []string
+	for _, python := range []string{"python3", "/usr/bin/python3"} {
+		err := exec.Command(python, "-c", "import psycopg2").Run()
+		if err == nil {
+			return
+		}
+		errs = append(errs, python+": "+err.Error())
 	}
+	t.Skipf("the Python examples need psycopg2 (Debian: apt-get install python3-psycopg2): %s", strings.Join(errs, "; "))
 }
 
 // workflowCertifyStep returns the run line of the Certify step in the

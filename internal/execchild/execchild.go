@@ -90,8 +90,12 @@ func Command(mode string) string {
 	if err != nil {
 		panic(err)
 	}
-	return EnvMode + "=" + mode + " exec " + strconv.Quote(self)
+	return EnvMode + "=" + shellQuote(mode) + " exec " + shellQuote(self)
 }
+
+// shellQuote quotes s for /bin/sh: in single quotes, each single quote of
+// its own ending the quoted part, escaped, and starting the next.
+func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
 
 // MaybeServe runs the child and exits when the process was started as one;
 // otherwise it returns at once.
