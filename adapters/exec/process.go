@@ -47,6 +47,7 @@ type process struct {
 	failed     chan struct{} // closed when err is set
 	exited     chan struct{} // closed when the process has been waited for
 	status     string        // exit status, once exited
+	exitedOK   bool          // whether it exited with status 0, once exited
 	stderrDone chan struct{} // closed when stderr has been read to its end
 }
 
@@ -167,7 +168,7 @@ func (p *process) lostOutput(what string) {
 // holds it), that is a failure too.
 func (p *process) wait() {
 	err := p.cmd.Wait()
-	p.status = exitStatus(err)
+	p.status, p.exitedOK = exitStatus(err), err == nil
 	close(p.exited)
 	select {
 	case <-p.failed:
@@ -335,10 +336,10 @@ func (p *process) shutdown(ctx context.Context) error {
 	p.stdin.Close()
 	select {
 	case <-p.exited:
-		if p.status == "exit status 0" && errors.Is(answer, ErrProcessFailed) {
+		if p.exitedOK && errors.Is(answer, ErrProcessFailed) {
 			answer = nil // it exited cleanly without answering: close enough
 		}
-		if answer == nil && p.status != "exit status 0" {
+		if answer == nil && !p.exitedOK {
 			answer = fmt.Errorf("it exited with %s%s", p.status, p.stderr.Summary())
 		}
 		if answer != nil {
