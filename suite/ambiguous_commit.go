@@ -74,13 +74,18 @@ func (c proxyCut) check(want adapters.Outcome) []string {
 func (s *state) ambiguousCommit() {
 	Describe(fixtures.AmbiguousCommit, Label("fixture:"+fixtures.AmbiguousCommit), Serial, Ordered, ContinueOnFailure, func() {
 		var committed, rolledBack proxyCut
+		// One instance to build; two cuts, each a delivery and then
+		// redeliveries until terminal.
+		sc := s.scenario(fixtures.AmbiguousCommit, 1+2*(1+s.cfg.maxTries), 0)
 		BeforeAll(func(ctx SpecContext) {
-			spec := s.newSpec(ctx)
+			spec := sc.begin(ctx)
+			sc.at("the cut after COMMIT's answer")
 			committed = s.cutDelivery(ctx, spec, newEvent(fixtures.AmbiguousCommit, "after-commit"), pgproxy.AfterCommitComplete, 0)
+			sc.at("the cut before COMMIT")
 			rolledBack = s.cutDelivery(ctx, spec, newEvent(fixtures.AmbiguousCommit, "before-commit"), pgproxy.BeforeCommit, 0)
-		}, NodeTimeout(fixtureTimeout))
+		}, sc.timeout())
 
-		rule(fixtures.AmbiguousCommitRedeliveryDuplicate, func() []string { return committed.check(adapters.Duplicate) })
-		rule(fixtures.AmbiguousCommitLostCommitApplies, func() []string { return rolledBack.check(adapters.Applied) })
+		sc.rule(fixtures.AmbiguousCommitRedeliveryDuplicate, func() []string { return committed.check(adapters.Duplicate) })
+		sc.rule(fixtures.AmbiguousCommitLostCommitApplies, func() []string { return rolledBack.check(adapters.Applied) })
 	})
 }

@@ -76,9 +76,14 @@ func (s *state) badInput() {
 			next    []harness.Attempt
 			nextFx  []ledger.Entry
 		)
+		events := oddEvents()
+		// One instance to build; each odd event delivered twice, each time
+		// until terminal; then an ordinary event.
+		sc := s.scenario(fixtures.BadInput, 1+(2*len(events)+1)*s.cfg.maxTries, 0)
 		BeforeAll(func(ctx SpecContext) {
-			spec := s.newSpec(ctx)
-			for _, odd := range oddEvents() {
+			spec := sc.begin(ctx)
+			for i, odd := range events {
+				sc.at("odd event %d of %d (%s)", i+1, len(events), odd.what)
 				r := oddResult{odd: odd}
 				r.first = spec.DeliverUntilTerminal(ctx, 1, odd.ev, s.cfg.maxTries)
 				r.again = spec.DeliverUntilTerminal(ctx, 1, odd.ev, s.cfg.maxTries)
@@ -88,13 +93,14 @@ func (s *state) badInput() {
 				r.judge()
 				results = append(results, r)
 			}
+			sc.at("the ordinary event after the odd ones")
 			next = spec.DeliverUntilTerminal(ctx, 1, after, s.cfg.maxTries)
 			var err error
 			nextFx, err = spec.Effects(ctx, after)
 			Expect(err).NotTo(HaveOccurred())
-		}, NodeTimeout(fixtureTimeout))
+		}, sc.timeout())
 
-		noteRule(fixtures.BadInputExactlyOnceOrRejected, func() ([]string, string) {
+		sc.noteRule(fixtures.BadInputExactlyOnceOrRejected, func() ([]string, string) {
 			var problems, handled []string
 			for _, r := range results {
 				if r.issue != "" {
@@ -106,7 +112,7 @@ func (s *state) badInput() {
 			}
 			return problems, strings.Join(handled, "; ")
 		})
-		rule(fixtures.BadInputRunContinues, func() []string {
+		sc.rule(fixtures.BadInputRunContinues, func() []string {
 			last := next[len(next)-1]
 			if last.Acked() && last.Outcome == adapters.Applied && len(nextFx) == 1 {
 				return nil

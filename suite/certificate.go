@@ -41,6 +41,21 @@ const (
 // notSupportedPrefix starts the Skip message of a spec that does not apply.
 const notSupportedPrefix = "not-supported: "
 
+// Status is a certificate's overall verdict.
+type Status string
+
+const (
+	// StatusCertified: every MUST rule ran and passed, and no rule failed.
+	StatusCertified Status = "certified"
+	// StatusPartial: no rule failed, but some MUST rules did not run:
+	// they could not run here (not-supported: the environment, or what the
+	// implementation declares, rules them out) or were left out (skipped).
+	// What ran passed; what did not run is not certified.
+	StatusPartial Status = "partial"
+	// StatusNotCertified: a rule failed, or the run could not start.
+	StatusNotCertified Status = "not-certified"
+)
+
 // RuleResult is one rule's verdict.
 type RuleResult struct {
 	ID      string         `json:"id"`
@@ -55,8 +70,11 @@ type RuleResult struct {
 type Certificate struct {
 	// Adapter is the adapter's name.
 	Adapter string `json:"adapter"`
-	// Certified is true when every MUST rule ran and passed, no rule failed
-	// and nothing was skipped.
+	// Status is the overall verdict: certified, partial or not-certified
+	// (see [Status]).
+	Status Status `json:"status"`
+	// Certified is true exactly when Status is [StatusCertified]: every
+	// MUST rule ran and passed, and no rule failed.
 	Certified bool `json:"certified"`
 	// SuiteVersion is the version of the suite that judged.
 	SuiteVersion string `json:"suite_version"`
@@ -307,14 +325,54 @@ func (s *state) certificate(report ginkgo.Report) Certificate {
 		cert.Error = s.setupErr.Error()
 	}
 	cert.Rules = ruleResults(fixtures.Rules(), report.SpecReports)
-	cert.Certified = cert.Error == ""
-	for _, r := range cert.Rules {
-		if r.Verdict == VerdictFail || r.Verdict == VerdictSkipped || (r.Level == fixtures.Must && r.Verdict != VerdictPass && r.Verdict != VerdictNotSupported) {
-			cert.Certified = false
-		}
-	}
+	cert.Status = status(cert.Error, cert.Rules)
+	cert.Certified = cert.Status == StatusCertified
 	cert.Verified = verify(cert.Declared, cert.Rules)
 	return cert
+}
+
+// status decides a certificate's overall verdict from its rules' verdicts:
+// not-certified when the run could not start or any rule failed, else
+// partial when a MUST rule did not pass (it was not-supported or
+// skipped), else certified.
+func status(setupErr string, rules []RuleResult) Status {
+	if setupErr != "" || len(rules) == 0 {
+		return StatusNotCertified
+	}
+	st := StatusCertified
+	for _, r := range rules {
+		switch {
+		case r.Verdict == VerdictFail:
+			return StatusNotCertified
+		case r.Level == fixtures.Must && r.Verdict != VerdictPass:
+			st = StatusPartial
+		}
+	}
+	return st
+}
+
+// NotRun returns the MUST rules that did not run: not-supported or
+// skipped. Their messages say why. A partial certificate lists them.
+func (c Certificate) NotRun() []RuleResult {
+	var out []RuleResult
+	for _, r := range c.Rules {
+		if r.Level == fixtures.Must && (r.Verdict == VerdictNotSupported || r.Verdict == VerdictSkipped) {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// Headline is the certificate's verdict in capitals: "CERTIFIED",
+// "PARTIAL" or "NOT CERTIFIED".
+func (c Certificate) Headline() string {
+	switch c.Status {
+	case StatusCertified:
+		return "CERTIFIED"
+	case StatusPartial:
+		return "PARTIAL"
+	}
+	return "NOT CERTIFIED"
 }
 
 // ruleResults folds the reports of the specs of each of rules into the
@@ -361,7 +419,14 @@ func verdict(specs []types.SpecReport) (Verdict, string) {
 				}
 			}
 		case sr.State.Is(types.SpecStateFailureStates):
-			failed = append(failed, fmt.Sprintf("[%s] %s", where, sr.Failure.Message))
+			msg := sr.Failure.Message
+			// A timeout's message says only that; the scenario's own
+			// report, attached to Ginkgo's progress report, says how far
+			// it got.
+			if extra := sr.Failure.ProgressReport.AdditionalReports; len(extra) > 0 {
+				msg += "\n" + strings.Join(extra, "\n")
+			}
+			failed = append(failed, fmt.Sprintf("[%s] %s", where, msg))
 		case sr.State == types.SpecStateSkipped && strings.HasPrefix(sr.Failure.Message, notSupportedPrefix):
 			notSupported = append(notSupported, fmt.Sprintf("[%s] %s", where, strings.TrimPrefix(sr.Failure.Message, notSupportedPrefix)))
 		default:
@@ -456,6 +521,7 @@ func (c Certificate) writeJUnit(w io.Writer) error {
 	}
 	props := [][2]string{
 		{"adapter", c.Adapter},
+		{"status", string(c.Status)},
 		{"certified", strconv.FormatBool(c.Certified)},
 		{"harness.version", c.Harness.Version},
 		{"harness.commit", c.Harness.Commit},
@@ -512,8 +578,9 @@ var markdownVerdicts = map[Verdict]string{
 
 // WriteMarkdown writes the certificate as a Markdown summary for a pull
 // request or a CI step summary (GitHub's $GITHUB_STEP_SUMMARY): a heading
-// "harmless: CERTIFIED" or "harmless: NOT CERTIFIED" with the adapter, the
-// summary counts, a table of the run (adapter, database, harness version
+// "harmless: CERTIFIED", "harmless: PARTIAL" or "harmless: NOT CERTIFIED"
+// with the adapter, the summary counts, for a partial run the MUST rules
+// that did not run and why, a table of the run (adapter, database, harness version
 // and commit, protocol when there is one, seed, declared and verified
 // capabilities, faults fired, start and duration), a table with one row per
 // rule (rule id, fixture, level, verdict), and the message of every failed
@@ -521,15 +588,18 @@ var markdownVerdicts = map[Verdict]string{
 // block. It writes no colour and no emoji.
 func (c Certificate) WriteMarkdown(w io.Writer) error {
 	var b strings.Builder
-	verdict := "CERTIFIED"
-	if !c.Certified {
-		verdict = "NOT CERTIFIED"
-	}
-	fmt.Fprintf(&b, "## harmless: %s: %s\n\n", verdict, mdCode(c.Adapter))
+	fmt.Fprintf(&b, "## harmless: %s: %s\n\n", c.Headline(), mdCode(c.Adapter))
 	if c.Error != "" {
 		fmt.Fprintf(&b, "The run could not start:\n\n%s\n", mdFence(c.Error))
 	}
 	fmt.Fprintf(&b, "**%s**\n\n", c.Summary())
+	if notRun := c.NotRun(); c.Status == StatusPartial {
+		fmt.Fprintf(&b, "No rule failed, but %d MUST rules did not run, so the run certifies nothing about them:\n\n", len(notRun))
+		for _, r := range notRun {
+			fmt.Fprintf(&b, "- %s (%s): %s\n", mdCode(r.ID), r.Verdict, mdCell(firstLine(r.Message)))
+		}
+		b.WriteString("\n")
+	}
 
 	b.WriteString("| run | |\n|---|---|\n")
 	row := func(k, v string) { fmt.Fprintf(&b, "| %s | %s |\n", k, mdCell(v)) }

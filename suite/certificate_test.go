@@ -107,6 +107,76 @@ func TestVerify(t *testing.T) {
 	}
 }
 
+// TestStatus: a run is certified only when every MUST rule ran and passed;
+// partial when nothing failed but a MUST rule did not run; not certified
+// when anything failed or the run could not start.
+func TestStatus(t *testing.T) {
+	should := func(rules []RuleResult, id string) []RuleResult {
+		for i := range rules {
+			if rules[i].ID == id {
+				rules[i].Level = fixtures.Should
+			}
+		}
+		return rules
+	}
+	for _, tc := range []struct {
+		name     string
+		setupErr string
+		rules    []RuleResult
+		want     Status
+		notRun   int
+	}{
+		{"every rule passed", "", ruleVerdicts(VerdictPass, nil), StatusCertified, 0},
+		{"a rule failed", "", ruleVerdicts(VerdictPass, map[string]Verdict{fixtures.DoubleDeliveryOneEffect: VerdictFail}), StatusNotCertified, 0},
+		{"a failure beside rules that did not run", "", ruleVerdicts(VerdictNotSupported, map[string]Verdict{fixtures.DoubleDeliveryOneEffect: VerdictFail}), StatusNotCertified, len(fixtures.Rules()) - 1},
+		{"a MUST rule not-supported", "", ruleVerdicts(VerdictPass, map[string]Verdict{fixtures.CrashRecoveryAppliedSurvives: VerdictNotSupported}), StatusPartial, 1},
+		{"a MUST rule filtered out", "", ruleVerdicts(VerdictPass, map[string]Verdict{fixtures.BadInputRunContinues: VerdictSkipped}), StatusPartial, 1},
+		{"a SHOULD rule not-supported", "", should(ruleVerdicts(VerdictPass, map[string]Verdict{fixtures.BadInputRunContinues: VerdictNotSupported}), fixtures.BadInputRunContinues), StatusCertified, 0},
+		{"a SHOULD rule failed", "", should(ruleVerdicts(VerdictPass, map[string]Verdict{fixtures.BadInputRunContinues: VerdictFail}), fixtures.BadInputRunContinues), StatusNotCertified, 0},
+		{"nothing ran", "", ruleVerdicts(VerdictSkipped, nil), StatusPartial, len(fixtures.Rules())},
+		{"no rules at all", "", nil, StatusNotCertified, 0},
+		{"the run could not start", "no database", ruleVerdicts(VerdictSkipped, nil), StatusNotCertified, len(fixtures.Rules())},
+	} {
+		c := Certificate{Error: tc.setupErr, Rules: tc.rules}
+		c.Status = status(tc.setupErr, tc.rules)
+		if c.Status != tc.want || len(c.NotRun()) != tc.notRun {
+			t.Errorf("%s: status %s with %d MUST rules not run; want %s and %d", tc.name, c.Status, len(c.NotRun()), tc.want, tc.notRun)
+		}
+	}
+	for st, want := range map[Status]string{StatusCertified: "CERTIFIED", StatusPartial: "PARTIAL", StatusNotCertified: "NOT CERTIFIED", "": "NOT CERTIFIED"} {
+		if got := (Certificate{Status: st}).Headline(); got != want {
+			t.Errorf("Headline of %q = %q; want %q", st, got, want)
+		}
+	}
+}
+
+// TestPartialMarkdownSaysWhatDidNotRun: the summary of a partial run lists
+// each MUST rule that did not run, with the first line of why.
+func TestPartialMarkdownSaysWhatDidNotRun(t *testing.T) {
+	c := Certificate{Adapter: "sample", Faults: map[string]int64{}, Rules: ruleVerdicts(VerdictPass, map[string]Verdict{
+		fixtures.CrashRecoveryAppliedSurvives: VerdictNotSupported, fixtures.CrashRecoveryInFlightExactlyOnce: VerdictNotSupported,
+	})}
+	for i := range c.Rules {
+		if c.Rules[i].Verdict == VerdictNotSupported {
+			c.Rules[i].Message = "[crash-recovery] needs a server the harness owns\nmore"
+		}
+	}
+	c.Status = status("", c.Rules)
+	var b bytes.Buffer
+	if err := c.WriteMarkdown(&b); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"## harmless: PARTIAL: `sample`\n",
+		"No rule failed, but 2 MUST rules did not run",
+		"- `" + fixtures.CrashRecoveryAppliedSurvives + "` (not-supported): [crash-recovery] needs a server the harness owns\n",
+	} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("no %q in\n%s", want, b.String())
+		}
+	}
+}
+
 // sampleCertificate is a certificate with every verdict: a failure whose
 // message holds a code fence and a pipe, a not-supported rule, a skipped
 // one, and passes.
@@ -198,7 +268,7 @@ func TestWriteMarkdown(t *testing.T) {
 	}
 
 	c.Protocol = &Protocol{Name: "harmless-exec", Version: 1, Command: "./consumer --harmless", Implementation: "consumer 1.4.2", MaxInFlight: 8}
-	c.Certified = true
+	c.Status, c.Certified = StatusCertified, true
 	b.Reset()
 	if err := c.WriteMarkdown(&b); err != nil {
 		t.Fatal(err)
@@ -226,7 +296,7 @@ func TestProtocolInJSON(t *testing.T) {
 	if _, ok := fields["protocol"]; ok {
 		t.Errorf("an in-process adapter's certificate has a protocol: %s", fields["protocol"])
 	}
-	for _, key := range []string{"adapter", "certified", "suite_version", "harness", "database", "database_kind", "declared", "verified", "seed", "rules", "faults", "started_at", "duration_s"} {
+	for _, key := range []string{"adapter", "status", "certified", "suite_version", "harness", "database", "database_kind", "declared", "verified", "seed", "rules", "faults", "started_at", "duration_s"} {
 		if _, ok := fields[key]; !ok {
 			t.Errorf("the certificate has no %q", key)
 		}

@@ -22,10 +22,14 @@ import (
 const overlapTries = 3
 
 // roundResult is what one concurrent-delivery round left behind: the
-// violations of each rule it found.
+// violations of each rule it found, or why it proved nothing.
 type roundResult struct {
 	oneEffect  []string
 	oneApplied []string
+	// inconclusive, when set, says why the round proved nothing: its
+	// contenders never provably overlapped, however often it was played.
+	// That is the machine's doing, never the implementation's.
+	inconclusive string
 }
 
 func (s *state) concurrentDelivery() {
@@ -40,23 +44,28 @@ func (s *state) concurrentDelivery() {
 		for _, v := range variants {
 			Describe(v.name, Ordered, ContinueOnFailure, func() {
 				var rounds []roundResult
+				n, plays := s.cfg.plainRounds, 1
+				if v.overlap {
+					n, plays = s.cfg.overlapRounds, overlapTries
+				}
+				// Two instances to build; in each play of a round the
+				// contenders race in parallel, each delivered until
+				// terminal.
+				sc := s.scenario(fixtures.ConcurrentDelivery+" / "+v.name, 2+n*plays*s.cfg.maxTries, 0)
 				BeforeAll(func(ctx SpecContext) {
-					spec := s.newSpec(ctx)
-					n := s.cfg.plainRounds
-					if v.overlap {
-						n = s.cfg.overlapRounds
-					}
+					spec := sc.begin(ctx)
 					rounds = make([]roundResult, 0, n)
-					for round := 1; round <= n && ctx.Err() == nil; round++ {
+					for round := 1; round <= n && ctx.Err() == nil && !sc.expired(); round++ {
+						sc.at("round %d of %d (%d played)", round, n, round-1)
 						rounds = append(rounds, s.concurrentRound(ctx, spec, round, v.overlap))
 					}
 					s.cfg.logf("concurrent-delivery (%s): %d rounds of %d contenders", v.name, len(rounds), s.cfg.contenders)
-				}, NodeTimeout(fixtureTimeout))
+				}, sc.timeout())
 
-				rule(fixtures.ConcurrentDeliveryOneEffect, func() []string {
+				sc.noteRule(fixtures.ConcurrentDeliveryOneEffect, func() ([]string, string) {
 					return collect(rounds, func(r roundResult) []string { return r.oneEffect })
 				})
-				rule(fixtures.ConcurrentDeliveryOneApplied, func() []string {
+				sc.noteRule(fixtures.ConcurrentDeliveryOneApplied, func() ([]string, string) {
 					return collect(rounds, func(r roundResult) []string { return r.oneApplied })
 				})
 			})
@@ -87,9 +96,9 @@ func (s *state) concurrentRound(ctx context.Context, spec *harness.Spec, round i
 	prefix := fmt.Sprintf("round %d (%s, %d contenders): ", round, variant, s.cfg.contenders)
 	var r race
 	var problem string
+	var retry bool
 	for try := 1; try <= overlapTries; try++ {
 		r = s.race(ctx, spec, newEvent(fixtures.ConcurrentDelivery, fmt.Sprintf("%s-%d-%d", variant, round, try)), overlap)
-		var retry bool
 		if problem, retry = r.overlapProblem(); !retry {
 			break
 		}
@@ -97,7 +106,10 @@ func (s *state) concurrentRound(ctx context.Context, spec *harness.Spec, round i
 	}
 
 	var res roundResult
-	if problem != "" {
+	switch {
+	case retry:
+		res.inconclusive = fmt.Sprintf("%s%s (played %d times)", prefix, problem, overlapTries)
+	case problem != "":
 		res.oneEffect = append(res.oneEffect, prefix+problem)
 		res.oneApplied = append(res.oneApplied, prefix+problem)
 	}
@@ -238,13 +250,27 @@ func timesFired(n int64) string {
 	return fmt.Sprintf("%d times", n)
 }
 
-func collect(rounds []roundResult, pick func(roundResult) []string) []string {
-	var problems []string
+// collect gathers the problems pick finds in each round. A round that
+// proved nothing (see roundResult.inconclusive) is no problem: it is noted;
+// when no round proved anything and nothing failed, the rule is
+// not-supported here, since the machine never let the contenders overlap.
+func collect(rounds []roundResult, pick func(roundResult) []string) (problems []string, note string) {
+	var inconclusive []string
 	for _, r := range rounds {
 		problems = append(problems, pick(r)...)
+		if r.inconclusive != "" {
+			inconclusive = append(inconclusive, r.inconclusive)
+		}
 	}
-	if len(rounds) == 0 {
+	switch {
+	case len(rounds) == 0:
 		problems = append(problems, "no round ran")
+	case len(problems) > 0:
+	case len(inconclusive) == len(rounds):
+		notSupported(fmt.Sprintf("inconclusive: none of the %d rounds provably overlapped, so none proved anything (a heavily loaded machine; run again): %s",
+			len(rounds), inconclusive[0]))
+	case len(inconclusive) > 0:
+		note = fmt.Sprintf("%d of %d rounds proved nothing and were not judged: %s", len(inconclusive), len(rounds), strings.Join(inconclusive, "; "))
 	}
-	return problems
+	return problems, note
 }

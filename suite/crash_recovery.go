@@ -40,6 +40,9 @@ const (
 	stallSettle = 500 * time.Millisecond
 	// stallPoll is how often the harness looks for stalled deliveries.
 	stallPoll = 20 * time.Millisecond
+	// restartBudget is what a scenario's budget allows for crashing the
+	// server and starting it again, crash recovery included.
+	restartBudget = 2 * time.Minute
 )
 
 // Why the fixture cannot run: the rules are then not-supported.
@@ -103,11 +106,14 @@ func (s *state) crashAfterAck() {
 			history               []harness.Attempt
 			rec                   harness.Recovery
 		)
+		// One instance to build; a delivery until terminal before the
+		// crash, a redelivery until terminal after it; the restart.
+		sc := s.scenario(fixtures.CrashRecovery+" / after an acknowledged delivery", 1+2*s.cfg.maxTries, restartBudget)
 		BeforeAll(func(ctx SpecContext) {
 			if skip = s.crashUnsupported(); skip != "" {
 				return
 			}
-			spec := s.newSpec(ctx)
+			spec := sc.begin(ctx)
 			before = spec.DeliverUntilTerminal(ctx, 1, ev, s.cfg.maxTries)
 			var err error
 			rowsBefore, err = spec.StateRows(ctx)
@@ -124,9 +130,9 @@ func (s *state) crashAfterAck() {
 			effects, err = spec.Effects(ctx, ev)
 			Expect(err).NotTo(HaveOccurred())
 			history = spec.History(ev)
-		}, NodeTimeout(fixtureTimeout))
+		}, sc.timeout())
 
-		noteRule(fixtures.CrashRecoveryAppliedSurvives, func() ([]string, string) {
+		sc.noteRule(fixtures.CrashRecoveryAppliedSurvives, func() ([]string, string) {
 			notSupported(skip)
 			if p := rec.Problem(); p != "" {
 				return []string{"the planned fault did not fire: " + p}, ""
@@ -247,11 +253,17 @@ func (s *state) crashInFlight(st stall) {
 			rec             harness.Recovery
 			heldErr         error
 		)
+		// Two instances to build; the settled events until terminal; the
+		// in-flight deliveries, at once; the wait for them to stall; the
+		// restart; then every event redelivered until terminal, one after
+		// another.
+		sc := s.scenario(fixtures.CrashRecovery+" / with deliveries in flight, "+st.name,
+			2+crashSettled*s.cfg.maxTries+1+(crashSettled+crashInFlight)*s.cfg.maxTries, stallLimit+restartBudget)
 		BeforeAll(func(ctx SpecContext) {
 			if skip = s.crashUnsupported(); skip != "" {
 				return
 			}
-			spec := s.newSpec(ctx)
+			spec := sc.begin(ctx)
 			for i := range crashSettled {
 				f := &inFlight{ev: newEvent(fixtures.CrashRecovery, fmt.Sprintf("settled-%d", i+1)), worker: 1 + i%2}
 				f.attempts = spec.DeliverUntilTerminal(ctx, f.worker, f.ev, s.cfg.maxTries)
@@ -306,9 +318,9 @@ func (s *state) crashInFlight(st stall) {
 				Expect(err).NotTo(HaveOccurred())
 				f.history = spec.History(f.ev)
 			}
-		}, NodeTimeout(fixtureTimeout))
+		}, sc.timeout())
 
-		noteRule(fixtures.CrashRecoveryInFlightExactlyOnce, func() ([]string, string) {
+		sc.noteRule(fixtures.CrashRecoveryInFlightExactlyOnce, func() ([]string, string) {
 			notSupported(skip)
 			if p := rec.Problem(); p != "" {
 				return []string{"the planned fault did not fire: " + p}, ""

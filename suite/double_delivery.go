@@ -37,10 +37,14 @@ func (s *state) doubleDelivery() {
 		describe := func() string {
 			return harness.DescribeEvent(ev, effects, all) + "\nno fault was planned"
 		}
+		// Two instances to build, then eleven deliveries one after another.
+		sc := s.scenario(fixtures.DoubleDelivery, 2+(1+redeliveries)*s.cfg.maxTries, 0)
 		BeforeAll(func(ctx SpecContext) {
-			spec := s.newSpec(ctx)
+			spec := sc.begin(ctx)
+			sc.at("the first delivery")
 			first = spec.DeliverUntilTerminal(ctx, 1, ev, s.cfg.maxTries)
 			for i := range redeliveries {
+				sc.at("redelivery %d of %d", i+1, redeliveries)
 				worker := 2 - i%2 // alternate: worker 2, 1, 2, ...
 				later = append(later, spec.DeliverUntilTerminal(ctx, worker, ev, s.cfg.maxTries))
 			}
@@ -48,9 +52,9 @@ func (s *state) doubleDelivery() {
 			effects, err = spec.Effects(ctx, ev)
 			Expect(err).NotTo(HaveOccurred())
 			all = spec.History(ev)
-		}, NodeTimeout(fixtureTimeout))
+		}, sc.timeout())
 
-		rule(fixtures.DoubleDeliveryFirstApplied, func() []string {
+		sc.rule(fixtures.DoubleDeliveryFirstApplied, func() []string {
 			last := first[len(first)-1]
 			if last.Acked() && last.Outcome == adapters.Applied {
 				return nil
@@ -58,7 +62,7 @@ func (s *state) doubleDelivery() {
 			return []string{fmt.Sprintf("the first delivery ended %s; expected Applied\n%s",
 				last.Result(), describe())}
 		})
-		rule(fixtures.DoubleDeliveryRedeliveryDuplicate, func() []string {
+		sc.rule(fixtures.DoubleDeliveryRedeliveryDuplicate, func() []string {
 			var problems []string
 			for i, tries := range later {
 				last := tries[len(tries)-1]
@@ -72,7 +76,7 @@ func (s *state) doubleDelivery() {
 			}
 			return problems
 		})
-		rule(fixtures.DoubleDeliveryOneEffect, func() []string {
+		sc.rule(fixtures.DoubleDeliveryOneEffect, func() []string {
 			if len(effects) == 1 && effects[0].Attempt == first[len(first)-1].Delivery.Attempt {
 				return nil
 			}

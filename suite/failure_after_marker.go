@@ -109,11 +109,15 @@ func (s *state) failureAfterMarker() {
 				if f.goHook && s.adapter.OutOfProcess {
 					skip = outOfProcess
 				}
+				// One instance to build; the failing delivery, its
+				// redeliveries until terminal and, after a killed
+				// connection, a new event until terminal.
+				sc := s.scenario(fixtures.FailureAfterMarker+" / "+f.name, 2+2*s.cfg.maxTries, 0)
 				BeforeAll(func(ctx SpecContext) {
 					if skip != "" {
 						return
 					}
-					spec := s.newSpec(ctx)
+					spec := sc.begin(ctx)
 					plan := f.arm(ctx, spec, ev)
 					what = plan.what
 					first = spec.Deliver(ctx, 1, ev)
@@ -132,7 +136,7 @@ func (s *state) failureAfterMarker() {
 						nextFx, err = spec.Effects(ctx, after)
 						Expect(err).NotTo(HaveOccurred())
 					}
-				}, NodeTimeout(fixtureTimeout))
+				}, sc.timeout())
 
 				notFired := func() []string {
 					notSupported(skip)
@@ -143,7 +147,7 @@ func (s *state) failureAfterMarker() {
 						what, first.Result(), harness.DescribeEvent(ev, effects, history))}
 				}
 
-				rule(fixtures.FailureAfterMarkerNotAcknowledged, func() []string {
+				sc.rule(fixtures.FailureAfterMarkerNotAcknowledged, func() []string {
 					if p := notFired(); p != nil {
 						return p
 					}
@@ -153,7 +157,7 @@ func (s *state) failureAfterMarker() {
 					}
 					return nil
 				})
-				rule(fixtures.FailureAfterMarkerRetryApplies, func() []string {
+				sc.rule(fixtures.FailureAfterMarkerRetryApplies, func() []string {
 					if p := notFired(); p != nil {
 						return p
 					}
@@ -166,7 +170,7 @@ func (s *state) failureAfterMarker() {
 					return problems
 				})
 				if f.kills {
-					rule(fixtures.FailureAfterMarkerSurvivesKill, func() []string {
+					sc.rule(fixtures.FailureAfterMarkerSurvivesKill, func() []string {
 						if p := notFired(); p != nil {
 							return p
 						}

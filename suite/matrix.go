@@ -2,7 +2,6 @@ package suite
 
 import (
 	"fmt"
-	"slices"
 	"strings"
 
 	"github.com/harmless-dev/harmless/fixtures"
@@ -13,9 +12,10 @@ import (
 // fixture and the rule. No difference means the suite judged the adapter as
 // the matrix demands.
 //
-// A fixture that needs a server the harness owns, and whose rules are all
-// not-supported, is not compared: the run's environment could not play it
-// (a server named by a DSN), which says nothing about the adapter.
+// Every cell is compared: a rule that did not run (not-supported or
+// skipped) in a fixture the adapter must pass is a difference, so the
+// certificate must come from a run of every rule on a server the harness
+// owns.
 func CompareMatrix(cert Certificate, row fixtures.MatrixRow) []string {
 	var diffs []string
 	if cert.Error != "" {
@@ -27,9 +27,6 @@ func CompareMatrix(cert Certificate, row fixtures.MatrixRow) []string {
 	}
 	for _, f := range fixtures.Catalog() {
 		rules := byFixture[f.ID]
-		if f.NeedsOwnedServer && len(rules) > 0 && !slices.ContainsFunc(rules, func(r RuleResult) bool { return r.Verdict != VerdictNotSupported }) {
-			continue
-		}
 		switch row.Expect(f.ID) {
 		case fixtures.MustPass:
 			for _, r := range rules {
@@ -55,8 +52,12 @@ func CompareMatrix(cert Certificate, row fixtures.MatrixRow) []string {
 			}
 		}
 	}
-	if wantCertified := len(row.MustFail) == 0; cert.Certified != wantCertified {
-		diffs = append(diffs, fmt.Sprintf("adapter %s: certified is %t, but the matrix says it must be %t", cert.Adapter, cert.Certified, wantCertified))
+	want := StatusCertified
+	if len(row.MustFail) > 0 {
+		want = StatusNotCertified
+	}
+	if cert.Status != want || cert.Certified != (want == StatusCertified) {
+		diffs = append(diffs, fmt.Sprintf("adapter %s: status %s (certified %t), but the matrix says it must be %s", cert.Adapter, cert.Status, cert.Certified, want))
 	}
 	return diffs
 }

@@ -61,8 +61,12 @@ func (s *state) namespaceIsolation() {
 	Describe(fixtures.NamespaceIsolation, Label("fixture:"+fixtures.NamespaceIsolation), Ordered, ContinueOnFailure, func() {
 		var sameID pairResult
 		var joined []pairResult
+		same, pairs := namespacePairs()
+		// Two instances to build; each event of each pair delivered until
+		// terminal.
+		sc := s.scenario(fixtures.NamespaceIsolation, 2+2*(1+len(pairs))*s.cfg.maxTries, 0)
 		BeforeAll(func(ctx SpecContext) {
-			spec := s.newSpec(ctx)
+			spec := sc.begin(ctx)
 			play := func(p identityPair) pairResult {
 				r := pairResult{pair: p}
 				for i, ev := range []adapters.Event{p.a, p.b} {
@@ -75,20 +79,21 @@ func (s *state) namespaceIsolation() {
 				}
 				return r
 			}
-			same, pairs := namespacePairs()
+			sc.at("the same id in two namespaces")
 			sameID = play(same)
-			for _, p := range pairs {
+			for i, p := range pairs {
+				sc.at("colliding pair %d of %d", i+1, len(pairs))
 				joined = append(joined, play(p))
 			}
-		}, NodeTimeout(fixtureTimeout))
+		}, sc.timeout())
 
-		rule(fixtures.NamespaceIsolationSameID, func() []string {
+		sc.rule(fixtures.NamespaceIsolationSameID, func() []string {
 			if p := sameID.problem(); p != "" {
 				return []string{p}
 			}
 			return nil
 		})
-		rule(fixtures.NamespaceIsolationUnambiguous, func() []string {
+		sc.rule(fixtures.NamespaceIsolationUnambiguous, func() []string {
 			var problems []string
 			for _, r := range joined {
 				if p := r.problem(); p != "" {

@@ -24,6 +24,9 @@ type config struct {
 	seed            uint64
 	seedSet         bool
 	protocol        *Protocol
+	// budget, when set, replaces every scenario's budget: the harness's
+	// own tests use it to make a budget run out.
+	budget time.Duration
 }
 
 func newConfig(opts []Option) config {

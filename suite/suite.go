@@ -22,26 +22,53 @@ import (
 // Version is the suite's version, recorded in every certificate.
 const Version = "0.1.0"
 
-// Timeouts of the suite's nodes. Each is far above what a correct
-// implementation needs; they exist so a hung implementation fails its spec
-// instead of hanging the run.
-const (
-	setupTimeout   = 5 * time.Minute
-	fixtureTimeout = 5 * time.Minute
-	checkTimeout   = 30 * time.Second
-	cleanupTimeout = 2 * time.Minute
-)
+// setupTimeout bounds the suite's setup: finding or starting the
+// database. The fixtures' scenarios have budgets of their own, which follow
+// from the delivery timeout (see scenario).
+const setupTimeout = 5 * time.Minute
 
 // Run runs the whole suite against adapter from a Go test and reports each
-// rule's verdict through t.
+// rule's verdict through t, as a subtest named after the rule: a rule that
+// failed fails its subtest with its message; a rule that was skipped (left
+// out by a label filter, or not run because the run stopped) fails it too,
+// so that a filter matching nothing cannot pass; a rule that could not run
+// here (not-supported) is skipped, with the reason, as Go reports a skipped
+// test.
 func Run(t *testing.T, adapter adapters.Adapter, opts ...Option) {
 	t.Helper()
 	RegisterFailHandler(Fail)
+	var cert *Certificate
 	opts = append(opts, WithCertificate(func(c Certificate) {
-		t.Logf("harmless certificate for %s:\n%s", c.Adapter, c.Table())
+		cert = &c
+		t.Logf("harmless certificate for %s (%s):\n%s", c.Adapter, c.Status, c.Table())
 	}))
 	Register(adapter, opts...)
 	RunSpecs(t, "harmless: "+adapter.Name)
+	if cert == nil {
+		t.Fatal("harmless: the suite produced no certificate")
+	}
+	reportRules(t, *cert)
+}
+
+// reportRules reports each rule of cert as a subtest of t.
+func reportRules(t *testing.T, cert Certificate) {
+	t.Helper()
+	if cert.Error != "" {
+		t.Errorf("harmless: the run could not start: %s", cert.Error)
+		return
+	}
+	for _, r := range cert.Rules {
+		t.Run(r.ID, func(t *testing.T) {
+			switch r.Verdict {
+			case VerdictFail:
+				t.Errorf("%s %s failed:\n%s", r.Level, r.ID, r.Message)
+			case VerdictSkipped:
+				t.Errorf("%s %s did not run (%s): a certification runs every rule", r.Level, r.ID, r.Message)
+			case VerdictNotSupported:
+				t.Skipf("%s %s could not run: %s", r.Level, r.ID, r.Message)
+			}
+		})
+	}
 }
 
 // Register registers the suite's specs for adapter in the current Ginkgo
@@ -52,7 +79,7 @@ func Run(t *testing.T, adapter adapters.Adapter, opts ...Option) {
 func Register(adapter adapters.Adapter, opts ...Option) bool {
 	s := &state{adapter: adapter, cfg: newConfig(opts)}
 	BeforeSuite(s.start, NodeTimeout(setupTimeout))
-	AfterSuite(s.stop, NodeTimeout(cleanupTimeout))
+	AfterSuite(s.stop, NodeTimeout(s.cleanupTimeout()))
 	ReportAfterSuite("harmless certificate", s.report)
 	ReportBeforeEach(s.specStarts)
 	ReportAfterEach(s.progress)
@@ -263,6 +290,13 @@ func (c config) validate() error {
 	return nil
 }
 
+// cleanupTimeout bounds the cleanup of a spec, and of the run: closing the
+// two instances of the implementation (each a guarded call) and the
+// harness's own work of dropping what it created.
+func (s *state) cleanupTimeout() time.Duration {
+	return 2*harness.CallSlot(s.cfg.deliveryTimeout) + 2*time.Minute
+}
+
 // newSpec gives the current Ordered container a fresh environment, closed
 // after its last spec.
 func (s *state) newSpec(ctx context.Context) *harness.Spec {
@@ -271,39 +305,51 @@ func (s *state) newSpec(ctx context.Context) *harness.Spec {
 	Expect(err).NotTo(HaveOccurred(), "create the spec's environment")
 	DeferCleanup(func(ctx SpecContext) {
 		Expect(spec.Close(ctx)).To(Succeed(), "clean up the spec's environment")
-	}, NodeTimeout(cleanupTimeout))
+	}, NodeTimeout(s.cleanupTimeout()))
 	return spec
-}
-
-// rule registers one It that checks rule id. check returns the violations it
-// found; none means the rule held.
-func rule(id string, check func() []string) {
-	noteRule(id, func() ([]string, string) { return check(), "" })
 }
 
 // noteEntry names the report entry that carries a rule's note into its
 // certificate message.
 const noteEntry = "harmless-note"
 
-// noteRule is rule for checks that also report what they observed when the
-// rule held: the note is shown in the certificate, as information.
-func noteRule(id string, check func() (problems []string, note string)) {
+// judgement is what a rule's check found.
+type judgement struct {
+	// problems are the violations found; none means the rule held.
+	problems []string
+	// note, when the rule held, is what the check observed, shown in the
+	// certificate as information.
+	note string
+	// unplayed marks problems of the harness's play rather than of the
+	// implementation (a budget that ran out): no guess at a real-world bug
+	// follows them.
+	unplayed bool
+}
+
+// registerRule registers one It that checks rule id with judge. Fixtures
+// register their rules through a scenario (see scenario.rule).
+func registerRule(id string, judge func() judgement) {
 	r, err := fixtures.Lookup(id)
 	if err != nil {
 		panic(err) // a typo in the suite itself
 	}
-	It(r.ID+": "+r.Doc, Label(r.Label(), "level:"+string(r.Level)), func(SpecContext) {
-		problems, note := check()
-		if note != "" {
-			AddReportEntry(noteEntry, note)
+	// The check only judges what the container's BeforeAll gathered, which
+	// has a budget of its own: the It needs no timeout (one would cap the
+	// BeforeAll, which runs inside the container's first It).
+	It(r.ID+": "+r.Doc, Label(r.Label(), "level:"+string(r.Level)), func() {
+		j := judge()
+		if j.note != "" {
+			AddReportEntry(noteEntry, j.note)
 		}
-		if len(problems) > 0 {
-			Fail(failureMessage(r, problems))
+		if len(j.problems) > 0 {
+			Fail(failureMessage(r, j.problems, !j.unplayed))
 		}
-	}, SpecTimeout(checkTimeout))
+	})
 }
 
-func failureMessage(r fixtures.Rule, problems []string) string {
+// failureMessage states a rule's violation: the rule, then the evidence,
+// then, when guess is set, the real-world bug such a failure usually means.
+func failureMessage(r fixtures.Rule, problems []string, guess bool) string {
 	const shown = 3
 	msg := fmt.Sprintf("%s %s violated: %s", r.Level, r.ID, r.Doc)
 	for _, p := range problems[:min(shown, len(problems))] {
@@ -312,7 +358,7 @@ func failureMessage(r fixtures.Rule, problems []string) string {
 	if len(problems) > shown {
 		msg += fmt.Sprintf("\n- ... and %d more like these", len(problems)-shown)
 	}
-	if r.Suspect != "" {
+	if guess && r.Suspect != "" {
 		msg += "\nThis usually means: " + r.Suspect + "."
 	}
 	return msg

@@ -21,7 +21,14 @@ func TestReferenceOverTheProtocolIsCertified(t *testing.T) {
 	}
 	var cert suite.Certificate
 	suite.Run(t, adapter, suite.WithDSN(pgtest.DSN(t)), suite.WithCertificate(func(c suite.Certificate) { cert = c }))
-	if !cert.Certified {
+	// On a server named by a DSN the crash-recovery rules cannot run: the
+	// run is then partial, and those are the only rules that did not run.
+	for _, r := range cert.NotRun() {
+		if r.Fixture != fixtures.CrashRecovery || cert.DatabaseKind != "dsn" {
+			t.Errorf("rule %s did not run on a %s server: %s", r.ID, cert.DatabaseKind, r.Message)
+		}
+	}
+	if cert.Status == suite.StatusNotCertified {
 		t.Fatalf("not certified:\n%s", cert.Table())
 	}
 	for _, r := range cert.Rules {

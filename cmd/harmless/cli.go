@@ -31,7 +31,23 @@ const (
 	exitCertified    = 0
 	exitNotCertified = 1
 	exitUsage        = 2
+	exitPartial      = 3
 )
+
+// suiteTimeout is Ginkgo's cap on the whole run (its default is an hour),
+// far above any run's scenario budgets together.
+const suiteTimeout = 7 * 24 * time.Hour
+
+// exitCode is the exit code of a certificate's status.
+func exitCode(st suite.Status) int {
+	switch st {
+	case suite.StatusCertified:
+		return exitCertified
+	case suite.StatusPartial:
+		return exitPartial
+	}
+	return exitNotCertified
+}
 
 const usage = `harmless certifies that an implementation makes duplicate event delivery harmless.
 
@@ -42,7 +58,9 @@ Usage:
   harmless matrix                           print the verdict matrix: which fixture each built-in adapter must pass or fail
   harmless version                          print the suite version
 
-Exit codes: 0 certified, 1 not certified, 2 usage or environment error.
+Exit codes: 0 certified (every MUST rule ran and passed), 1 not certified (a rule
+failed), 2 usage or environment error, 3 partial (no rule failed, but some MUST
+rules did not run; the last lines say which and why).
 Run 'harmless certify -h' for the certify flags.
 `
 
@@ -245,6 +263,9 @@ func certify(args []string, stdout, stderr io.Writer) int {
 	suiteConfig, reporterConfig := ginkgo.GinkgoConfiguration()
 	suiteConfig.LabelFilter = f.labelFilter
 	suiteConfig.RandomSeed = int64(f.seed)
+	// Every scenario has a budget that follows from --delivery-timeout; a
+	// suite-wide cap would only cut a slow implementation's run short.
+	suiteConfig.Timeout = suiteTimeout
 	reporterConfig.Succinct = !f.verbose
 	reporterConfig.Verbose = f.verbose
 	reporterConfig.NoColor = !out.colorOut
@@ -271,10 +292,7 @@ func certify(args []string, stdout, stderr io.Writer) int {
 		return exitUsage
 	}
 	out.result(*cert)
-	if !cert.Certified {
-		return exitNotCertified
-	}
-	return exitCertified
+	return exitCode(cert.Status)
 }
 
 func list(args []string, stdout, stderr io.Writer) int {

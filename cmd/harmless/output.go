@@ -137,7 +137,8 @@ func (p *printer) fixture(f suite.FixtureProgress) {
 // result prints the verdict on stdout: unless quiet, a header naming the
 // harness, the adapter, the database and the seed, the verdict table and
 // each failure's message; always a FAIL line per failed rule, the verdict
-// line and the summary counts, last.
+// line (CERTIFIED, PARTIAL or NOT CERTIFIED) and the summary counts, and for
+// a partial run, last, the MUST rules that did not run and why.
 func (p *printer) result(cert suite.Certificate) {
 	if p.level >= normal {
 		fmt.Fprintf(p.stdout, "\nharmless %s (commit %s): %s on PostgreSQL %s (%s), seed %d\n",
@@ -157,12 +158,28 @@ func (p *printer) result(cert suite.Certificate) {
 			fmt.Fprintf(p.stdout, "%s %s\n", paint(p.colorOut, red, "FAIL"), r.ID)
 		}
 	}
-	if cert.Certified {
-		fmt.Fprintf(p.stdout, "%s: %s\n", paint(p.colorOut, green, "CERTIFIED"), cert.Adapter)
-	} else {
-		fmt.Fprintf(p.stdout, "%s: %s\n", paint(p.colorOut, red, "NOT CERTIFIED"), cert.Adapter)
-	}
+	fmt.Fprintf(p.stdout, "%s: %s\n", paint(p.colorOut, statusColors[cert.Status], cert.Headline()), cert.Adapter)
 	fmt.Fprintln(p.stdout, cert.Summary())
+	if notRun := cert.NotRun(); cert.Status == suite.StatusPartial {
+		fmt.Fprintf(p.stdout, "%d MUST rules did not run, so this run certifies nothing about them:\n", len(notRun))
+		for _, r := range notRun {
+			fmt.Fprintf(p.stdout, "  %s (%s): %s\n", r.ID, r.Verdict, firstLine(r.Message))
+		}
+	}
+}
+
+// statusColors colour the verdict line: certified green, partial yellow,
+// not certified red.
+var statusColors = map[suite.Status]string{
+	suite.StatusCertified:    green,
+	suite.StatusPartial:      yellow,
+	suite.StatusNotCertified: red,
+}
+
+// firstLine is the first line of s.
+func firstLine(s string) string {
+	line, _, _ := strings.Cut(s, "\n")
+	return line
 }
 
 // table is the certificate's verdict table, each verdict coloured on a

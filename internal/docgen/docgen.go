@@ -33,7 +33,7 @@ func RulesPage() string {
 	var b strings.Builder
 	b.WriteString("# Rules\n\n")
 	b.WriteString("<!-- Generated from package fixtures by `go generate ./...`. Do not edit. -->\n\n")
-	b.WriteString("Every rule has a stable id, a level and a reason. A MUST rule decides certification: an implementation is certified when every MUST rule ran and passed and nothing was skipped. Each spec carries the Ginkgo labels `fixture:<fixture id>` and `rule:<rule id>`, so `--label-filter` selects either.\n\n")
+	b.WriteString("Every rule has a stable id, a level and a reason. MUST rules decide certification: a run is CERTIFIED when every MUST rule ran and passed, PARTIAL when no rule failed but some MUST rules did not run (not-supported where the run was made, or left out by a filter), and NOT CERTIFIED when a rule failed. Each spec carries the Ginkgo labels `fixture:<fixture id>` and `rule:<rule id>`, so `--label-filter` selects either.\n\n")
 	b.WriteString("The quotations are from the pattern this harness checks, *Make duplicate delivery harmless*.\n\n")
 	for _, f := range fixtures.Catalog() {
 		fmt.Fprintf(&b, "## Fixture `%s`\n\n%s\n\n", f.ID, f.Doc)

@@ -65,21 +65,39 @@ func (a Attempt) Result() string {
 
 // Deliver delivers ev once to instance n. It never panics and never hangs:
 // a panic, a hang or a nonsensical answer is recorded as the attempt's error.
+//
+// Once the spec's budget has run out (see [Spec.StartBudget]) it delivers
+// nothing: it returns an attempt numbered 0, not in the history, whose
+// error wraps [ErrBudgetExpired].
 func (s *Spec) Deliver(ctx context.Context, n int, ev adapters.Event) Attempt {
+	ctx, release, ok := s.bounded(ctx)
+	defer release()
+	if !ok {
+		at := time.Since(s.started)
+		return Attempt{Delivery: adapters.Delivery{Event: ev}, Instance: n, Started: at, Ended: at,
+			Err: fmt.Errorf("%s not delivered to worker %d: %w", ev, n, ErrBudgetExpired)}
+	}
 	d := adapters.Delivery{Event: ev, Attempt: s.nextAttempt(ev)}
 	// The implementation gets its own copy: it must not be able to change
 	// what the harness believes it delivered.
 	d.Payload = slices.Clone(ev.Payload)
 	a := Attempt{Delivery: adapters.Delivery{Event: ev, Attempt: d.Attempt}, Instance: n, Started: time.Since(s.started)}
 
+	s.mu.Lock()
+	s.pending++
+	s.mu.Unlock()
 	impl, err := s.Instance(ctx, n)
 	if err != nil {
 		a.Err = err
 	} else {
 		a.Outcome, a.Err = s.guardDeliver(ctx, impl, d)
 	}
+	if a.Err != nil && errors.Is(context.Cause(ctx), ErrBudgetExpired) && !errors.Is(a.Err, ErrBudgetExpired) {
+		a.Err = fmt.Errorf("%w: %w", ErrBudgetExpired, a.Err)
+	}
 	a.Ended = time.Since(s.started)
 	s.mu.Lock()
+	s.pending--
 	s.history = append(s.history, a)
 	s.mu.Unlock()
 	return a
@@ -93,7 +111,7 @@ func (s *Spec) DeliverUntilTerminal(ctx context.Context, n int, ev adapters.Even
 	for range maxTries {
 		a := s.Deliver(ctx, n, ev)
 		attempts = append(attempts, a)
-		if a.Terminal() || ctx.Err() != nil {
+		if a.Terminal() || ctx.Err() != nil || errors.Is(a.Err, ErrBudgetExpired) {
 			break
 		}
 	}

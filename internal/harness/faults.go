@@ -146,25 +146,13 @@ func (s *Spec) afterRestart(ctx context.Context) error {
 // tally adds the firings of every fault the spec armed to the run's counts.
 // The spec's instances are closed by then, so nothing fires any more.
 func (s *Spec) tally(ctx context.Context) error {
+	counts, err := s.faultsSoFar(ctx)
+	if err != nil {
+		return err
+	}
 	s.faultsMu.Lock()
-	dbFaults, others := s.dbFaults, s.armed
 	s.dbFaults, s.armed = nil, nil
 	s.faultsMu.Unlock()
-	counts := map[string]int64{}
-	for _, d := range dbFaults {
-		n, err := s.dbFired(ctx, d)
-		if err != nil {
-			return fmt.Errorf("count the firings of fault %s: %w", d.fault, err)
-		}
-		counts[DBFaultKind(d.fault.Plan())] += n
-	}
-	for _, a := range others {
-		n, err := a.fired(ctx)
-		if err != nil {
-			return fmt.Errorf("count the firings of a %s fault: %w", a.kind, err)
-		}
-		counts[a.kind] += n
-	}
 	s.run.addFired(counts)
 	return nil
 }

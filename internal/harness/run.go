@@ -38,13 +38,12 @@ const DefaultDeliveryTimeout = 15 * time.Second
 
 // Run is one harness run against one database.
 type Run struct {
-	id       string
-	server   *provision.Server
-	admin    *pgxpool.Pool
-	keeper   *pgx.Conn
-	opts     Options
-	specs    atomic.Int64
-	database string
+	id     string
+	server *provision.Server
+	admin  *pgxpool.Pool
+	keeper *pgx.Conn
+	opts   Options
+	specs  atomic.Int64
 
 	mu    sync.Mutex
 	open  map[*Spec]struct{} // the specs not closed yet

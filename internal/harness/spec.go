@@ -33,10 +33,13 @@ type Spec struct {
 	dbFaults []*dbFault
 	armed    []armed
 
+	budget budget // see StartBudget
+
 	mu        sync.Mutex
 	instances map[int]adapters.Implementation
 	attempts  map[eventKey]int
 	history   []Attempt
+	pending   int // deliveries in flight
 }
 
 type eventKey struct{ namespace, id string }
@@ -155,6 +158,11 @@ func (s *Spec) Instance(ctx context.Context, n int) (adapters.Implementation, er
 	if err != nil {
 		return nil, err
 	}
+	ctx, release, ok := s.bounded(ctx)
+	defer release()
+	if !ok {
+		return nil, fmt.Errorf("build instance %d of %s: %w", n, s.adapter.Name, ErrBudgetExpired)
+	}
 	impl, err := guardFactory(ctx, s.adapter, env, s.run.opts.DeliveryTimeout)
 	if err != nil {
 		return nil, fmt.Errorf("build instance %d of %s: %w", n, s.adapter.Name, err)
@@ -201,6 +209,11 @@ WHERE schemaname = $1 AND tablename NOT LIKE 'harmless\_%' ORDER BY tablename`, 
 // Purge asks instance n to purge the state of events claimed before cutoff.
 // It never panics and never hangs, as Deliver.
 func (s *Spec) Purge(ctx context.Context, n int, cutoff time.Time) (int64, error) {
+	ctx, release, ok := s.bounded(ctx)
+	defer release()
+	if !ok {
+		return 0, fmt.Errorf("Purge(%s): %w", cutoff.Format(time.RFC3339Nano), ErrBudgetExpired)
+	}
 	impl, err := s.Instance(ctx, n)
 	if err != nil {
 		return 0, err
@@ -223,6 +236,7 @@ func (s *Spec) Purge(ctx context.Context, n int, cutoff time.Time) (int64, error
 // [Run.FaultsFired]) and drops the spec's schema.
 func (s *Spec) Close(ctx context.Context) error {
 	s.run.forget(s)
+	s.stopBudget()
 	var errs []error
 	s.mu.Lock()
 	instances := s.instances

@@ -74,6 +74,7 @@ func openContainer(ctx context.Context, st settings) (srv *Server, err error) {
 	cleanLeftoverContainers(ctx, cli, st.logf)
 
 	if !testcontainers.ReadConfig().RyukDisabled {
+		//lint:ignore SA1019 the library starts this image and offers no other way to name it, so that we can say it is missing
 		if err := ensureImage(ctx, cli, testcontainers.ReaperDefaultImage, st.logf); err != nil {
 			return nil, fmt.Errorf("%w; set TESTCONTAINERS_RYUK_DISABLED=true (harmless removes its own containers)", err)
 		}

@@ -1,0 +1,179 @@
+package suite
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+
+	"github.com/harmless-dev/harmless/internal/harness"
+)
+
+// harnessWork is the time a scenario's budget allows for the harness's own
+// work besides its calls to the implementation: creating the spec's schema,
+// arming faults, reading the ledger. A second more per call covers the
+// queries that go with each.
+const (
+	harnessWork    = time.Minute
+	harnessPerCall = time.Second
+)
+
+// budgetSlack is how long after its budget a scenario's node may still run:
+// the calls the budget cut short return, and the harness gathers the
+// evidence. Ginkgo's own timeout fires only after that, as a backstop.
+const budgetSlack = 2 * time.Minute
+
+// scenario is one play of a fixture, the work of one Ordered container's
+// BeforeAll: the spec it plays in, the budget it must finish within, and
+// what it has done so far, which every rule of the container reports should
+// the budget run out.
+//
+// The budget follows from the delivery timeout and the calls the scenario
+// makes to the implementation one after another: each call ends within
+// [harness.CallSlot] of the delivery timeout, so a correct implementation,
+// however slow, never exhausts it. It exists so that a run whose harness is
+// stuck ends with evidence instead of a bare timeout.
+type scenario struct {
+	s      *state
+	name   string // e.g. "concurrent-delivery / plain", for messages
+	calls  int    // calls to the implementation made one after another, at most
+	waits  time.Duration
+	budget time.Duration
+
+	mu   sync.Mutex
+	spec *harness.Spec
+	step string // what the play is doing, e.g. "round 3 of 10"
+}
+
+// scenario returns a scenario named name that makes at most calls guarded
+// calls to the implementation one after another (each delivery attempt,
+// purge or instance construction is one), and waits real time for waits
+// besides.
+func (s *state) scenario(name string, calls int, waits time.Duration) *scenario {
+	slot := harness.CallSlot(s.cfg.deliveryTimeout)
+	budget := time.Duration(calls)*(slot+harnessPerCall) + waits + harnessWork
+	if s.cfg.budget > 0 {
+		budget = s.cfg.budget
+	}
+	return &scenario{s: s, name: name, calls: calls, waits: waits, budget: budget}
+}
+
+// timeout is the Ginkgo decorator of the scenario's BeforeAll: the budget
+// and the slack in which the evidence is gathered.
+func (sc *scenario) timeout() NodeTimeout { return NodeTimeout(sc.budget + budgetSlack) }
+
+// begin creates the scenario's spec, starts its budget and attaches the
+// scenario's progress to Ginkgo's progress reports (which a timeout
+// prints). Call it first in the BeforeAll.
+func (sc *scenario) begin(ctx context.Context) *harness.Spec {
+	GinkgoHelper()
+	spec := sc.s.newSpec(ctx)
+	spec.StartBudget(sc.budget)
+	sc.mu.Lock()
+	sc.spec = spec
+	sc.mu.Unlock()
+	DeferCleanup(AttachProgressReporter(sc.report))
+	return spec
+}
+
+// at records what the play is doing now, e.g. at("round %d of %d", 3, 10).
+// Once the budget has run out the step stays where the play was then.
+func (sc *scenario) at(format string, args ...any) {
+	if sc.expired() {
+		return
+	}
+	sc.mu.Lock()
+	defer sc.mu.Unlock()
+	sc.step = fmt.Sprintf(format, args...)
+}
+
+// expired reports whether the scenario's spec ran out of its budget.
+func (sc *scenario) expired() bool {
+	sc.mu.Lock()
+	spec := sc.spec
+	sc.mu.Unlock()
+	return spec != nil && spec.OutOfBudget()
+}
+
+// budgetProblem says, once the budget has run out, what the scenario had
+// done by then: "" otherwise.
+func (sc *scenario) budgetProblem() string {
+	sc.mu.Lock()
+	spec, step := sc.spec, sc.step
+	sc.mu.Unlock()
+	if spec == nil {
+		return ""
+	}
+	p, expired := spec.BudgetExpired()
+	if !expired {
+		return ""
+	}
+	msg := fmt.Sprintf("the scenario %s did not finish within its budget of %s (%s)", sc.name, shortDuration(sc.budget), sc.budgetBasis())
+	if step != "" {
+		msg += "; it was at " + step
+	}
+	if p != nil {
+		msg += "; by then " + p.String()
+	}
+	return msg
+}
+
+// budgetBasis explains the budget, e.g. "55 calls to the implementation,
+// each allowed the delivery timeout of 15s and a grace of 5s, and 1m of the
+// harness's own work".
+func (sc *scenario) budgetBasis() string {
+	if sc.s.cfg.budget > 0 {
+		return "a budget the caller set for every scenario"
+	}
+	timeout := sc.s.cfg.deliveryTimeout
+	basis := fmt.Sprintf("%d calls to the implementation one after another, each allowed the delivery timeout of %s and a grace of %s",
+		sc.calls, shortDuration(timeout), shortDuration(harness.CallSlot(timeout)-timeout))
+	if sc.waits > 0 {
+		basis += fmt.Sprintf(", %s of waiting in real time", shortDuration(sc.waits))
+	}
+	return basis + ", and the harness's own work"
+}
+
+// report is the scenario's part of a Ginkgo progress report, printed should
+// Ginkgo's own timeout fire.
+func (sc *scenario) report() string {
+	sc.mu.Lock()
+	spec, step := sc.spec, sc.step
+	sc.mu.Unlock()
+	var b strings.Builder
+	fmt.Fprintf(&b, "harmless scenario %s (budget %s)", sc.name, shortDuration(sc.budget))
+	if step != "" {
+		b.WriteString(": at " + step)
+	}
+	if spec != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		b.WriteString("; " + spec.Progress(ctx).String())
+	}
+	return b.String()
+}
+
+// rule registers one It that checks rule id in the scenario. check returns
+// the violations it found; none means the rule held. A scenario whose
+// budget ran out fails every rule instead, saying what it had done by then.
+func (sc *scenario) rule(id string, check func() []string) {
+	sc.noteRule(id, func() ([]string, string) { return check(), "" })
+}
+
+// noteRule is rule for checks that also report what they observed when the
+// rule held: the note is shown in the certificate, as information.
+func (sc *scenario) noteRule(id string, check func() (problems []string, note string)) {
+	registerRule(id, func() judgement {
+		// A scenario cut short cannot judge the rule: what it gathered is
+		// a part, which could neither prove the rule nor, with its
+		// deliveries cut short, fairly fail it on its own terms.
+		if p := sc.budgetProblem(); p != "" {
+			return judgement{problems: []string{p}, unplayed: true}
+		}
+		problems, note := check()
+		return judgement{problems: problems, note: note}
+	})
+}
