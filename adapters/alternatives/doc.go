@@ -25,13 +25,17 @@
 //     written with database/sql and the pgx stdlib driver, applying the
 //     effect with [adapters.Effect.ApplySQL]. It proves the *sql.Tx effect
 //     helper.
+//   - alt-slow (package slow): the reference, waiting one second at the
+//     start of every delivery. It is not another technique but another
+//     kind of implementation: a slow one, which the harness must certify
+//     all the same.
 //
-// All three declare the conflict policy reject, a 24-hour redelivery window
+// All of them declare the conflict policy reject, a 24-hour redelivery window
 // and AcceptsClock (every stored time comes from [adapters.Env.Clock]); all
 // refuse an empty id, invalid UTF-8 and NUL bytes with an error wrapping
 // [adapters.ErrInvalidInput]; all compare payload digests on conflict
 // (Duplicate or Rejected), purge markers older than a cutoff, and create
-// their own tables in the spec's schema. They share the built-in adapters'
+// their own tables in the spec's schema. The first three share the built-in adapters'
 // package kit (pool, identity check, digest comparison) and, among
 // themselves, internal/marker (declaration, marker table, and the pgx
 // plumbing of the first two).
