@@ -331,12 +331,21 @@ func (s *state) certificate(report ginkgo.Report) Certificate {
 	return cert
 }
 
-// status decides a certificate's overall verdict from its rules' verdicts:
-// not-certified when the run could not start or any rule failed, else
-// partial when a MUST rule did not pass (it was not-supported or
-// skipped), else certified.
+// status decides a certificate's overall verdict: not-certified when the
+// run could not start, else [StatusOf] its rules.
 func status(setupErr string, rules []RuleResult) Status {
-	if setupErr != "" || len(rules) == 0 {
+	if setupErr != "" {
+		return StatusNotCertified
+	}
+	return StatusOf(rules)
+}
+
+// StatusOf decides the overall verdict of a run's rules: not-certified
+// when there are none or any rule failed, else partial when a MUST rule did
+// not pass (it was not-supported or skipped), else certified. Certificates
+// use it; so can a tool that merges the rules of several filtered runs.
+func StatusOf(rules []RuleResult) Status {
+	if len(rules) == 0 {
 		return StatusNotCertified
 	}
 	st := StatusCertified
