@@ -57,27 +57,17 @@ type implementation struct{ *base.Instance }
 // Deliver is the reference pattern, claiming and comparing by the encoded
 // identity.
 func (i implementation) Deliver(ctx context.Context, d adapters.Delivery) (adapters.Outcome, error) {
-	if err := validate(d.Event); err != nil {
+	// The reference's checks but for UTF-8 and NUL bytes, which the
+	// encoded key makes look unnecessary.
+	if err := kit.ValidateBounds(d.Event); err != nil {
 		return 0, err
 	}
 	return i.Transact(ctx, d, i.claim, i.compare)
 }
 
-// validate is the reference's identity check without the UTF-8 and NUL
-// checks, which the encoded key makes look unnecessary.
-func validate(ev adapters.Event) error {
-	switch {
-	case ev.ID == "":
-		return fmt.Errorf("event %s: empty id: %w", ev, adapters.ErrInvalidInput)
-	case len(ev.Namespace) > kit.MaxIdentityBytes || len(ev.ID) > kit.MaxIdentityBytes:
-		return fmt.Errorf("event %s: namespace and id may have at most %d bytes each: %w", ev, kit.MaxIdentityBytes, adapters.ErrInvalidInput)
-	}
-	return nil
-}
-
-// Key is the marker's key for ev: the JSON array [namespace, id]. It is
+// encodedKey is the marker's key for ev: the JSON array [namespace, id]. It is
 // the bug: encoding/json replaces each invalid UTF-8 byte with U+FFFD.
-func Key(ev adapters.Event) (string, error) {
+func encodedKey(ev adapters.Event) (string, error) {
 	key, err := json.Marshal([]string{ev.Namespace, ev.ID})
 	if err != nil {
 		return "", fmt.Errorf("encode the identity of %s: %w", ev, err)
@@ -86,7 +76,7 @@ func Key(ev adapters.Event) (string, error) {
 }
 
 func (i implementation) claim(ctx context.Context, tx pgx.Tx, d adapters.Delivery) (bool, error) {
-	key, err := Key(d.Event)
+	key, err := encodedKey(d.Event)
 	if err != nil {
 		return false, err
 	}
@@ -95,7 +85,7 @@ VALUES ($1, $2, $3) ON CONFLICT (event_key) DO NOTHING RETURNING true`, key, kit
 }
 
 func (i implementation) compare(ctx context.Context, tx pgx.Tx, d adapters.Delivery) (adapters.Outcome, error) {
-	key, err := Key(d.Event)
+	key, err := encodedKey(d.Event)
 	if err != nil {
 		return 0, err
 	}
