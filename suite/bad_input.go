@@ -1,7 +1,6 @@
 package suite
 
 import (
-	"errors"
 	"fmt"
 	"strings"
 
@@ -44,27 +43,28 @@ func oddEvents() []oddEvent {
 // oddResult is what delivering one odd event twice left behind.
 type oddResult struct {
 	odd            oddEvent
-	first, again   []harness.Attempt
-	effects        []ledger.Entry
+	delivered      delivered
 	verdict, issue string // how it was handled, or what went wrong
 }
 
 // judge classifies the result: processed exactly once, or refused cleanly
-// as invalid input. Anything else is an issue.
+// as invalid input (see [delivered.refusedCleanly]). Anything else is an
+// issue.
 func (r *oddResult) judge() {
-	first, again := r.first[len(r.first)-1], r.again[len(r.again)-1]
-	invalid := func(a harness.Attempt) bool { return errors.Is(a.Err, adapters.ErrInvalidInput) }
+	d := r.delivered
 	switch {
-	case first.Acked() && first.Outcome == adapters.Applied && again.Acked() && again.Outcome == adapters.Duplicate && len(r.effects) == 1:
+	case d.processedOnce():
 		r.verdict = "processed exactly once"
-	case invalid(first) && invalid(again) && len(r.effects) == 0:
+	case d.refusedCleanly():
 		r.verdict = "rejected as invalid input"
-	case len(r.effects) > 1:
-		r.issue = fmt.Sprintf("applied %d times", len(r.effects))
-	case invalid(first) || invalid(again):
-		r.issue = fmt.Sprintf("handled inconsistently: first delivery %s, redelivery %s, %d effects", first.Result(), again.Result(), len(r.effects))
+	case len(d.effects) > 1:
+		r.issue = fmt.Sprintf("applied %d times", len(d.effects))
+	case d.refusedSometimes():
+		r.issue = fmt.Sprintf("handled inconsistently: first delivery %s, redelivery %s, %s; a clean refusal is refused as invalid input on every delivery, with no effect",
+			runResult(d.first), runResult(d.again), effectCount(len(d.effects)))
 	default:
-		r.issue = fmt.Sprintf("neither processed exactly once nor rejected as invalid input: first delivery %s, redelivery %s, %d effects", first.Result(), again.Result(), len(r.effects))
+		r.issue = fmt.Sprintf("neither processed exactly once nor rejected as invalid input: first delivery %s, redelivery %s, %s",
+			runResult(d.first), runResult(d.again), effectCount(len(d.effects)))
 	}
 }
 
@@ -84,11 +84,11 @@ func (s *state) badInput() {
 			spec := sc.begin(ctx)
 			for i, odd := range events {
 				sc.at("odd event %d of %d (%s)", i+1, len(events), odd.what)
-				r := oddResult{odd: odd}
-				r.first = spec.DeliverUntilTerminal(ctx, 1, odd.ev, s.cfg.maxTries)
-				r.again = spec.DeliverUntilTerminal(ctx, 1, odd.ev, s.cfg.maxTries)
+				r := oddResult{odd: odd, delivered: delivered{ev: odd.ev}}
+				r.delivered.first = spec.DeliverUntilTerminal(ctx, 1, odd.ev, s.cfg.maxTries)
+				r.delivered.again = spec.DeliverUntilTerminal(ctx, 1, odd.ev, s.cfg.maxTries)
 				var err error
-				r.effects, err = spec.Effects(ctx, odd.ev)
+				r.delivered.effects, err = spec.Effects(ctx, odd.ev)
 				Expect(err).NotTo(HaveOccurred())
 				r.judge()
 				results = append(results, r)
@@ -104,8 +104,7 @@ func (s *state) badInput() {
 			var problems, handled []string
 			for _, r := range results {
 				if r.issue != "" {
-					problems = append(problems, fmt.Sprintf("%s (%s): %s\n%s", r.odd.what, r.odd.ev, r.issue,
-						harness.DescribeEvent(r.odd.ev, r.effects, append(append([]harness.Attempt{}, r.first...), r.again...))))
+					problems = append(problems, fmt.Sprintf("%s (%s): %s\n%s", r.odd.what, r.odd.ev, r.issue, r.delivered.describe()))
 					continue
 				}
 				handled = append(handled, r.odd.what+": "+r.verdict)

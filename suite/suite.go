@@ -91,6 +91,7 @@ func Register(adapter adapters.Adapter, opts ...Option) bool {
 		s.retentionExpiry()
 		s.namespaceIsolation()
 		s.badInput()
+		s.identityFidelity()
 		s.ambiguousCommit()
 		s.crashRecovery()
 	})

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -19,18 +20,21 @@ func TestMain(m *testing.M) { pgtest.Main(m) }
 
 // The broken adapters' names, spelled out: other tooling depends on them.
 const (
+	caseFolded      = "broken-case-folded"
 	checkThenInsert = "broken-check-then-insert"
 	earlyPurge      = "broken-early-purge"
 	effectFirst     = "broken-effect-first"
 	ignorePayload   = "broken-ignore-payload"
 	inMemory        = "broken-in-memory"
+	lossyKey        = "broken-lossy-key"
 	markerFirst     = "broken-marker-first"
 	noNamespace     = "broken-no-namespace"
 	noPurge         = "broken-no-purge"
 	sqlSplice       = "broken-sql-splice"
+	truncatedKey    = "broken-truncated-key"
 )
 
-var names = []string{checkThenInsert, earlyPurge, effectFirst, ignorePayload, inMemory, markerFirst, noNamespace, noPurge, sqlSplice}
+var names = []string{caseFolded, checkThenInsert, earlyPurge, effectFirst, ignorePayload, inMemory, lossyKey, markerFirst, noNamespace, noPurge, sqlSplice, truncatedKey}
 
 // world is one adapter in a fresh schema with its ledger, as the harness
 // sets up a spec, with instances built on demand.
@@ -227,7 +231,11 @@ func TestOneWorkerInSequenceIsHandledLikeTheReference(t *testing.T) {
 			}
 			w.expect(1, event("orders", "42", `{"total":2}`), 3, conflict)
 			w.effects(ev, 1)
-			for _, bad := range []adapters.Event{event("n", "", "x"), event("n", "a\x00b", "x"), event("\xff", "1", "x")} {
+			bad := []adapters.Event{event("n", "", "x"), event("n", "a\x00b", "x"), event("\xff", "1", "x")}
+			if name == lossyKey {
+				bad = bad[:1] // its bug: it keeps what its key can encode, however lossily
+			}
+			for _, bad := range bad {
 				if _, err := w.deliver(1, bad, 1); !errors.Is(err, adapters.ErrInvalidInput) {
 					t.Errorf("Deliver(%s) err = %v; want ErrInvalidInput", bad, err)
 				}
@@ -315,6 +323,32 @@ func TestBugs(t *testing.T) {
 				w.t.Fatalf("delivering %s: err = %v; want a syntax error that is not ErrInvalidInput", quoted, err)
 			}
 			w.effects(quoted, 0)
+		}},
+		{lossyKey, "ids that differ only in an invalid UTF-8 byte are one event", func(w *world) {
+			ff, fe := event("orders", "x\xff", "x"), event("orders", "x\xfe", "x")
+			w.expect(1, ff, 1, adapters.Applied)
+			w.expect(2, fe, 1, adapters.Duplicate)
+			w.effects(fe, 0)
+		}},
+		{caseFolded, "ids that differ only in letter case are one event", func(w *world) {
+			upper, lower := event("orders", "Order-7", "x"), event("orders", "order-7", "x")
+			w.expect(1, upper, 1, adapters.Applied)
+			w.expect(2, lower, 1, adapters.Duplicate)
+			w.effects(lower, 0)
+		}},
+		{truncatedKey, "ids that share their first 64 characters are one event", func(w *world) {
+			for _, shared := range []int{63, 64} {
+				prefix := strings.Repeat("é", shared) // 2 bytes each: the cut counts characters
+				a, b := event("orders", prefix+"a", "x"), event("orders", prefix+"b", "x")
+				w.expect(1, a, 1, adapters.Applied)
+				if shared < 64 {
+					w.expect(2, b, 1, adapters.Applied)
+					w.effects(b, 1)
+					continue
+				}
+				w.expect(2, b, 1, adapters.Duplicate)
+				w.effects(b, 0)
+			}
 		}},
 		{inMemory, "a second worker applies the event again", func(w *world) {
 			w.expect(1, ev, 1, adapters.Applied)

@@ -10,15 +10,18 @@
 //
 // | adapter                  | package         | bug                                                             | caught by                                                                                     |
 // |--------------------------|-----------------|-----------------------------------------------------------------|-----------------------------------------------------------------------------------------------|
+// | broken-case-folded       | casefolded      | the marker keyed by lower(id)                                   | identity-fidelity                                                                             |
 // | broken-check-then-insert | checktheninsert | SELECT then INSERT, no unique constraint on the marker          | concurrent-delivery, conflicting-payload                                                      |
-// | broken-effect-first      | effectfirst     | effect committed, then the marker in a second transaction       | concurrent-delivery, conflicting-payload, ambiguous-commit, crash-recovery                    |
 // | broken-early-purge       | earlypurge      | Purge removes markers still inside the declared window          | retention-expiry                                                                              |
+// | broken-effect-first      | effectfirst     | effect committed, then the marker in a second transaction       | concurrent-delivery, conflicting-payload, ambiguous-commit, crash-recovery                    |
 // | broken-ignore-payload    | ignorepayload   | a claimed identity is always Duplicate; payloads never compared | conflicting-payload                                                                           |
 // | broken-in-memory         | inmemory        | the dedup set is a map in each worker's memory                  | double-delivery, concurrent-delivery, conflicting-payload, retention-expiry, ambiguous-commit |
+// | broken-lossy-key         | lossykey        | the marker keyed by the identity in JSON (invalid UTF-8 lost)   | identity-fidelity                                                                             |
 // | broken-marker-first      | markerfirst     | marker committed, then the effect in a second transaction       | failure-after-marker, ambiguous-commit, crash-recovery                                        |
-// | broken-no-namespace      | nonamespace     | the marker is keyed by the event id alone                       | namespace-isolation                                                                           |
+// | broken-no-namespace      | nonamespace     | the marker is keyed by the event id alone                       | namespace-isolation, identity-fidelity                                                        |
 // | broken-no-purge          | nopurge         | a window is declared, but Purge removes nothing                 | retention-expiry                                                                              |
 // | broken-sql-splice        | sqlsplice       | the identity spliced into the claim's SQL text                  | bad-input                                                                                     |
+// | broken-truncated-key     | truncatedkey    | the marker keyed by the id cut to 64 characters                 | identity-fidelity                                                                             |
 //
 // Each sub-package exports Name and Adapter; package builtin registers them
 // all. Each sub-package's documentation tells the real-world story.

@@ -12,15 +12,18 @@ import (
 	"github.com/harmless-dev/harmless/adapters/alternatives/databasesql"
 	"github.com/harmless-dev/harmless/adapters/alternatives/serializable"
 	"github.com/harmless-dev/harmless/adapters/alternatives/slow"
+	"github.com/harmless-dev/harmless/adapters/broken/casefolded"
 	"github.com/harmless-dev/harmless/adapters/broken/checktheninsert"
 	"github.com/harmless-dev/harmless/adapters/broken/earlypurge"
 	"github.com/harmless-dev/harmless/adapters/broken/effectfirst"
 	"github.com/harmless-dev/harmless/adapters/broken/ignorepayload"
 	"github.com/harmless-dev/harmless/adapters/broken/inmemory"
+	"github.com/harmless-dev/harmless/adapters/broken/lossykey"
 	"github.com/harmless-dev/harmless/adapters/broken/markerfirst"
 	"github.com/harmless-dev/harmless/adapters/broken/nonamespace"
 	"github.com/harmless-dev/harmless/adapters/broken/nopurge"
 	"github.com/harmless-dev/harmless/adapters/broken/sqlsplice"
+	"github.com/harmless-dev/harmless/adapters/broken/truncatedkey"
 	"github.com/harmless-dev/harmless/adapters/reference"
 )
 
@@ -31,15 +34,18 @@ func All() []adapters.Adapter {
 		databasesql.Adapter(),
 		serializable.Adapter(),
 		slow.Adapter(),
+		casefolded.Adapter(),      // broken-case-folded
 		checktheninsert.Adapter(), // broken-check-then-insert
 		earlypurge.Adapter(),      // broken-early-purge
 		effectfirst.Adapter(),     // broken-effect-first
 		ignorepayload.Adapter(),   // broken-ignore-payload
 		inmemory.Adapter(),        // broken-in-memory
+		lossykey.Adapter(),        // broken-lossy-key
 		markerfirst.Adapter(),     // broken-marker-first
 		nonamespace.Adapter(),     // broken-no-namespace
 		nopurge.Adapter(),         // broken-no-purge
 		sqlsplice.Adapter(),       // broken-sql-splice
+		truncatedkey.Adapter(),    // broken-truncated-key
 		reference.Adapter(),
 	}
 	slices.SortFunc(all, func(a, b adapters.Adapter) int { return strings.Compare(a.Name, b.Name) })

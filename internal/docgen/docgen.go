@@ -37,6 +37,9 @@ func RulesPage() string {
 	b.WriteString("The quotations are from the pattern this harness checks, *Make duplicate delivery harmless*.\n\n")
 	for _, f := range fixtures.Catalog() {
 		fmt.Fprintf(&b, "## Fixture `%s`\n\n%s\n\n", f.ID, f.Doc)
+		if page, ok := FixturePage(f.ID); ok {
+			fmt.Fprintf(&b, "More: [%s](%s).\n\n", page.Title, page.File)
+		}
 		for _, r := range f.Rules {
 			fmt.Fprintf(&b, "### %s\n\n", r.ID)
 			fmt.Fprintf(&b, "- **Level:** %s\n- **Checks:** %s\n- **Why:** %s\n", r.Level, r.Doc, r.Reason)
@@ -47,6 +50,24 @@ func RulesPage() string {
 		}
 	}
 	return b.String()
+}
+
+// Page is a page of docs/ that explains a fixture at length.
+type Page struct{ File, Title string }
+
+// FixturePage returns the page docs/rules.md links from fixture, if any.
+func FixturePage(fixture string) (Page, bool) {
+	switch fixture {
+	case fixtures.ConflictingPayload:
+		return Page{"conflicts.md", "payload conflicts"}, true
+	case fixtures.RetentionExpiry:
+		return Page{"retention.md", "retention of deduplication state"}, true
+	case fixtures.NamespaceIsolation, fixtures.IdentityFidelity:
+		return Page{"identity.md", "identities"}, true
+	case fixtures.CrashRecovery:
+		return Page{"crash-recovery.md", "crash recovery"}, true
+	}
+	return Page{}, false
 }
 
 // SpliceReadme replaces the generated parts of readme, the rule table and

@@ -44,3 +44,20 @@ func TestEveryRuleIsDocumented(t *testing.T) {
 		}
 	}
 }
+
+func TestFixturePagesExist(t *testing.T) {
+	linked := 0
+	for _, f := range fixtures.Catalog() {
+		page, ok := docgen.FixturePage(f.ID)
+		if !ok {
+			continue
+		}
+		linked++
+		if _, err := os.Stat("../../docs/" + page.File); err != nil {
+			t.Errorf("fixture %s links a page that does not exist: %v", f.ID, err)
+		}
+	}
+	if linked == 0 {
+		t.Error("no fixture links a page")
+	}
+}

@@ -19,7 +19,8 @@
 //
 // # The fixture that must catch it
 //
-// namespace-isolation.
+// namespace-isolation, and identity-fidelity's namespace-kept, whose pairs
+// differ only in the namespace.
 package nonamespace
 
 import (

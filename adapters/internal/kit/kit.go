@@ -64,15 +64,27 @@ const MaxIdentityBytes = 1024
 // byte, a namespace or id longer than MaxIdentityBytes. The error wraps
 // [adapters.ErrInvalidInput].
 func Validate(ev adapters.Event) error {
+	if err := ValidateBounds(ev); err != nil {
+		return err
+	}
+	switch {
+	case !utf8.ValidString(ev.Namespace) || !utf8.ValidString(ev.ID):
+		return fmt.Errorf("event %s: identity is not valid UTF-8: %w", ev, adapters.ErrInvalidInput)
+	case bytes.IndexByte([]byte(ev.Namespace+ev.ID), 0) >= 0:
+		return fmt.Errorf("event %s: identity contains a NUL byte: %w", ev, adapters.ErrInvalidInput)
+	}
+	return nil
+}
+
+// ValidateBounds is the part of [Validate] that does not look at the bytes:
+// it refuses an empty id and a namespace or id longer than
+// MaxIdentityBytes. The error wraps [adapters.ErrInvalidInput].
+func ValidateBounds(ev adapters.Event) error {
 	switch {
 	case len(ev.Namespace) > MaxIdentityBytes || len(ev.ID) > MaxIdentityBytes:
 		return fmt.Errorf("event %s: namespace and id may have at most %d bytes each: %w", ev, MaxIdentityBytes, adapters.ErrInvalidInput)
 	case ev.ID == "":
 		return fmt.Errorf("event %s: empty id: %w", ev, adapters.ErrInvalidInput)
-	case !utf8.ValidString(ev.Namespace) || !utf8.ValidString(ev.ID):
-		return fmt.Errorf("event %s: identity is not valid UTF-8: %w", ev, adapters.ErrInvalidInput)
-	case bytes.IndexByte([]byte(ev.Namespace+ev.ID), 0) >= 0:
-		return fmt.Errorf("event %s: identity contains a NUL byte: %w", ev, adapters.ErrInvalidInput)
 	}
 	return nil
 }

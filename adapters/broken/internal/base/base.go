@@ -155,13 +155,20 @@ type ClaimFunc func(ctx context.Context, tx pgx.Tx, d adapters.Delivery) (bool, 
 // failed because its event was already claimed.
 type ConflictFunc func(ctx context.Context, tx pgx.Tx, d adapters.Delivery) (adapters.Outcome, error)
 
-// Process validates d and runs the reference pattern with the given claim
-// and conflict handling: one transaction claims, applies the effect if the
-// claim succeeded (Applied) or asks conflict otherwise, and commits.
+// Process validates d with the reference's identity check and runs
+// [Instance.Transact].
 func (i *Instance) Process(ctx context.Context, d adapters.Delivery, claim ClaimFunc, conflict ConflictFunc) (adapters.Outcome, error) {
 	if err := kit.Validate(d.Event); err != nil {
 		return 0, err
 	}
+	return i.Transact(ctx, d, claim, conflict)
+}
+
+// Transact runs the reference pattern with the given claim and conflict
+// handling, without checking d's identity: one transaction claims, applies
+// the effect if the claim succeeded (Applied) or asks conflict otherwise,
+// and commits. It is for an adapter whose bug lies in what it accepts.
+func (i *Instance) Transact(ctx context.Context, d adapters.Delivery, claim ClaimFunc, conflict ConflictFunc) (adapters.Outcome, error) {
 	var outcome adapters.Outcome
 	err := i.InTx(ctx, func(tx pgx.Tx) error {
 		claimed, err := claim(ctx, tx, d)

@@ -1,0 +1,135 @@
+package suite
+
+import (
+	"fmt"
+	"strings"
+
+	. "github.com/onsi/ginkgo/v2"
+
+	"github.com/harmless-dev/harmless/adapters"
+	"github.com/harmless-dev/harmless/fixtures"
+)
+
+// twin is two strings that differ only where a lossy encoding, a collation,
+// normalisation, case folding, trimming or truncation makes them equal.
+type twin struct {
+	why  string
+	x, y string
+}
+
+// The twins of the fixture. No string is in two twins, so that no key, not
+// even one that ignores the namespace, merges events of two pairs.
+
+// byteTwins differ in bytes that are not text, or not the same text.
+func byteTwins() []twin {
+	return []twin{
+		{"an invalid UTF-8 byte, 0xff against 0xfe (a lossy encoding, such as Go's encoding/json, replaces both with U+FFFD)", "a\xff", "a\xfe"},
+		{"an invalid UTF-8 byte against U+FFFD, the character a lossy decoding replaces it with", "b\xff", "b\uFFFD"},
+		{"the encoding of \"café\", UTF-8 against Latin-1 (a transcoding that guesses the encoding)", "caf\u00e9", "caf\xe9"},
+		{"a trailing NUL (a C string ends at the NUL)", "d", "d\x00"},
+	}
+}
+
+// textTwins are different texts that some comparison calls equal.
+func textTwins() []twin {
+	return []twin{
+		{"the Unicode normalisation of \"résumé\", NFC against NFD", "r\u00e9sum\u00e9", "re\u0301sume\u0301"},
+		{"letter case (case folding: lower(), citext, a case-insensitive collation)", "Order-7", "order-7"},
+		{"an accent (an accent-insensitive collation)", "na\u00efve", "naive"},
+		{"a trailing space (trimming, CHAR(n), a PAD SPACE collation)", "e", "e "},
+		{"a leading space (trimming)", "f", " f"},
+		{"leading zeros (an id parsed as a number)", "007", "7"},
+	}
+}
+
+// sharedPrefixes are the lengths of the prefix the long twins share:
+// PostgreSQL's identifier length (63 bytes), common column widths
+// (varchar(64), varchar(255), varchar(256)) and the largest identity the
+// reference stores (1024 bytes).
+var sharedPrefixes = []int{63, 64, 255, 256, 1024}
+
+// lengthTwins share their first n bytes and differ in the next, the last.
+func lengthTwins() []twin {
+	var out []twin
+	for _, n := range sharedPrefixes {
+		prefix := strings.Repeat("k", n)
+		out = append(out, twin{fmt.Sprintf("their last byte, 'a' against 'b', after %d shared ones (truncation to %d bytes or characters)", n, n), prefix + "a", prefix + "b"})
+	}
+	return out
+}
+
+// fidelityRule is one rule of the identity-fidelity fixture and its pairs.
+type fidelityRule struct {
+	id    string
+	pairs []identityPair
+}
+
+// fidelityRules returns the fixture's rules with their pairs. The twins of
+// the first three rules are ids in a namespace of the pair's own; the last
+// rule's are namespaces, every twin of the others, with an id of the pair's
+// own. Both events of a pair carry the same payload, so that a merge shows
+// as what it is in real code: a silent Duplicate, not a payload conflict.
+func fidelityRules() []fidelityRule {
+	n := 0
+	pair := func(why string, a, b adapters.Event) identityPair {
+		n++
+		payload := fmt.Appendf(nil, `{"fixture":%q,"pair":%d}`, fixtures.IdentityFidelity, n)
+		a.Payload, b.Payload = payload, payload
+		return identityPair{why: why, a: a, b: b}
+	}
+	inID := func(twins []twin) []identityPair {
+		var out []identityPair
+		for _, t := range twins {
+			ns := fmt.Sprintf("harmless.%s.%d", fixtures.IdentityFidelity, n+1)
+			out = append(out, pair("ids that differ only in "+t.why, adapters.Event{Namespace: ns, ID: t.x}, adapters.Event{Namespace: ns, ID: t.y}))
+		}
+		return out
+	}
+	bytes, text, length := inID(byteTwins()), inID(textTwins()), inID(lengthTwins())
+	var inNamespace []identityPair
+	for _, t := range append(append(byteTwins(), textTwins()...), lengthTwins()...) {
+		id := fmt.Sprintf("%s-%d", fixtures.IdentityFidelity, n+1)
+		inNamespace = append(inNamespace, pair("namespaces that differ only in "+t.why, adapters.Event{Namespace: t.x, ID: id}, adapters.Event{Namespace: t.y, ID: id}))
+	}
+	return []fidelityRule{
+		{fixtures.IdentityFidelityBytes, bytes},
+		{fixtures.IdentityFidelityText, text},
+		{fixtures.IdentityFidelityLength, length},
+		{fixtures.IdentityFidelityNamespace, inNamespace},
+	}
+}
+
+// kept judges one rule of the fixture: every pair is two events, or has an
+// event refused cleanly.
+func kept(plays []pairPlay) (problems []string, note string) {
+	for _, p := range plays {
+		if pr := p.problem(); pr != "" {
+			problems = append(problems, pr)
+		}
+	}
+	return problems, pairsNote(plays)
+}
+
+func (s *state) identityFidelity() {
+	Describe(fixtures.IdentityFidelity, Label("fixture:"+fixtures.IdentityFidelity), Ordered, ContinueOnFailure, func() {
+		rules := fidelityRules()
+		plays := make([][]pairPlay, len(rules))
+		var all []identityPair
+		for _, r := range rules {
+			all = append(all, r.pairs...)
+		}
+		sc := s.scenario(fixtures.IdentityFidelity, s.pairCalls(len(all), true), 0)
+		BeforeAll(func(ctx SpecContext) {
+			spec := sc.begin(ctx)
+			sc.at("%d pairs, %d at a time", len(all), pairParallelism)
+			played := s.playPairs(ctx, spec, all, true)
+			for i, r := range rules {
+				plays[i], played = played[:len(r.pairs)], played[len(r.pairs):]
+			}
+		}, sc.timeout())
+
+		for i, r := range rules {
+			sc.noteRule(r.id, func() ([]string, string) { return kept(plays[i]) })
+		}
+	})
+}
