@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -73,5 +74,73 @@ func TestCatchRate(t *testing.T) {
 	}
 	if reference.failed != 0 {
 		t.Errorf("the reference failed concurrent-delivery in %d of %d runs", reference.failed, runs)
+	}
+}
+
+var catchRateAdapters = flag.String("catch-rate-adapters", "", "run TestCatchRates for these broken adapters, comma-separated (with -catch-rate-runs)")
+
+// TestCatchRates measures, for each broken adapter named by
+// -catch-rate-adapters, in how many of -catch-rate-runs certify runs of the
+// fixtures its matrix row says it must fail it did fail every one of them;
+// each must be caught in every run. Like TestCatchRate it is not part of
+// the default test run:
+//
+//	go test ./cmd/harmless -run TestCatchRates -catch-rate-runs 20 -catch-rate-adapters broken-lossy-key,broken-case-folded
+func TestCatchRates(t *testing.T) {
+	if *catchRateRuns <= 0 || *catchRateAdapters == "" {
+		t.Skip("set -catch-rate-runs N and -catch-rate-adapters A,B to measure")
+	}
+	bin := binary(t)
+	dsn := pgtest.DSN(t)
+	for _, adapter := range strings.Split(*catchRateAdapters, ",") {
+		t.Run(adapter, func(t *testing.T) {
+			row, err := fixtures.MatrixRowOf(adapter)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(row.MustFail) == 0 {
+				t.Fatalf("%s must fail no fixture: it has no catch rate", adapter)
+			}
+			var filter []string
+			for _, f := range row.MustFail {
+				filter = append(filter, "fixture:"+f)
+			}
+			args := []string{"--adapter", adapter, "--label-filter", strings.Join(filter, " || ")}
+			if !slices.Contains(row.MustFail, fixtures.CrashRecovery) {
+				args = append(args, "--dsn", dsn)
+			} else {
+				args = append(args, "--provision", "cluster")
+			}
+			caught := map[string]int{}
+			for i := range *catchRateRuns {
+				path := filepath.Join(t.TempDir(), fmt.Sprintf("%d.json", i))
+				runCertify(t, bin, nil, append(args, "--json", path)...)
+				data, err := os.ReadFile(path)
+				if err != nil {
+					t.Fatalf("run %d: no certificate: %v", i+1, err)
+				}
+				var cert suite.Certificate
+				if err := json.Unmarshal(data, &cert); err != nil {
+					t.Fatal(err)
+				}
+				failed := map[string]bool{}
+				for _, r := range cert.Rules {
+					if r.Level == fixtures.Must && r.Verdict == suite.VerdictFail {
+						failed[r.Fixture] = true
+					}
+				}
+				for _, f := range row.MustFail {
+					if failed[f] {
+						caught[f]++
+					}
+				}
+			}
+			for _, f := range row.MustFail {
+				t.Logf("%s caught by %s in %d/%d runs", adapter, f, caught[f], *catchRateRuns)
+				if caught[f] != *catchRateRuns {
+					t.Errorf("%s caught %s in %d of %d runs; it must catch it every time", f, adapter, caught[f], *catchRateRuns)
+				}
+			}
+		})
 	}
 }
