@@ -355,6 +355,49 @@ func TestHandshakeFailuresAreClear(t *testing.T) {
 	})
 }
 
+// TestOneAtATimeChild runs the Go child declaring max_in_flight 1, which
+// reads its next line only after answering: concurrent deliveries all
+// succeed, each process having at most one at a time. A value out of range
+// stops the child before the handshake, saying why.
+func TestOneAtATimeChild(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	adapter, info, err := Probe(ctx, Config{Command: execchild.CommandMaxInFlight(execchild.Reference, 1)})
+	if err != nil || info.MaxInFlight != 1 {
+		t.Fatalf("probe: max_in_flight %d, %v; want 1", info.MaxInFlight, err)
+	}
+	impl, err := adapter.New(ctx, env(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := impl.(*pool)
+	defer p.Close(context.Background())
+	const n = 4
+	var wg sync.WaitGroup
+	outcomes := make([]adapters.Outcome, n)
+	errs := make([]error, n)
+	for i := range n {
+		wg.Go(func() { outcomes[i], errs[i] = deliver(t, p, fmt.Sprint("one-at-a-time-", i), testTimeout) })
+	}
+	wg.Wait()
+	for i := range n {
+		if errs[i] != nil || outcomes[i] != adapters.Applied {
+			t.Errorf("delivery %d: %v, %v; want Applied", i, outcomes[i], errs[i])
+		}
+	}
+	p.mu.Lock()
+	procs := len(p.procs)
+	p.mu.Unlock()
+	if procs < 1 || procs > n {
+		t.Errorf("%d concurrent deliveries ran on %d processes; want 1 to %d", n, procs, n)
+	}
+
+	_, _, err = Probe(ctx, Config{Command: execchild.CommandMaxInFlight(execchild.Reference, 0)})
+	if !errors.Is(err, ErrHandshake) || !strings.Contains(err.Error(), execchild.EnvMaxInFlight) {
+		t.Errorf("probe with max_in_flight 0: %v; want ErrHandshake naming %s", err, execchild.EnvMaxInFlight)
+	}
+}
+
 func TestEveryProcessMustDeclareTheSame(t *testing.T) {
 	adapter, _ := probe(t, execchild.Inconsistent, Config{})
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)

@@ -34,7 +34,7 @@ type process struct {
 	label  string // "process 3 of instance 1", for messages
 	cmd    *osexec.Cmd
 	stdin  *os.File
-	stderr *tail
+	stderr *stderrQuote
 
 	writeMu sync.Mutex // one line at a time on stdin
 
@@ -66,7 +66,7 @@ func startProcess(command, dir string, env []string, label string) (*process, er
 	p := &process{
 		label:      label,
 		stdin:      stdinW,
-		stderr:     newTail(tailBytes),
+		stderr:     newStderrQuote(),
 		pending:    map[uint64]chan protocol.Response{},
 		abandoned:  map[uint64]bool{},
 		failed:     make(chan struct{}),

@@ -35,9 +35,11 @@ type EffectFunc func(ctx context.Context, tx pgx.Tx) error
 // Store claims events in a processed-events table and applies their effects
 // exactly once. It is safe for concurrent use.
 type Store struct {
-	pool  *pgxpool.Pool
-	table string
-	now   func() time.Time
+	pool      *pgxpool.Pool
+	table     string // quoted, schema-qualified unless Config.Schema is empty
+	index     string // the index on processed_at, qualified like table
+	indexName string // the same, unqualified: an index is in its table's schema
+	now       func() time.Time
 }
 
 // NewStore returns a store over pool. Call [Store.Migrate] once before use.
@@ -46,32 +48,41 @@ func NewStore(pool *pgxpool.Pool, cfg Config) *Store {
 	if name == "" {
 		name = DefaultTable
 	}
-	ident := pgx.Identifier{name}
-	if cfg.Schema != "" {
-		ident = pgx.Identifier{cfg.Schema, name}
+	qualified := func(name string) string {
+		if cfg.Schema == "" {
+			return pgx.Identifier{name}.Sanitize()
+		}
+		return pgx.Identifier{cfg.Schema, name}.Sanitize()
 	}
 	now := cfg.Now
 	if now == nil {
 		now = time.Now
 	}
-	return &Store{pool: pool, table: ident.Sanitize(), now: now}
+	index := name + "_processed_at"
+	return &Store{pool: pool, table: qualified(name), index: qualified(index), indexName: pgx.Identifier{index}.Sanitize(), now: now}
 }
 
-// Migrate creates the processed-events table if it does not exist.
+// Migrate creates the processed-events table and its index on processed_at
+// when they are missing. Every process of a service may run it at startup,
+// several at once, while others are processing deliveries: it takes no lock
+// on a table that exists (CREATE INDEX IF NOT EXISTS would, and wait for
+// every delivery in flight), and a concurrent first creation is not an
+// error.
 func (s *Store) Migrate(ctx context.Context) error {
-	_, err := s.pool.Exec(ctx, `CREATE TABLE IF NOT EXISTS `+s.table+` (
+	for _, step := range []struct{ relation, create string }{
+		{s.table, `CREATE TABLE ` + s.table + ` (
 	namespace      text        NOT NULL,
 	event_id       text        NOT NULL,
 	payload_digest bytea       NOT NULL,
 	processed_at   timestamptz NOT NULL,
 	PRIMARY KEY (namespace, event_id)
-)`)
-	if err != nil {
-		return fmt.Errorf("create %s: %w", s.table, err)
-	}
-	_, err = s.pool.Exec(ctx, `CREATE INDEX IF NOT EXISTS processed_events_processed_at ON `+s.table+` (processed_at)`)
-	if err != nil {
-		return fmt.Errorf("index %s: %w", s.table, err)
+)`},
+		// Purge finds expired markers by processed_at.
+		{s.index, `CREATE INDEX ` + s.indexName + ` ON ` + s.table + ` (processed_at)`},
+	} {
+		if _, err := s.pool.Exec(ctx, kit.CreateIfMissing(step.relation, step.create)); err != nil {
+			return fmt.Errorf("create %s: %w", step.relation, err)
+		}
 	}
 	return nil
 }

@@ -137,3 +137,73 @@ func TestPurgeRemovesOnlyMarkersBeforeTheCutoff(t *testing.T) {
 		t.Fatalf("%d of the markers at or after the cutoff survived; want 2", n)
 	}
 }
+
+// TestMigrateDoesNotWaitForDeliveriesInFlight migrates a table while
+// another transaction holds it with a delivery in flight (an uncommitted
+// INSERT, so a ROW EXCLUSIVE lock), as when a service starts a process
+// while others are busy. Migrate must finish without ever waiting for a
+// lock: CREATE INDEX IF NOT EXISTS, for one, would wait on a SHARE lock
+// until the delivery ended.
+func TestMigrateDoesNotWaitForDeliveriesInFlight(t *testing.T) {
+	_, pool, schema := newStore(t, nil)
+	ctx := t.Context()
+	// A new process: a pool of its own, named so that its backend can be
+	// found waiting.
+	app := "harmless-test-migrate-" + schema
+	other, err := pgxpool.New(ctx, pgtest.NamedDSN(t, app))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(context.Background()) }()
+	if _, err := tx.Exec(ctx, `INSERT INTO `+schema+`.processed_events VALUES ('n', 'in-flight', '\x00', now())`); err != nil {
+		t.Fatal(err)
+	}
+	err = pgtest.WithoutLockWait(t, pool, app, reference.NewStore(other, reference.Config{Schema: schema}).Migrate)
+	if err != nil {
+		t.Fatalf("Migrate with a delivery in flight: %v", err)
+	}
+}
+
+// TestConcurrentFirstMigrations runs Migrate from several pools at once on
+// a schema without the table, as the processes of a service starting
+// together would: every one must succeed, and the table and its index must
+// exist once.
+func TestConcurrentFirstMigrations(t *testing.T) {
+	const processes, rounds = 8, 5
+	ctx := t.Context()
+	admin := pgtest.Pool(t)
+	pools := make([]*pgxpool.Pool, processes)
+	for i := range pools {
+		pools[i] = pgtest.Pool(t)
+	}
+	for round := range rounds {
+		schema := fmt.Sprintf("harmless_test_ref_race_%d_%d", time.Now().UnixNano(), round)
+		if _, err := admin.Exec(ctx, `CREATE SCHEMA `+schema); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _, _ = admin.Exec(context.Background(), `DROP SCHEMA `+schema+` CASCADE`) })
+		start := make(chan struct{})
+		errs := make(chan error, processes)
+		for _, pool := range pools {
+			go func() {
+				<-start
+				errs <- reference.NewStore(pool, reference.Config{Schema: schema}).Migrate(ctx)
+			}()
+		}
+		close(start)
+		for range processes {
+			if err := <-errs; err != nil {
+				t.Errorf("round %d: a concurrent first Migrate failed: %v", round, err)
+			}
+		}
+		if n := count(t, admin, `SELECT count(*) FROM pg_class WHERE relnamespace = '`+schema+`'::regnamespace
+AND relname IN ('processed_events', 'processed_events_processed_at')`); n != 2 {
+			t.Errorf("round %d: %d of the table and its index exist; want both", round, n)
+		}
+	}
+}

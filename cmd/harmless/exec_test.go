@@ -6,12 +6,16 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"go.yaml.in/yaml/v3"
 
+	harmlessexec "github.com/harmless-dev/harmless/adapters/exec"
 	"github.com/harmless-dev/harmless/fixtures"
+	"github.com/harmless-dev/harmless/internal/adaptertest"
 	"github.com/harmless-dev/harmless/internal/execchild"
 	"github.com/harmless-dev/harmless/internal/pgtest"
+	"github.com/harmless-dev/harmless/internal/provision"
 	"github.com/harmless-dev/harmless/suite"
 )
 
@@ -33,17 +37,20 @@ func repoRoot(t *testing.T) string {
 // needPsycopg skips the test, saying why, when neither python3 on PATH nor
 // /usr/bin/python3 (to which the examples restart) can import psycopg2: the
 // Python examples need it, and .ci/run installs Debian's python3-psycopg2.
-func needPsycopg(t *testing.T) {
+// It returns the first of the two that can, so that a test that starts
+// many processes does not pay for a restart in each.
+func needPsycopg(t *testing.T) string {
 	t.Helper()
 	var errs []string
 	for _, python := range []string{"python3", "/usr/bin/python3"} {
 		err := exec.Command(python, "-c", "import psycopg2").Run()
 		if err == nil {
-			return
+			return python
 		}
 		errs = append(errs, python+": "+err.Error())
 	}
 	t.Skipf("the Python examples need psycopg2 (Debian: apt-get install python3-psycopg2): %s", strings.Join(errs, "; "))
+	return ""
 }
 
 // workflowCertifyStep returns the run line of the Certify step in the
@@ -186,5 +193,78 @@ func TestExecFailuresAreReported(t *testing.T) {
 	code, _, stderr = runCertify(t, bin, nil, "--exec", "true", "--adapter", "reference")
 	if code != exitUsage || !strings.Contains(stderr, "--exec") {
 		t.Errorf("--exec with --adapter: exit code %d, want %d; stderr:\n%s", code, exitUsage, stderr)
+	}
+}
+
+// oneAtATimeChild is a child that declares max_in_flight 1: a plain
+// read-a-line, answer-a-line loop, the most natural child in any language.
+type oneAtATimeChild struct {
+	name    string
+	command func(t *testing.T) string
+}
+
+var oneAtATimeChildren = []oneAtATimeChild{
+	{"go", func(*testing.T) string { return execchild.CommandMaxInFlight(execchild.Reference, 1) }},
+	{"python", func(t *testing.T) string {
+		return needPsycopg(t) + " " + filepath.Join(repoRoot(t), "examples", "python-psycopg", "impl.py") + " --max-in-flight 1"
+	}},
+}
+
+// TestOneAtATimeChildrenAreCertified certifies the Go child and the Python
+// example, each declaring max_in_flight 1, with the real command on a
+// throwaway cluster of their own, so that crash-recovery runs too: every
+// rule must pass. Their pools start a process per concurrent request, some
+// of them while deliveries hold the tables or the server restarts. It is
+// skipped only where no PostgreSQL server binaries are found.
+func TestOneAtATimeChildrenAreCertified(t *testing.T) {
+	bin := binary(t)
+	for _, child := range oneAtATimeChildren {
+		t.Run(child.name, func(t *testing.T) {
+			t.Parallel()
+			command := child.command(t)
+			path := filepath.Join(t.TempDir(), "c.json")
+			started := time.Now()
+			code, stdout, stderr := runCertify(t, bin, []string{"HARMLESS_DSN=", "DATABASE_URL="},
+				"--exec", command, "--provision", string(provision.KindCluster), "--json", path)
+			if code == exitUsage && strings.Contains(stderr, provision.ErrNoDatabase.Error()) && strings.Contains(stderr, ": not found") {
+				t.Skipf("no PostgreSQL server binaries for a throwaway cluster:\n%s", stderr)
+			}
+			cert := readCertificate(t, path)
+			t.Logf("%s, declaring max_in_flight 1, certified on a throwaway cluster in %.1f s (the command %s)",
+				child.name, cert.Duration, time.Since(started).Round(100*time.Millisecond))
+			if cert.DatabaseKind != string(provision.KindCluster) || cert.Protocol == nil || cert.Protocol.MaxInFlight != 1 {
+				t.Fatalf("the run was on a %q server with protocol %+v; want a throwaway cluster and max_in_flight 1", cert.DatabaseKind, cert.Protocol)
+			}
+			for _, r := range cert.Rules {
+				if r.Verdict != suite.VerdictPass {
+					t.Errorf("rule %s: %s; want pass\n%s", r.ID, r.Verdict, r.Message)
+				}
+			}
+			if cert.Faults["server:crash"] < 2 {
+				t.Errorf("faults fired: %v; want the crashes of crash-recovery", cert.Faults)
+			}
+			if code != exitCertified || !cert.Certified {
+				t.Errorf("exit code %d, certified %t; want %d and certified", code, cert.Certified, exitCertified)
+			}
+			if t.Failed() {
+				t.Logf("stdout:\n%s\nstderr:\n%s", stdout, stderr)
+			}
+		})
+	}
+}
+
+// TestChildSetupDoesNotWaitForDeliveriesInFlight: a new process of either
+// one-at-a-time child, as its pool starts one while others are busy, sets
+// up while deliveries in flight hold its tables.
+func TestChildSetupDoesNotWaitForDeliveriesInFlight(t *testing.T) {
+	for _, child := range oneAtATimeChildren {
+		t.Run(child.name, func(t *testing.T) {
+			t.Parallel()
+			adapter, _, err := harmlessexec.Probe(t.Context(), harmlessexec.Config{Command: child.command(t)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			adaptertest.SetupDoesNotWaitForDeliveriesInFlight(t, adapter)
+		})
 	}
 }

@@ -24,7 +24,6 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-import harmless_protocol as hp  # noqa: E402
 import impl  # noqa: E402  (restarts under the system Python if psycopg2 is missing)
 from psycopg2 import sql  # noqa: E402
 
@@ -48,4 +47,4 @@ class CheckThenInsert(impl.Implementation):
 
 
 if __name__ == "__main__":
-    hp.serve(CheckThenInsert())
+    impl.main(CheckThenInsert())

@@ -31,6 +31,8 @@ removes the markers claimed before its cutoff.
 
 from __future__ import annotations
 
+import argparse
+import dataclasses
 import hashlib
 import logging
 import os
@@ -40,7 +42,7 @@ import threading
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, NoReturn
 
 # Found next to this file even when Python does not put the script's
 # directory on sys.path (python -P, PYTHONSAFEPATH).
@@ -286,8 +288,14 @@ class Implementation:
         with setup.connections.transaction("setup") as cur:
             # Several processes may set up one schema at once, and two
             # concurrent CREATE ... IF NOT EXISTS of one table can both try to
-            # create it; the lock makes them take turns.
+            # create it (one then fails on the catalog's unique index); the
+            # lock makes them take turns.
             cur.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (schema,))
+            # Other processes may hold deliveries in flight on the table.
+            # CREATE TABLE IF NOT EXISTS takes no lock on a table that exists,
+            # but CREATE INDEX IF NOT EXISTS takes a SHARE lock even when the
+            # index exists, and would wait for every one of them: look the
+            # index up instead, and create it only when it is missing.
             cur.execute(sql.SQL("""CREATE TABLE IF NOT EXISTS {} (
     namespace      bytea       NOT NULL,
     event_id       bytea       NOT NULL,
@@ -295,8 +303,11 @@ class Implementation:
     processed_at   timestamptz NOT NULL{}
 )""").format(setup.table, self.marker_key))
             # Purge finds expired markers by processed_at.
-            cur.execute(sql.SQL("CREATE INDEX IF NOT EXISTS processed_events_processed_at ON {} (processed_at)")
-                        .format(setup.table))
+            cur.execute("SELECT to_regclass(%s) IS NULL",
+                        (sql.Identifier(schema, "processed_events_processed_at").as_string(cur),))
+            if cur.fetchone()[0]:
+                cur.execute(sql.SQL("CREATE INDEX processed_events_processed_at ON {} (processed_at)")
+                            .format(setup.table))
             cur.connection.commit()
         self._setup = setup
         log.info("set up in schema %s", schema)
@@ -366,5 +377,20 @@ def stored_digest(cur: Cursor, table: sql.Composable, d: Delivery) -> bytes | No
     return None if row is None else bytes(row[0])
 
 
+def main(implementation: Implementation) -> NoReturn:
+    """Serve implementation, with the max_in_flight the command line asks for."""
+    parser = argparse.ArgumentParser(description="An implementation harmless certifies over its exec protocol.")
+    parser.add_argument(
+        "--max-in-flight", type=int, default=implementation.declarations.max_in_flight, metavar="N",
+        help="how many requests one process handles at once, 1 to 1024, as declared in hello "
+             "(default %(default)s); 1 handles each request before the next, and harmless "
+             "starts more processes for concurrency")
+    args = parser.parse_args()
+    if not 1 <= args.max_in_flight <= 1024:
+        parser.error(f"--max-in-flight must be between 1 and 1024, not {args.max_in_flight}")
+    implementation.declarations = dataclasses.replace(implementation.declarations, max_in_flight=args.max_in_flight)
+    hp.serve(implementation)
+
+
 if __name__ == "__main__":
-    hp.serve(Implementation())
+    main(Implementation())

@@ -41,6 +41,16 @@ import (
 // behaves.
 const EnvMode = "HARMLESS_EXECCHILD_MODE"
 
+// EnvMaxInFlight names the variable that sets the max_in_flight a child
+// declares, 1 to 1024; DefaultMaxInFlight when unset. A child declaring 1
+// handles each request before it reads the next line: the plain
+// read-a-line, answer-a-line loop most children in any language are.
+const EnvMaxInFlight = "HARMLESS_EXECCHILD_MAX_IN_FLIGHT"
+
+// DefaultMaxInFlight is the max_in_flight a child declares unless
+// EnvMaxInFlight says otherwise.
+const DefaultMaxInFlight = 8
+
 // Modes of the child. Every mode but Reference misbehaves on purpose.
 const (
 	// Reference serves reference.Store through the protocol: correct.
@@ -93,6 +103,11 @@ func Command(mode string) string {
 	return EnvMode + "=" + shellQuote(mode) + " exec " + shellQuote(self)
 }
 
+// CommandMaxInFlight is [Command] for a child that declares max_in_flight n.
+func CommandMaxInFlight(mode string, n int) string {
+	return EnvMaxInFlight + "=" + strconv.Itoa(n) + " " + Command(mode)
+}
+
 // shellQuote quotes s for /bin/sh: in single quotes, each single quote of
 // its own ending the quoted part, escaped, and starting the next.
 func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
@@ -104,15 +119,33 @@ func MaybeServe() {
 	if !ok {
 		return
 	}
-	os.Exit(serve(mode, os.Stdin, os.Stdout))
+	maxInFlight, err := maxInFlightOf(os.Getenv(EnvMaxInFlight))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "execchild:", err)
+		os.Exit(2)
+	}
+	os.Exit(serve(mode, maxInFlight, os.Stdin, os.Stdout))
+}
+
+// maxInFlightOf reads the value of EnvMaxInFlight.
+func maxInFlightOf(value string) (int, error) {
+	if value == "" {
+		return DefaultMaxInFlight, nil
+	}
+	n, err := strconv.Atoi(value)
+	if err != nil || n < 1 || n > protocol.MaxInFlightLimit {
+		return 0, fmt.Errorf("%s=%q: want a number from 1 to %d", EnvMaxInFlight, value, protocol.MaxInFlightLimit)
+	}
+	return n, nil
 }
 
 // child is one child process's state.
 type child struct {
-	mode     string
-	out      io.Writer
-	outMu    sync.Mutex
-	instance int
+	mode        string
+	maxInFlight int
+	out         io.Writer
+	outMu       sync.Mutex
+	instance    int
 
 	mu     sync.Mutex
 	store  *reference.Store
@@ -121,8 +154,8 @@ type child struct {
 	now    atomic.Int64 // latest harness time, Unix ns
 }
 
-func serve(mode string, in io.Reader, out io.Writer) int {
-	c := &child{mode: mode, out: out}
+func serve(mode string, maxInFlight int, in io.Reader, out io.Writer) int {
+	c := &child{mode: mode, maxInFlight: maxInFlight, out: out}
 	c.instance, _ = strconv.Atoi(os.Getenv("HARMLESS_INSTANCE"))
 	if mode == SilentExit {
 		return 0
@@ -152,6 +185,10 @@ func serve(mode string, in io.Reader, out io.Writer) int {
 			}
 			return 0
 		case protocol.MethodDeliver:
+			if maxInFlight == 1 {
+				c.deliver(req) // one at a time: the next line waits
+				continue
+			}
 			wg.Go(func() { c.deliver(req) })
 		default:
 			c.handle(req)
@@ -202,7 +239,7 @@ func (c *child) hello(req protocol.IncomingRequest) {
 		Protocol:       protocol.Version,
 		Implementation: protocol.Implementation{Name: "execchild-" + c.mode, Version: "1"},
 		Declares:       protocol.Declares{ConflictPolicy: "reject", RedeliveryWindowS: window, AcceptsClock: true},
-		MaxInFlight:    8,
+		MaxInFlight:    c.maxInFlight,
 	}
 	switch c.mode {
 	case BadVersion:

@@ -51,7 +51,8 @@ const (
 
 // Table is one marker table.
 type Table struct {
-	name string // unqualified, unquoted; also the prefix of its indexes
+	schema string
+	name   string // unqualified, unquoted; also the prefix of its indexes
 	// Quoted is the quoted, schema-qualified table name.
 	Quoted string
 	key    Key
@@ -59,11 +60,13 @@ type Table struct {
 
 // NewTable names the marker table name in schema, indexed by key.
 func NewTable(schema, name string, key Key) Table {
-	return Table{name: name, Quoted: kit.Table(schema, name), key: key}
+	return Table{schema: schema, name: name, Quoted: kit.Table(schema, name), key: key}
 }
 
 // DDL returns the statements that create the table and its indexes if they
-// do not exist, in order.
+// are missing, in order. They take no lock on a table that exists, so a new
+// instance never waits for deliveries in flight, and concurrent first setups
+// are safe: see [kit.CreateIfMissing].
 func (t Table) DDL() []string {
 	columns := `
 	namespace      text        NOT NULL,
@@ -73,17 +76,23 @@ func (t Table) DDL() []string {
 	stmts := []string{}
 	switch t.key {
 	case UniqueKey:
-		stmts = append(stmts, `CREATE TABLE IF NOT EXISTS `+t.Quoted+` (`+columns+`,
+		stmts = append(stmts, kit.CreateIfMissing(t.Quoted, `CREATE TABLE `+t.Quoted+` (`+columns+`,
 	PRIMARY KEY (namespace, event_id)
-)`)
+)`))
 	default:
 		stmts = append(stmts,
-			`CREATE TABLE IF NOT EXISTS `+t.Quoted+` (`+columns+`
-)`,
-			`CREATE INDEX IF NOT EXISTS `+pgx.Identifier{t.name + "_identity"}.Sanitize()+` ON `+t.Quoted+` (namespace, event_id)`)
+			kit.CreateIfMissing(t.Quoted, `CREATE TABLE `+t.Quoted+` (`+columns+`
+)`),
+			t.index("_identity", "namespace, event_id"))
 	}
-	return append(stmts,
-		`CREATE INDEX IF NOT EXISTS `+pgx.Identifier{t.name + "_processed_at"}.Sanitize()+` ON `+t.Quoted+` (processed_at)`)
+	return append(stmts, t.index("_processed_at", "processed_at"))
+}
+
+// index returns the statement that creates the table's index named after
+// it with suffix, on columns, if it is missing.
+func (t Table) index(suffix, columns string) string {
+	return kit.CreateIfMissing(kit.Table(t.schema, t.name+suffix),
+		`CREATE INDEX `+pgx.Identifier{t.name + suffix}.Sanitize()+` ON `+t.Quoted+` (`+columns+`)`)
 }
 
 // Lookup reads an identity's stored digest: $1 namespace, $2 id.

@@ -89,11 +89,14 @@ func open(ctx context.Context, env adapters.Env, name, columns string) (*Instanc
 	if columns == NoTable {
 		return inst, nil
 	}
+	// As the reference's Migrate: no lock on a table that exists, and
+	// concurrent first setups are safe.
+	index := Table + "_processed_at"
 	for _, ddl := range []string{
-		`CREATE TABLE IF NOT EXISTS ` + inst.Markers + ` (
-	` + columns + `
-)`,
-		`CREATE INDEX IF NOT EXISTS processed_events_processed_at ON ` + inst.Markers + ` (processed_at)`,
+		kit.CreateIfMissing(inst.Markers, `CREATE TABLE `+inst.Markers+` (
+	`+columns+`
+)`),
+		kit.CreateIfMissing(kit.Table(env.Schema, index), `CREATE INDEX `+index+` ON `+inst.Markers+` (processed_at)`),
 	} {
 		if _, err := pool.Exec(ctx, ddl); err != nil {
 			pool.Close()

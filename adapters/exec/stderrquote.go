@@ -1,0 +1,203 @@
+package exec
+
+import (
+	"bytes"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+)
+
+// What a child's stderr quote holds. harmless reads all of a child's stderr
+// but keeps only these, so memory stays bounded however much it writes.
+const (
+	// endLines is how many of the last non-blank lines are kept.
+	endLines = 6
+	// reportLines is how many lines of the last crash report are kept,
+	// from its first line.
+	reportLines = 4
+	// lineBytes bounds each line kept; the rest of a longer line is cut.
+	lineBytes = 240
+	// endBytes and reportBytes bound the two parts of a quote: the last
+	// lines keep their end, the crash report its start.
+	endBytes    = 600
+	reportBytes = 400
+)
+
+// crashStart matches, at the start of a line (after its indentation), a
+// line that may start a crash report: where a runtime or a logger says what
+// went wrong, before the stack. Go: "panic: ", "fatal error: "; Python:
+// "Traceback (most recent call last):" and "psycopg2.OperationalError: ...";
+// Java: "Exception in thread ..."; Node.js: the source line it quotes
+// ("throw er; // Unhandled 'error' event"), then "Error: ...",
+// "TypeError: ...", "error: ..." (node-postgres), "Error [ERR_...]: ...",
+// "[UnhandledPromiseRejection: ..."; V8's "FATAL ERROR: ...".
+var crashStart = regexp.MustCompile(`^(?:panic: |fatal error: |Traceback \(most recent call last\)|Exception in thread |Uncaught\b|Unhandled|FATAL|throw\b|\[?[\w.$]*(?i:error|exception|rejection)(?: \[[^\]]*\])?:)`)
+
+// reportStart matches the lines that always start a new crash report when
+// they are not indented: a runtime's own first line.
+var reportStart = regexp.MustCompile(`^(?:panic: |fatal error: |Traceback \(most recent call last\)|Exception in thread )`)
+
+// stderrQuote reads a child's stderr as it is written and keeps what
+// messages about the child quote: its last lines and the first lines of
+// its last crash report.
+//
+// Runtimes put the cause of a crash at different ends of their dump. Python
+// ends its traceback with the exception, so the last lines show it. Go
+// starts with "panic: ..." and Node.js with the error (node-postgres's
+// unhandled 'error' event is followed by about 300 lines of stack and
+// object dump), so the cause is only in the report's first lines.
+//
+// A crash report starts at a line that matches crashStart, unless that line
+// continues the current report: it follows, indented or not, another start
+// line, or an indented line (a stack frame, an object's property) other
+// than Node.js's caret under the source line it quotes. A runtime's first
+// line (reportStart) at the start of a line always starts a new report.
+type stderrQuote struct {
+	mu      sync.Mutex
+	line    []byte // the line being written, cut at lineBytes
+	cut     bool   // bytes of the line being written were dropped
+	n       int    // non-blank lines completed
+	last    []numbered
+	report  []numbered // first lines of the last crash report
+	prev    lineKind   // of the last non-blank line
+	reports int        // crash reports seen
+}
+
+// numbered is a kept line with its number among the non-blank lines.
+type numbered struct {
+	n    int
+	text string
+}
+
+// lineKind classifies a line for telling where a crash report starts.
+type lineKind int
+
+const (
+	plainLine    lineKind = iota // not indented: a log line, or a report's header
+	indentedLine                 // a stack frame, an object's property
+	caretLine                    // Node.js's "^" under the source line it quotes
+	startLine                    // matches crashStart
+)
+
+func newStderrQuote() *stderrQuote { return &stderrQuote{} }
+
+// Write reads b, line by line.
+func (q *stderrQuote) Write(b []byte) (int, error) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for rest := b; len(rest) > 0; {
+		i := bytes.IndexByte(rest, '\n')
+		chunk := rest
+		if i >= 0 {
+			chunk = rest[:i]
+		}
+		if room := lineBytes - len(q.line); len(chunk) > room {
+			q.line = append(q.line, chunk[:max(room, 0)]...)
+			q.cut = true
+		} else {
+			q.line = append(q.line, chunk...)
+		}
+		if i < 0 {
+			break
+		}
+		q.endLine()
+		rest = rest[i+1:]
+	}
+	return len(b), nil
+}
+
+// endLine files the line just completed. The caller holds q.mu.
+func (q *stderrQuote) endLine() {
+	raw := strings.ToValidUTF8(strings.TrimRight(string(q.line), " \t\r"), "�")
+	if q.cut {
+		raw += "…"
+	}
+	q.line, q.cut = q.line[:0], false
+	text := strings.TrimSpace(raw)
+	if text == "" {
+		return
+	}
+	q.n++
+	line := numbered{q.n, text}
+	q.last = append(q.last, line)
+	if len(q.last) > endLines {
+		q.last = q.last[1:]
+	}
+	indented := raw[0] == ' ' || raw[0] == '\t'
+	kind := plainLine
+	switch {
+	case crashStart.MatchString(text):
+		kind = startLine
+		continues := q.reports > 0 && (q.prev == startLine || q.prev == indentedLine)
+		if !continues || (!indented && reportStart.MatchString(text)) {
+			q.reports++
+			q.report = q.report[:0]
+		}
+	case text == "^":
+		kind = caretLine
+	case indented:
+		kind = indentedLine
+	}
+	q.prev = kind
+	if q.reports > 0 && len(q.report) < reportLines && (len(q.report) > 0 || kind == startLine) {
+		q.report = append(q.report, line)
+	}
+}
+
+// Summary quotes the child's stderr on one line, for an error message that
+// reports read only the first line of: "" when stderr had nothing but blank
+// lines. It quotes the last lines and, when they do not include it, the
+// start of the last crash report.
+func (q *stderrQuote) Summary() string {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	last := q.last
+	if pending := strings.TrimSpace(strings.ToValidUTF8(string(q.line), "�")); pending != "" {
+		if q.cut {
+			pending += "…"
+		}
+		last = append(last[:len(last):len(last)], numbered{q.n + 1, pending})
+		last = last[max(0, len(last)-endLines):]
+	}
+	if len(last) == 0 {
+		return ""
+	}
+	ends := join(last)
+	if len(ends) > endBytes {
+		ends = "…" + strings.ToValidUTF8(ends[len(ends)-endBytes:], "")
+	}
+	var report []numbered
+	for _, l := range q.report {
+		if l.n < last[0].n {
+			report = append(report, l)
+		}
+	}
+	if len(report) == 0 {
+		if last[0].n == 1 {
+			return "; its stderr: " + ends
+		}
+		return "; its stderr ends: " + ends
+	}
+	start := join(report)
+	if len(start) > reportBytes {
+		start = strings.ToValidUTF8(start[:reportBytes], "") + "…"
+	}
+	gap := " ⏎ "
+	if between := last[0].n - report[len(report)-1].n - 1; between > 0 {
+		gap = " ⏎ [" + strconv.Itoa(between) + " more lines] ⏎ "
+		if between == 1 {
+			gap = " ⏎ [1 more line] ⏎ "
+		}
+	}
+	return "; its stderr's last crash report starts: " + start + gap + ends
+}
+
+// join joins lines with a visible line break.
+func join(lines []numbered) string {
+	texts := make([]string, len(lines))
+	for i, l := range lines {
+		texts[i] = l.text
+	}
+	return strings.Join(texts, " ⏎ ")
+}

@@ -1,0 +1,134 @@
+package exec
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// quoteOf writes stderr to a new quote in chunks of size bytes, as a pipe
+// may deliver it, and returns the quote's summary.
+func quoteOf(stderr string, size int) string {
+	q := newStderrQuote()
+	for b := []byte(stderr); len(b) > 0; {
+		n := min(size, len(b))
+		_, _ = q.Write(b[:n])
+		b = b[n:]
+	}
+	return q.Summary()
+}
+
+// checkBounded fails the test when a summary quotes more lines or bytes
+// than the quote keeps.
+func checkBounded(t *testing.T, summary string) {
+	t.Helper()
+	// The two parts, their line breaks, the gap between them and the words
+	// around them.
+	if most := reportBytes + endBytes + 3*(endLines+reportLines+1) + 80; len(summary) > most {
+		t.Errorf("the summary has %d bytes; want at most %d:\n%s", len(summary), most, summary)
+	}
+	if lines := strings.Count(summary, " ⏎ ") + 1; lines > endLines+reportLines+1 {
+		t.Errorf("the summary quotes %d lines; want at most %d:\n%s", lines, endLines+reportLines+1, summary)
+	}
+}
+
+// TestStderrQuoteShowsTheCauseOfACrash quotes real crash dumps of children
+// in several languages (testdata/stderr: node-postgres's pool without an
+// 'error' listener when its connection is terminated, about 300 lines with
+// the cause at the top; an uncaught TypeError and an unhandled rejection
+// in Node.js, the former after a handled error was logged; a Go panic with its goroutine stacks; a Python program that
+// logged a caught traceback and then crashed with another; a Java
+// exception with its cause), each preceded by a few log lines, and a plain
+// log. Each summary must show the line that says what went wrong, stay
+// bounded, and not quote an earlier dump as the crash.
+func TestStderrQuoteShowsTheCauseOfACrash(t *testing.T) {
+	for _, c := range []struct {
+		file   string
+		shows  []string // the cause, and the last line
+		report bool     // whether the crash report's start is quoted apart from the last lines
+		hides  string   // an earlier dump or the lines in between, never quoted
+	}{
+		{"node-unhandled-error.txt", []string{"error: terminating connection due to administrator command", "Node.js v20.20.2"}, true, "_handleErrorEvent"},
+		{"node-uncaught-exception.txt", []string{"TypeError: Cannot read properties of undefined (reading 'length')", "Node.js v20.20.2"}, true, "child: starting"},
+		// A handled error logged with console.error, then a crash: only the
+		// crash is quoted.
+		{"node-logged-error-then-uncaught.txt", []string{"TypeError: Cannot read properties of undefined (reading 'length')", "Node.js v20.20.2"}, false, "ECONNREFUSED"},
+		{"node-unhandled-rejection.txt", []string{"Error: connect ECONNREFUSED 127.0.0.1:1", "Node.js v20.20.2"}, true, "child: starting"},
+		{"go-panic.txt", []string{"panic: runtime error: invalid memory address or nil pointer dereference", "main.go:33 +0x10e"}, true, "set up schema"},
+		{"python-traceback.txt", []string{`psycopg2.OperationalError: connection to server at "127.0.0.1", port 1 failed: Connection refused`, "Is the server running on that host"}, true, "IndexError"},
+		{"java-exception.txt", []string{`Exception in thread "main" java.lang.IllegalStateException: cannot claim harmless.double-delivery/1`, "... 3 more"}, true, "set up in schema"},
+		{"plain-log.txt", []string{"lost the connection; reconnecting", "connected to the database again"}, false, "concurrent-delivery/35 "},
+	} {
+		t.Run(c.file, func(t *testing.T) {
+			data, err := os.ReadFile(filepath.Join("testdata", "stderr", c.file))
+			if err != nil {
+				t.Fatal(err)
+			}
+			whole := quoteOf(string(data), len(data))
+			t.Logf("%d lines quoted as: %s", strings.Count(string(data), "\n"), whole)
+			for _, size := range []int{1, 7, 4096} {
+				if got := quoteOf(string(data), size); got != whole {
+					t.Errorf("written %d bytes at a time, the summary is\n%s\nwritten at once, it is\n%s", size, got, whole)
+				}
+			}
+			for _, want := range c.shows {
+				if !strings.Contains(whole, want) {
+					t.Errorf("the summary does not show %q:\n%s", want, whole)
+				}
+			}
+			if got := strings.Contains(whole, "last crash report starts: "); got != c.report {
+				t.Errorf("the summary quotes a crash report apart: %t; want %t:\n%s", got, c.report, whole)
+			}
+			if strings.Contains(whole, c.hides) {
+				t.Errorf("the summary quotes %q, which is not part of the crash or the last lines:\n%s", c.hides, whole)
+			}
+			checkBounded(t, whole)
+		})
+	}
+}
+
+func TestStderrQuoteEdgeCases(t *testing.T) {
+	for _, c := range []struct {
+		name, stderr, want string
+	}{
+		{"nothing", "", ""},
+		{"blank lines", "\n  \n\t\n", ""},
+		{"one line", "execchild: simulated crash\n", "; its stderr: execchild: simulated crash"},
+		{"no final newline", "a\nb", "; its stderr: a ⏎ b"},
+		{"carriage returns", "a\r\nb\r\n", "; its stderr: a ⏎ b"},
+		{"invalid UTF-8", "bad \xff byte\n", "; its stderr: bad � byte"},
+		{"more than the last lines", "1\n2\n3\n4\n5\n6\n7\n8\n", "; its stderr ends: 3 ⏎ 4 ⏎ 5 ⏎ 6 ⏎ 7 ⏎ 8"},
+		// The crash report is among the last lines: quoted once.
+		{"short report", "log\npanic: boom\n\ngoroutine 1 [running]:\nmain.main()\n", "; its stderr: log ⏎ panic: boom ⏎ goroutine 1 [running]: ⏎ main.main()"},
+		// The report directly before the last lines: no gap between them.
+		{"adjacent", "panic: boom\n1\n2\n3\n4\n5\n6\n", "; its stderr's last crash report starts: panic: boom ⏎ 1 ⏎ 2 ⏎ 3 ⏎ 4 ⏎ 5 ⏎ 6"},
+		// A repanic continues the report it follows.
+		{"repanic", "panic: boom [recovered]\n\tpanic: boom\n" + strings.Repeat("\tframe\n", 20), "; its stderr's last crash report starts: panic: boom [recovered] ⏎ panic: boom ⏎ frame ⏎ frame ⏎ [12 more lines] ⏎ frame ⏎ frame ⏎ frame ⏎ frame ⏎ frame ⏎ frame"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if got := quoteOf(c.stderr, len(c.stderr)+1); got != c.want {
+				t.Errorf("summary of %q:\n got %q\nwant %q", c.stderr, got, c.want)
+			}
+		})
+	}
+}
+
+// TestStderrQuoteIsBounded writes what a misbehaving child might: one line
+// of 1 MiB without a line break, and lines of 10 KiB. The summary keeps the
+// start of each line and stays bounded.
+func TestStderrQuoteIsBounded(t *testing.T) {
+	huge := "Error: " + strings.Repeat("x", 1<<20)
+	got := quoteOf(huge, 64<<10)
+	if !strings.HasPrefix(got, "; its stderr: Error: xxx") || !strings.HasSuffix(got, "…") {
+		t.Errorf("a 1 MiB line without a line break is quoted as %.200q…", got)
+	}
+	checkBounded(t, got)
+
+	long := strings.Repeat("Traceback (most recent call last):\n"+strings.Repeat("y", 10<<10)+"\n", 20)
+	got = quoteOf(long, 4096)
+	checkBounded(t, got)
+	if !strings.Contains(got, "Traceback (most recent call last): ⏎ yyy") {
+		t.Errorf("lines of 10 KiB are quoted as %s", got)
+	}
+}

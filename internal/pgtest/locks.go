@@ -1,0 +1,76 @@
+package pgtest
+
+import (
+	"context"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// lockWaitDeadline bounds [WithoutLockWait]: far above what any setup
+// needs, so only a hang reaches it.
+const lockWaitDeadline = time.Minute
+
+// WithoutLockWait runs fn and returns its error, but fails the test as soon
+// as a backend whose application_name is app waits for a lock, naming the
+// statement that waits, or when fn has not returned within a minute. It
+// watches through pool, which must not belong to fn. On failure it cancels
+// fn's context and waits for fn to return, so that nothing fn holds
+// outlives the test.
+//
+// It shows that setup code does not wait behind transactions that hold a
+// table (deliveries in flight), without sleeping or timing anything: a
+// statement that needs a conflicting lock shows up in pg_stat_activity as
+// waiting on a Lock.
+func WithoutLockWait(t testing.TB, pool *pgxpool.Pool, app string, fn func(context.Context) error) error {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- fn(ctx) }()
+	stop := func(format string, args ...any) {
+		t.Helper()
+		cancel()
+		<-done
+		t.Fatalf(format, args...)
+	}
+	deadline := time.After(lockWaitDeadline)
+	poll := time.NewTicker(10 * time.Millisecond)
+	defer poll.Stop()
+	for {
+		select {
+		case err := <-done:
+			return err
+		case <-deadline:
+			stop("%s neither finished nor waited for a lock in %s", app, lockWaitDeadline)
+		case <-poll.C:
+		}
+		var waiting string
+		err := pool.QueryRow(ctx, `SELECT coalesce(string_agg(query, ' | '), '') FROM pg_stat_activity
+WHERE application_name = $1 AND wait_event_type = 'Lock'`, app).Scan(&waiting)
+		if err != nil {
+			stop("watch for lock waits of %s: %v", app, err)
+		}
+		if waiting != "" {
+			stop("%s waits for a lock: %s", app, waiting)
+		}
+	}
+}
+
+// NamedDSN is [DSN] with application_name set to app, which must be plain
+// ASCII without spaces or quotes, so that the connections made with it can
+// be found in pg_stat_activity, for instance by [WithoutLockWait].
+func NamedDSN(t testing.TB, app string) string {
+	t.Helper()
+	dsn := DSN(t)
+	switch {
+	case !strings.HasPrefix(dsn, "postgres://") && !strings.HasPrefix(dsn, "postgresql://"):
+		return dsn + " application_name=" + app // keyword/value: the last value counts
+	case strings.Contains(dsn, "?"):
+		return dsn + "&application_name=" + url.QueryEscape(app)
+	}
+	return dsn + "?application_name=" + url.QueryEscape(app)
+}
