@@ -428,3 +428,87 @@ func TestChildIgnoringShutdownIsKilled(t *testing.T) {
 		t.Errorf("the child ended with %s, want killed", m.status)
 	}
 }
+
+// TestATransientSetupDoesNotEndTheInstance: a process the pool starts
+// later whose setup answers transient (as one started while the server
+// restarts would) fails only the request that needed it, unacknowledged;
+// the instance lives on and its other processes go on serving.
+func TestATransientSetupDoesNotEndTheInstance(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	cfg := Config{
+		Command: execchild.CommandMaxInFlight(execchild.SetupTransientLater, 1),
+		Env:     []string{execchild.EnvMarkDir + "=" + t.TempDir()},
+	}
+	adapter, _, err := Probe(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := env(t)
+	const app = "exec-test-transient-setup"
+	e.DSN = pgtest.NamedDSN(t, app)
+	impl, err := adapter.New(ctx, e)
+	if err != nil {
+		t.Fatalf("new instance: %v", err)
+	}
+	t.Cleanup(func() { _ = impl.Close(context.Background()) })
+
+	// Keep the first process busy: its delivery waits for a lock the test
+	// holds on the marker table, so the next request needs a new process.
+	tx, err := pgtest.Pool(t).Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(context.Background()) }()
+	if _, err := tx.Exec(ctx, "LOCK TABLE "+pgx.Identifier{e.Schema, "processed_events"}.Sanitize()+" IN EXCLUSIVE MODE"); err != nil {
+		t.Fatal(err)
+	}
+	busy := make(chan error, 1)
+	go func() {
+		got, err := deliver(t, impl, "busy", testTimeout)
+		if err == nil && got != adapters.Applied {
+			err = fmt.Errorf("the busy delivery ended %v", got)
+		}
+		busy <- err
+	}()
+	waitForLockWait(t, app)
+
+	_, err = deliver(t, impl, "needs-a-new-process", testTimeout)
+	var answer *AnswerError
+	if !errors.As(err, &answer) || answer.Err.Class != protocol.Transient || errors.Is(err, ErrProcessFailed) {
+		t.Fatalf("the request that needed a new process: %v; want the transient answer to its setup, unacknowledged", err)
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-busy; err != nil {
+		t.Fatalf("the first process's delivery: %v", err)
+	}
+	if got, err := deliver(t, impl, "after", testTimeout); err != nil || got != adapters.Applied {
+		t.Errorf("a delivery after the failed start: %v, %v; want Applied: the instance must live on", got, err)
+	}
+}
+
+// waitForLockWait waits until a backend whose application_name is app
+// waits for a lock, and fails the test if none does within testTimeout.
+func waitForLockWait(t *testing.T, app string) {
+	t.Helper()
+	deadline := time.Now().Add(testTimeout)
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		var waiting bool
+		err := pgtest.Pool(t).QueryRow(t.Context(), `SELECT EXISTS (SELECT 1 FROM pg_stat_activity
+WHERE application_name = $1 AND wait_event_type = 'Lock')`, app).Scan(&waiting)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if waiting {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no connection of %s waited for a lock within %s", app, testTimeout)
+		}
+		<-tick.C
+	}
+}

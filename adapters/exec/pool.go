@@ -99,6 +99,22 @@ func (p *pool) grow(ctx context.Context) (*member, error) {
 
 var errClosed = errors.New("the instance is closed")
 
+// startMayRetry reports whether a process that failed to start failed for
+// a moment, not for a bug: its hello or setup answered the error class
+// transient (a connection refused while the server restarts, say) or did
+// not answer before the request's deadline. The process is gone, the
+// request that needed it fails unacknowledged and is redelivered, and the
+// instance lives on to start another. A process that died, broke the
+// protocol, declared otherwise or answered another class has a bug, and
+// ends the instance (see pool.die).
+func startMayRetry(err error) bool {
+	var answer *AnswerError
+	if errors.As(err, &answer) {
+		return answer.Err.Class == protocol.Transient
+	}
+	return errors.Is(err, ErrNoAnswer) && !errors.Is(err, ErrProcessFailed)
+}
+
 // acquire returns a process with a slot taken for one request. When every
 // slot is taken it starts another process, unless the processes already
 // starting have spare slots for every caller already waiting.
@@ -126,7 +142,7 @@ func (p *pool) acquire(ctx context.Context) (*member, error) {
 			p.starting++
 			p.mu.Unlock()
 			m, err := p.grow(ctx)
-			if err != nil {
+			if err != nil && !startMayRetry(err) {
 				err = p.die(err)
 			}
 			p.mu.Lock()

@@ -23,6 +23,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -88,7 +89,16 @@ const (
 	// ErrorClasses answers each delivery with the error class named by its
 	// event id (transient, invalid_input, payload_conflict, unsupported).
 	ErrorClasses = "error-classes"
+	// SetupTransientLater serves the reference, but answers the setup of
+	// every process of an instance but the first with the error class
+	// transient, as a process started while the server restarts would. It
+	// needs EnvMarkDir, where the first process leaves its mark.
+	SetupTransientLater = "setup-transient-later"
 )
+
+// EnvMarkDir names the variable holding the directory where
+// SetupTransientLater's first process of each instance leaves its mark.
+const EnvMarkDir = "HARMLESS_EXECCHILD_MARK_DIR"
 
 // LastWords is what CrashOnDeliver writes to stderr before it exits.
 const LastWords = "execchild: simulated crash in the middle of a delivery"
@@ -218,6 +228,10 @@ func (c *child) handle(req protocol.IncomingRequest) {
 			c.answer(protocol.EncodeError(req.ID, protocol.Transient, err.Error()))
 			return
 		}
+		if c.mode == SetupTransientLater && !c.firstOfInstance() {
+			c.answer(protocol.EncodeError(req.ID, protocol.Transient, "the server is restarting (simulated): connection refused"))
+			return
+		}
 		if err := c.setup(p); err != nil {
 			c.answer(protocol.EncodeError(req.ID, protocol.Transient, err.Error()))
 			return
@@ -228,6 +242,19 @@ func (c *child) handle(req protocol.IncomingRequest) {
 	default:
 		c.answer(protocol.EncodeError(req.ID, protocol.Unsupported, "unknown method "+req.Method))
 	}
+}
+
+// firstOfInstance reports whether this is the first process of its
+// instance to be set up: the one that creates the instance's mark in
+// EnvMarkDir.
+func (c *child) firstOfInstance() bool {
+	mark := filepath.Join(os.Getenv(EnvMarkDir), fmt.Sprintf("instance-%d", c.instance))
+	f, err := os.OpenFile(mark, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+	if err != nil {
+		return false
+	}
+	f.Close()
+	return true
 }
 
 func (c *child) hello(req protocol.IncomingRequest) {
