@@ -61,6 +61,9 @@ func (s *state) concurrentDelivery() {
 				})
 			})
 		}
+		for _, v := range claimantVariants {
+			s.failedClaimant(v)
+		}
 	})
 }
 

@@ -11,6 +11,7 @@ import (
 	"github.com/harmless-dev/harmless/adapters/alternatives/advisorylock"
 	"github.com/harmless-dev/harmless/adapters/alternatives/databasesql"
 	"github.com/harmless-dev/harmless/adapters/alternatives/serializable"
+	"github.com/harmless-dev/harmless/adapters/broken/busyisduplicate"
 	"github.com/harmless-dev/harmless/adapters/broken/checktheninsert"
 	"github.com/harmless-dev/harmless/adapters/broken/earlypurge"
 	"github.com/harmless-dev/harmless/adapters/broken/effectfirst"
@@ -29,6 +30,7 @@ func All() []adapters.Adapter {
 		advisorylock.Adapter(),
 		databasesql.Adapter(),
 		serializable.Adapter(),
+		busyisduplicate.Adapter(), // broken-busy-is-duplicate
 		checktheninsert.Adapter(), // broken-check-then-insert
 		earlypurge.Adapter(),      // broken-early-purge
 		effectfirst.Adapter(),     // broken-effect-first
