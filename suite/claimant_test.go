@@ -27,7 +27,7 @@ var lostEvent = expect{VerdictFail, "the event is lost: "}
 // claimantCases are implementations whose contenders wait for the
 // claimant in ways the database does not all show, which must pass the
 // failed-claimant rule, and the shortcuts that answer a busy event
-// Duplicate, which must fail it.
+// Duplicate and a marker committed before the effect, which must fail it.
 var claimantCases = map[string]struct {
 	adapter adapters.Adapter
 	want    expect
@@ -42,6 +42,8 @@ var claimantCases = map[string]struct {
 	"try-lock": {adapter: tryLockAdapter(), want: lostEvent},
 	// A busy event, found by a short lock_timeout, is a Duplicate.
 	"broken-busy-is-duplicate": {adapter: mustBuiltin("broken-busy-is-duplicate"), want: lostEvent},
+	// The marker is committed before the effect: the others find it.
+	"broken-marker-first": {adapter: mustBuiltin("broken-marker-first"), want: lostEvent},
 }
 
 func mustBuiltin(name string) adapters.Adapter {

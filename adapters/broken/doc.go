@@ -16,7 +16,7 @@
 // | broken-early-purge       | earlypurge      | Purge removes markers still inside the declared window          | retention-expiry                                                                              |
 // | broken-ignore-payload    | ignorepayload   | a claimed identity is always Duplicate; payloads never compared | conflicting-payload                                                                           |
 // | broken-in-memory         | inmemory        | the dedup set is a map in each worker's memory                  | double-delivery, concurrent-delivery, conflicting-payload, retention-expiry, ambiguous-commit |
-// | broken-marker-first      | markerfirst     | marker committed, then the effect in a second transaction       | failure-after-marker, ambiguous-commit, crash-recovery                                        |
+// | broken-marker-first      | markerfirst     | marker committed, then the effect in a second transaction       | concurrent-delivery, failure-after-marker, ambiguous-commit, crash-recovery                   |
 // | broken-no-namespace      | nonamespace     | the marker is keyed by the event id alone                       | namespace-isolation                                                                           |
 // | broken-no-purge          | nopurge         | a window is declared, but Purge removes nothing                 | retention-expiry                                                                              |
 // | broken-sql-splice        | sqlsplice       | the identity spliced into the claim's SQL text                  | bad-input                                                                                     |
