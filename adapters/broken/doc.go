@@ -10,7 +10,7 @@
 //
 // | adapter                  | package         | bug                                                             | caught by                                                                                     |
 // |--------------------------|-----------------|-----------------------------------------------------------------|-----------------------------------------------------------------------------------------------|
-// | broken-busy-is-duplicate | busyisduplicate | lock_timeout on another's open claim answered Duplicate         | concurrent-delivery, conflicting-payload                                                      |
+// | broken-busy-is-duplicate | busyisduplicate | lock_timeout on another's open claim answered Duplicate         | concurrent-delivery, conflicting-payload, crash-recovery                                      |
 // | broken-check-then-insert | checktheninsert | SELECT then INSERT, no unique constraint on the marker          | concurrent-delivery, conflicting-payload                                                      |
 // | broken-effect-first      | effectfirst     | effect committed, then the marker in a second transaction       | concurrent-delivery, conflicting-payload, ambiguous-commit, crash-recovery                    |
 // | broken-early-purge       | earlypurge      | Purge removes markers still inside the declared window          | retention-expiry                                                                              |
