@@ -3,8 +3,6 @@ package suite
 import (
 	"context"
 	"fmt"
-	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -147,13 +145,14 @@ func (s *state) claimantRound(ctx context.Context, spec *harness.Spec, v claiman
 func (s *state) claimantPlay(ctx context.Context, spec *harness.Spec, v claimantVariant, round, try int) claimantPlay {
 	GinkgoHelper()
 	ev := newEvent(fixtures.ConcurrentDelivery, fmt.Sprintf("claimant-%s-%d-%d", v.point, round, try))
+	label := fmt.Sprintf("round %d", round)
+	if try > 1 {
+		label += fmt.Sprintf(", try %d", try)
+	}
 	p := claimantPlay{
-		label: fmt.Sprintf("round %d (claimant failing %s, %d deliveries)", round, v.where, s.cfg.contenders),
+		label: fmt.Sprintf("%s (claimant failing %s, %d deliveries)", label, v.where, s.cfg.contenders),
 		ev:    ev,
 		where: v.where,
-	}
-	if try > 1 {
-		p.label = fmt.Sprintf("round %d, try %d (claimant failing %s, %d deliveries)", round, try, v.where, s.cfg.contenders)
 	}
 	// The claimant holds the event for at most half a delivery's time; the
 	// harness fails it well before.
@@ -181,32 +180,11 @@ func (s *state) claimantPlay(ctx context.Context, spec *harness.Spec, v claimant
 	p.slept, err = s.awaitFired(ctx, spec, p.sleep, claimantDone)
 	Expect(err).NotTo(HaveOccurred())
 
-	var failing atomic.Bool // set once the harness fails the claimant
-	failing.Store(p.slept == 0)
-	var answered atomic.Int64
-	p.contenders = make([]contender, len(order)-1)
-	var ready, done sync.WaitGroup
-	release := make(chan struct{})
-	for i, c := range order[1:] {
-		ready.Add(1)
-		done.Add(1)
-		go func() {
-			defer GinkgoRecover()
-			defer done.Done()
-			ready.Done()
-			<-release
-			a := spec.Deliver(ctx, workers[c], ev)
-			p.contenders[i] = contender{attempt: a, whileHeld: !failing.Load()}
-			answered.Add(1)
-		}()
-	}
-	ready.Wait()
-	close(release)
-
+	race := releaseContenders(ctx, spec, ev, order[1:], workers, p.slept == 0)
 	if p.slept > 0 {
-		p.watch, err = watchContenders(ctx, spec, len(p.contenders), func() int { return int(answered.Load()) }, claimantDone, hold*3/4)
+		p.watch, err = watchContenders(ctx, spec, len(order)-1, race.answeredSoFar, claimantDone, hold*3/4)
 		Expect(err).NotTo(HaveOccurred())
-		failing.Store(true)
+		race.failing.Store(true)
 		p.cancelled, err = spec.CancelSleeping(ctx)
 		Expect(err).NotTo(HaveOccurred())
 	}
@@ -215,19 +193,9 @@ func (s *state) claimantPlay(ctx context.Context, spec *harness.Spec, v claimant
 	case <-ctx.Done():
 		Fail(fmt.Sprintf("%s: the claimant's delivery of %s did not return before the fixture's timeout", p.label, ev))
 	}
-	done.Wait()
-
-	switch {
-	case p.slept == 0:
-		p.inconclusive = fmt.Sprintf("the claimant (attempt %d on worker %d) never reached the point where it was to fail (%s): it ended %s, and the others were delivered after it",
-			p.claimant.Delivery.Attempt, p.claimantWorker, p.sleep, p.claimant.Result())
-	case len(p.cancelled) == 0:
-		p.inconclusive = fmt.Sprintf("the claimant was no longer sleeping when the harness came to fail it (%s): it failed at a moment the harness did not choose", p.watch.why)
-		p.retry = true
-	case p.watch.seen.LockWaits+p.watch.answered == 0:
-		p.inconclusive = fmt.Sprintf("no contender was seen waiting on a lock or had answered when the harness failed the claimant (%s): the contenders did not provably overlap its claim", p.watch.why)
-		p.retry = true
-	}
+	race.done.Wait()
+	p.contenders = race.results
+	p.inconclusive, p.retry = p.overlapProblem()
 
 	if !p.acknowledged() && ctx.Err() == nil {
 		p.redelivered = spec.DeliverUntilTerminal(ctx, p.claimantWorker, ev, s.cfg.maxTries)
@@ -240,6 +208,62 @@ func (s *state) claimantPlay(ctx context.Context, spec *harness.Spec, v claimant
 	p.raised, err = spec.Fired(ctx, p.raise)
 	Expect(err).NotTo(HaveOccurred())
 	return p
+}
+
+// contenderRace is the contenders of a play, released together while the
+// claimant holds the event.
+type contenderRace struct {
+	results  []contender // by contender; complete once done is
+	answered atomic.Int64
+	// failing is set once the harness fails the claimant: a contender
+	// that answers later did not answer while the claimant held the event.
+	failing atomic.Bool
+	done    sync.WaitGroup
+}
+
+// releaseContenders delivers ev once to each of contenders, contender c to
+// worker workers[c], all released together. failing says whether the
+// claimant has failed already.
+func releaseContenders(ctx context.Context, spec *harness.Spec, ev adapters.Event, contenders, workers []int, failing bool) *contenderRace {
+	GinkgoHelper()
+	r := &contenderRace{results: make([]contender, len(contenders))}
+	r.failing.Store(failing)
+	var ready sync.WaitGroup
+	release := make(chan struct{})
+	for i, c := range contenders {
+		ready.Add(1)
+		r.done.Add(1)
+		go func() {
+			defer GinkgoRecover()
+			defer r.done.Done()
+			ready.Done()
+			<-release
+			a := spec.Deliver(ctx, workers[c], ev)
+			r.results[i] = contender{attempt: a, whileHeld: !r.failing.Load()}
+			r.answered.Add(1)
+		}()
+	}
+	ready.Wait()
+	close(release)
+	return r
+}
+
+// answeredSoFar counts the contenders that have answered.
+func (r *contenderRace) answeredSoFar() int { return int(r.answered.Load()) }
+
+// overlapProblem says why the play proves nothing, if it does not, and
+// whether playing again may prove something.
+func (p claimantPlay) overlapProblem() (problem string, retry bool) {
+	switch {
+	case p.slept == 0:
+		return fmt.Sprintf("the claimant (attempt %d on worker %d) never reached the point where it was to fail (%s): it ended %s, and the others were delivered after it",
+			p.claimant.Delivery.Attempt, p.claimantWorker, p.sleep, p.claimant.Result()), false
+	case len(p.cancelled) == 0:
+		return fmt.Sprintf("the claimant was no longer sleeping when the harness came to fail it (%s): it failed at a moment the harness did not choose", p.watch.why), true
+	case p.watch.seen.LockWaits+p.watch.answered == 0:
+		return fmt.Sprintf("no contender was seen waiting on a lock or had answered when the harness failed the claimant (%s): the contenders did not provably overlap its claim", p.watch.why), true
+	}
+	return "", false
 }
 
 // acknowledged reports whether the broker would stop redelivering the
@@ -374,26 +398,13 @@ func (p claimantPlay) brokerStory() string {
 }
 
 // contendersList names the contenders that made attempts, e.g. "14 of 15
-// contenders (attempts 2, 3, 5, 6, 7, 8, 9, 10 and 6 more) were".
+// contenders (attempts 2, 3, 5, 6, 7, 8, 9, 10, and 6 more) were".
 func contendersList(attempts []harness.Attempt, of int) string {
-	const shown = 8
-	nums := make([]int, len(attempts))
-	for i, a := range attempts {
-		nums[i] = a.Delivery.Attempt
-	}
-	slices.Sort(nums)
-	var list []string
-	for _, n := range nums[:min(len(nums), shown)] {
-		list = append(list, strconv.Itoa(n))
-	}
-	if len(nums) > shown {
-		list = append(list, fmt.Sprintf("and %d more", len(nums)-shown))
-	}
 	verb := "were"
 	if len(attempts) == 1 {
 		verb = "was"
 	}
-	return fmt.Sprintf("%d of %d contenders (attempts %s) %s", len(attempts), of, strings.Join(list, ", "), verb)
+	return fmt.Sprintf("%d of %d contenders (attempts %s) %s", len(attempts), of, harness.AttemptNumbers(attempts), verb)
 }
 
 // summary says, for a rule that held, what a play proved.
