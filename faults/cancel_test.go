@@ -74,10 +74,15 @@ func TestCancelSleepingFailsTheSleepingTransaction(t *testing.T) {
 				t.Errorf("a sleep of another run or of an untagged connection ended: %v", err)
 			default:
 			}
+			// End the other sleeps, and wait for them: their connections
+			// are closed when the test ends.
 			for _, c := range others {
 				if _, err := fx.pool.Exec(t.Context(), "SELECT pg_cancel_backend($1)", int32(c.PgConn().PID())); err != nil {
 					t.Fatal(err)
 				}
+			}
+			for range others {
+				<-asleep
 			}
 		})
 	}
