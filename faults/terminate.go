@@ -33,15 +33,8 @@ const pollInterval = 10 * time.Millisecond
 // returned with an error.
 func TerminateBackends(ctx context.Context, db ledger.DB, applicationNamePrefix string) ([]int, error) {
 	prefix := applicationNamePrefix
-	switch {
-	case prefix == "":
-		return nil, fmt.Errorf("terminate backends: refusing an empty prefix: it matches every connection")
-	case !strings.HasPrefix(prefix, RunPrefix):
-		return nil, fmt.Errorf("terminate backends: refusing prefix %q: it does not start with %q, so the connections may not be this run's", prefix, RunPrefix)
-	case prefix == RunPrefix:
-		return nil, fmt.Errorf("terminate backends: refusing prefix %q: it matches every run's connections, not one run's", prefix)
-	case len(prefix) > maxApplicationName:
-		return nil, fmt.Errorf("terminate backends: prefix %q is longer than the %d bytes PostgreSQL keeps of an application_name", prefix, maxApplicationName)
+	if err := checkPrefix(prefix); err != nil {
+		return nil, fmt.Errorf("terminate backends: %w", err)
 	}
 
 	rows, err := db.Query(ctx, `SELECT pid, backend_start, pg_terminate_backend(pid) AS terminated
@@ -77,6 +70,23 @@ WHERE backend_type = 'client backend'
 		return pids, fmt.Errorf("terminate backends named %q*: %w", prefix, err)
 	}
 	return pids, nil
+}
+
+// checkPrefix refuses an application_name prefix that could reach
+// connections other than one run's: empty, not starting with [RunPrefix],
+// the bare RunPrefix, or longer than PostgreSQL keeps.
+func checkPrefix(prefix string) error {
+	switch {
+	case prefix == "":
+		return errors.New("refusing an empty prefix: it matches every connection")
+	case !strings.HasPrefix(prefix, RunPrefix):
+		return fmt.Errorf("refusing prefix %q: it does not start with %q, so the connections may not be this run's", prefix, RunPrefix)
+	case prefix == RunPrefix:
+		return fmt.Errorf("refusing prefix %q: it matches every run's connections, not one run's", prefix)
+	case len(prefix) > maxApplicationName:
+		return fmt.Errorf("prefix %q is longer than the %d bytes PostgreSQL keeps of an application_name", prefix, maxApplicationName)
+	}
+	return nil
 }
 
 // waitGone polls pg_stat_activity until none of the backends (pid and start

@@ -70,6 +70,9 @@ func (s *state) concurrentDelivery() {
 				})
 			})
 		}
+		for _, v := range claimantVariants {
+			s.failedClaimant(v)
+		}
 	})
 }
 

@@ -107,7 +107,7 @@ var misbehavers = map[string]misbehaving{
 			return adapters.Applied, nil
 		}),
 		opts:    small,
-		failing: []string{fixtures.DoubleDeliveryOneEffect, fixtures.ConcurrentDeliveryOneEffect, fixtures.FailureAfterMarkerRetryApplies},
+		failing: []string{fixtures.DoubleDeliveryOneEffect, fixtures.ConcurrentDeliveryOneEffect, fixtures.ConcurrentDeliveryFailedClaimantNotLost, fixtures.FailureAfterMarkerRetryApplies},
 		says:    "applied 0 times",
 	},
 	"no-policy": {

@@ -20,6 +20,7 @@ func TestMain(m *testing.M) { pgtest.Main(m) }
 
 // The broken adapters' names, spelled out: other tooling depends on them.
 const (
+	busyIsDuplicate = "broken-busy-is-duplicate"
 	caseFolded      = "broken-case-folded"
 	checkThenInsert = "broken-check-then-insert"
 	earlyPurge      = "broken-early-purge"
@@ -34,7 +35,7 @@ const (
 	truncatedKey    = "broken-truncated-key"
 )
 
-var names = []string{caseFolded, checkThenInsert, earlyPurge, effectFirst, ignorePayload, inMemory, lossyKey, markerFirst, noNamespace, noPurge, sqlSplice, truncatedKey}
+var names = []string{busyIsDuplicate, caseFolded, checkThenInsert, earlyPurge, effectFirst, ignorePayload, inMemory, lossyKey, markerFirst, noNamespace, noPurge, sqlSplice, truncatedKey}
 
 // world is one adapter in a fresh schema with its ledger, as the harness
 // sets up a spec, with instances built on demand.
@@ -158,11 +159,29 @@ func failAttempt(attempt int, err error) adapters.EffectHook {
 	}
 }
 
+// result is what came of one delivery.
+type result struct {
+	outcome adapters.Outcome
+	err     error
+}
+
 // interleave runs attempt 1 of ev on worker 1, pausing it inside its effect
 // until attempt 2 on worker 1 has returned: the interleaving a race between
 // two deliveries produces. It fails unless they are acknowledged with first
 // and second.
 func (w *world) interleave(ev adapters.Event, first, second adapters.Outcome) {
+	w.t.Helper()
+	r1, r2 := w.race(ev, nil)
+	if r1.err != nil || r2.err != nil || r1.outcome != first || r2.outcome != second {
+		w.t.Fatalf("%s: interleaved attempts = %v, %v and %v, %v; want %v and %v", w.adapter.Name, r1.outcome, r1.err, r2.outcome, r2.err, first, second)
+	}
+}
+
+// race runs attempt 1 of ev on worker 1, pausing it inside its effect,
+// after its claim, until attempt 2 on worker 1 has returned; attempt 1's
+// effect then fails with fail, or succeeds when fail is nil. It returns
+// what came of each attempt.
+func (w *world) race(ev adapters.Event, fail error) (first, second result) {
 	w.t.Helper()
 	w.instance(1)
 	paused, resume := make(chan struct{}), make(chan struct{})
@@ -173,14 +192,10 @@ func (w *world) interleave(ev adapters.Event, first, second adapters.Outcome) {
 		close(paused)
 		select {
 		case <-resume:
-			return nil
+			return fail
 		case <-ctx.Done():
 			return ctx.Err()
 		}
-	}
-	type result struct {
-		outcome adapters.Outcome
-		err     error
 	}
 	done := make(chan result, 1)
 	go func() {
@@ -189,13 +204,10 @@ func (w *world) interleave(ev adapters.Event, first, second adapters.Outcome) {
 	}()
 	<-paused
 	ctx, cancel := context.WithTimeout(w.t.Context(), 10*time.Second)
-	outcome, err := w.instance(1).Deliver(ctx, adapters.Delivery{Event: ev, Attempt: 2})
+	second.outcome, second.err = w.instance(1).Deliver(ctx, adapters.Delivery{Event: ev, Attempt: 2})
 	cancel()
 	close(resume)
-	r := <-done
-	if r.err != nil || err != nil || r.outcome != first || outcome != second {
-		w.t.Fatalf("%s: interleaved attempts = %v, %v and %v, %v; want %v and %v", w.adapter.Name, r.outcome, r.err, outcome, err, first, second)
-	}
+	return <-done, second
 }
 
 func TestEveryBrokenAdapterIsBuiltInAndDeclaresWhatTheReferenceDoes(t *testing.T) {
@@ -276,6 +288,14 @@ func TestBugs(t *testing.T) {
 		adapter, bug string
 		show         func(w *world)
 	}{
+		{busyIsDuplicate, "a delivery that finds the event busy is a Duplicate, and the event is lost when the claimant fails", func(w *world) {
+			boom := errors.New("boom")
+			claimant, busy := w.race(ev, boom)
+			if !errors.Is(claimant.err, boom) || busy.err != nil || busy.outcome != adapters.Duplicate {
+				w.t.Fatalf("the claimant ended %v, %v and the delivery that found it busy %v, %v; want %v, and Duplicate", claimant.outcome, claimant.err, busy.outcome, busy.err, boom)
+			}
+			w.effects(ev, 0)
+		}},
 		{checkThenInsert, "interleaved deliveries both apply", func(w *world) {
 			w.interleave(ev, adapters.Applied, adapters.Applied)
 			w.effects(ev, 2)

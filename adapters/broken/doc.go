@@ -10,6 +10,7 @@
 //
 // | adapter                  | package         | bug                                                             | caught by                                                                                     |
 // |--------------------------|-----------------|-----------------------------------------------------------------|-----------------------------------------------------------------------------------------------|
+// | broken-busy-is-duplicate | busyisduplicate | lock_timeout on another's open claim answered Duplicate         | concurrent-delivery, conflicting-payload, crash-recovery                                      |
 // | broken-case-folded       | casefolded      | the marker keyed by lower(id)                                   | identity-fidelity                                                                             |
 // | broken-check-then-insert | checktheninsert | SELECT then INSERT, no unique constraint on the marker          | concurrent-delivery, conflicting-payload                                                      |
 // | broken-early-purge       | earlypurge      | Purge removes markers still inside the declared window          | retention-expiry                                                                              |
@@ -17,7 +18,7 @@
 // | broken-ignore-payload    | ignorepayload   | a claimed identity is always Duplicate; payloads never compared | conflicting-payload                                                                           |
 // | broken-in-memory         | inmemory        | the dedup set is a map in each worker's memory                  | double-delivery, concurrent-delivery, conflicting-payload, retention-expiry, ambiguous-commit |
 // | broken-lossy-key         | lossykey        | the marker keyed by the identity in JSON (invalid UTF-8 lost)   | identity-fidelity                                                                             |
-// | broken-marker-first      | markerfirst     | marker committed, then the effect in a second transaction       | failure-after-marker, ambiguous-commit, crash-recovery                                        |
+// | broken-marker-first      | markerfirst     | marker committed, then the effect in a second transaction       | concurrent-delivery, failure-after-marker, ambiguous-commit, crash-recovery                   |
 // | broken-no-namespace      | nonamespace     | the marker is keyed by the event id alone                       | namespace-isolation, identity-fidelity                                                        |
 // | broken-no-purge          | nopurge         | a window is declared, but Purge removes nothing                 | retention-expiry                                                                              |
 // | broken-sql-splice        | sqlsplice       | the identity spliced into the claim's SQL text                  | bad-input                                                                                     |

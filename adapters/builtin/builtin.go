@@ -12,6 +12,7 @@ import (
 	"github.com/harmless-dev/harmless/adapters/alternatives/databasesql"
 	"github.com/harmless-dev/harmless/adapters/alternatives/serializable"
 	"github.com/harmless-dev/harmless/adapters/alternatives/slow"
+	"github.com/harmless-dev/harmless/adapters/broken/busyisduplicate"
 	"github.com/harmless-dev/harmless/adapters/broken/casefolded"
 	"github.com/harmless-dev/harmless/adapters/broken/checktheninsert"
 	"github.com/harmless-dev/harmless/adapters/broken/earlypurge"
@@ -34,6 +35,7 @@ func All() []adapters.Adapter {
 		databasesql.Adapter(),
 		serializable.Adapter(),
 		slow.Adapter(),
+		busyisduplicate.Adapter(), // broken-busy-is-duplicate
 		casefolded.Adapter(),      // broken-case-folded
 		checktheninsert.Adapter(), // broken-check-then-insert
 		earlypurge.Adapter(),      // broken-early-purge

@@ -21,14 +21,7 @@ func DescribeEvent(ev adapters.Event, effects []ledger.Entry, attempts []Attempt
 			byAttempt[i] = e.Attempt
 		}
 		slices.Sort(byAttempt)
-		var nums []string
-		for _, n := range byAttempt[:min(len(byAttempt), listAtMost)] {
-			nums = append(nums, fmt.Sprint(n))
-		}
-		if len(byAttempt) > listAtMost {
-			nums = append(nums, fmt.Sprintf("and %d more", len(byAttempt)-listAtMost))
-		}
-		fmt.Fprintf(&b, " (by attempt %s)", strings.Join(nums, ", "))
+		fmt.Fprintf(&b, " (by attempt %s)", firstFew(byAttempt, func(n int) string { return fmt.Sprint(n) }))
 	}
 	if len(attempts) == 0 {
 		b.WriteString("; it was never delivered")
@@ -54,17 +47,34 @@ func DescribeEvent(ev adapters.Event, effects []ledger.Entry, attempts []Attempt
 	}
 	for _, r := range results {
 		group := byResult[r]
-		slices.SortFunc(group, func(x, y Attempt) int { return x.Delivery.Attempt - y.Delivery.Attempt })
-		var nums []string
-		for _, a := range group[:min(len(group), listAtMost)] {
-			nums = append(nums, fmt.Sprintf("%d (worker %d)", a.Delivery.Attempt, a.Instance))
-		}
-		if len(group) > listAtMost {
-			nums = append(nums, fmt.Sprintf("and %d more", len(group)-listAtMost))
-		}
-		fmt.Fprintf(&b, "\n  %s: %d, attempt %s", r, len(group), strings.Join(nums, ", "))
+		slices.SortFunc(group, byAttemptNumber)
+		fmt.Fprintf(&b, "\n  %s: %d, attempt %s", r, len(group), firstFew(group, func(a Attempt) string {
+			return fmt.Sprintf("%d (worker %d)", a.Delivery.Attempt, a.Instance)
+		}))
 	}
 	return b.String()
+}
+
+// AttemptNumbers lists the numbers of attempts in order, at most
+// listAtMost of them, e.g. "2, 3, 5, 6, 7, 8, 9, 10, and 6 more".
+func AttemptNumbers(attempts []Attempt) string {
+	sorted := slices.SortedFunc(slices.Values(attempts), byAttemptNumber)
+	return firstFew(sorted, func(a Attempt) string { return fmt.Sprint(a.Delivery.Attempt) })
+}
+
+func byAttemptNumber(x, y Attempt) int { return x.Delivery.Attempt - y.Delivery.Attempt }
+
+// firstFew names the first listAtMost of items with name, and says how
+// many more there are.
+func firstFew[T any](items []T, name func(T) string) string {
+	var names []string
+	for _, it := range items[:min(len(items), listAtMost)] {
+		names = append(names, name(it))
+	}
+	if len(items) > listAtMost {
+		names = append(names, fmt.Sprintf("and %d more", len(items)-listAtMost))
+	}
+	return strings.Join(names, ", ")
 }
 
 // DescribeEvent lists up to groupAbove deliveries one by one, more grouped

@@ -22,7 +22,10 @@
 //
 // # The fixture that must catch it
 //
-// failure-after-marker (its retry-applies rule).
+// failure-after-marker (its retry-applies rule); concurrent-delivery too,
+// whose failed-claimant variants make transaction 2 fail while the other
+// deliveries of the event wait: they find the committed marker and are
+// answered Duplicate, so the event is lost.
 package markerfirst
 
 import (

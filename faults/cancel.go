@@ -1,0 +1,55 @@
+package faults
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/harmless-dev/harmless/internal/ledger"
+)
+
+// CancelSleeping cancels the statement of every client backend whose
+// application_name starts with prefix and that sleeps in pg_sleep
+// (wait_event PgSleep), as a [Sleep] fault does, and returns their pids.
+// The cancelled statement fails with SQLSTATE 57014 (query_canceled) and
+// its transaction is rolled back: it is how the harness makes a
+// transaction held by a sleep fail at the moment it chooses, rather than
+// when the sleep runs out. A [Sleep] fault at [AtCommit] sleeps inside the
+// COMMIT, which then fails.
+//
+// prefix is checked as [TerminateBackends] checks it. Cancelling is a
+// signal: the statements end shortly after CancelSleeping returns, not
+// before.
+func CancelSleeping(ctx context.Context, db ledger.DB, applicationNamePrefix string) ([]int, error) {
+	if err := checkPrefix(applicationNamePrefix); err != nil {
+		return nil, fmt.Errorf("cancel sleeping backends: %w", err)
+	}
+	// The select list is evaluated only for the rows the WHERE clause
+	// keeps, so nothing else is cancelled.
+	rows, err := db.Query(ctx, `SELECT pid, pg_cancel_backend(pid) AS cancelled FROM pg_stat_activity
+WHERE backend_type = 'client backend'
+  AND pid <> pg_backend_pid()
+  AND wait_event = 'PgSleep'
+  AND starts_with(application_name, $1::text)
+ORDER BY pid`, applicationNamePrefix)
+	if err != nil {
+		return nil, fmt.Errorf("cancel sleeping backends named %q*: %w", applicationNamePrefix, err)
+	}
+	type victim struct {
+		PID       int32
+		Cancelled bool
+	}
+	found, err := pgx.CollectRows(rows, pgx.RowToStructByName[victim])
+	if err != nil {
+		return nil, fmt.Errorf("cancel sleeping backends named %q*: %w", applicationNamePrefix, err)
+	}
+	var out []int
+	for _, v := range found {
+		// Not cancelled: the backend ended on its own meanwhile.
+		if v.Cancelled {
+			out = append(out, int(v.PID))
+		}
+	}
+	return out, nil
+}

@@ -1,0 +1,78 @@
+package harness_test
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/harmless-dev/harmless/adapters"
+	"github.com/harmless-dev/harmless/adapters/reference"
+	"github.com/harmless-dev/harmless/faults"
+	"github.com/harmless-dev/harmless/internal/harness"
+)
+
+// TestActivitySeesTheClaimantAndItsWaiterAndCancelFailsTheClaimant holds
+// a claimant of the reference in a sleep fault, lets a second delivery of
+// the event wait on its claim, and checks that Activity sees one sleeping
+// and one waiting, and that CancelSleeping fails the claimant (SQLSTATE
+// 57014), so that the waiter claims the event.
+func TestActivitySeesTheClaimantAndItsWaiterAndCancelFailsTheClaimant(t *testing.T) {
+	ctx := t.Context()
+	r := startRun(t, ampleTimeout)
+	spec, err := r.NewSpec(ctx, reference.Adapter())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := cleanupContext()
+		defer cancel()
+		_ = spec.Close(ctx)
+	})
+	ev := event("claimant")
+	if _, err := spec.Arm(ctx, faults.Plan{Namespace: ev.Namespace, ID: ev.ID, Attempt: 1, Point: faults.AtEffect, Action: faults.Sleep, Sleep: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	if a, err := spec.Activity(ctx); err != nil || a.LockWaits != 0 || a.Sleeping != 0 {
+		t.Fatalf("Activity before any delivery = %v, %v; want nothing waiting or sleeping", a, err)
+	}
+	claimant, waiter := make(chan harness.Attempt, 1), make(chan harness.Attempt, 1)
+	go func() { claimant <- spec.Deliver(ctx, 1, ev) }()
+	awaitActivity(t, spec, "the claimant sleeps", func(a harness.Activity) bool { return a.Sleeping == 1 })
+	go func() { waiter <- spec.Deliver(ctx, 2, ev) }()
+	seen := awaitActivity(t, spec, "the second delivery waits", func(a harness.Activity) bool { return a.LockWaits == 1 })
+	if seen.Sleeping != 1 || seen.Connections < 2 {
+		t.Errorf("Activity = %v; want 1 sleeping and at least 2 connections", seen)
+	}
+
+	pids, err := spec.CancelSleeping(ctx)
+	if err != nil || len(pids) != 1 {
+		t.Fatalf("CancelSleeping = %v, %v; want one backend", pids, err)
+	}
+	var pgErr *pgconn.PgError
+	if a := <-claimant; a.Acked() || !errors.As(a.Err, &pgErr) || pgErr.Code != "57014" {
+		t.Errorf("the claimant ended %s; want an error with SQLSTATE 57014", a.Result())
+	}
+	if a := <-waiter; !a.Acked() || a.Outcome != adapters.Applied {
+		t.Errorf("the waiter ended %s; want Applied once the claimant rolled back", a.Result())
+	}
+	if a, err := spec.Activity(ctx); err != nil || a.LockWaits != 0 || a.Sleeping != 0 {
+		t.Errorf("Activity at the end = %v, %v; want nothing waiting or sleeping", a, err)
+	}
+}
+
+// awaitActivity polls the spec's activity until ok holds, for at most ten
+// seconds, and returns it.
+func awaitActivity(t *testing.T, spec *harness.Spec, what string, ok func(harness.Activity) bool) harness.Activity {
+	t.Helper()
+	var a harness.Activity
+	eventually(t, 10*time.Second, what, func() bool {
+		var err error
+		if a, err = spec.Activity(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		return ok(a)
+	})
+	return a
+}

@@ -1,0 +1,443 @@
+package suite
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+
+	"github.com/harmless-dev/harmless/adapters"
+	"github.com/harmless-dev/harmless/faults"
+	"github.com/harmless-dev/harmless/fixtures"
+	"github.com/harmless-dev/harmless/internal/harness"
+	"github.com/harmless-dev/harmless/internal/ledger"
+)
+
+// The failed-claimant variants of concurrent-delivery. A claimant holds the
+// event in a sleep fault, past its claim, while the other deliveries
+// arrive; once the harness sees them waiting, or answered, it cancels the
+// sleep, so the claimant's transaction fails where it sleeps and rolls
+// back. The harness chooses that moment, so that no fixed sleep has to be
+// long enough on a loaded machine.
+const (
+	// claimantRounds bounds the rounds of each variant; --overlap-rounds,
+	// when smaller, bounds them too.
+	claimantRounds = 3
+	// claimantQuiet is how long nothing may change, once every contender
+	// waits on a lock or has answered, before the harness fails the
+	// claimant: a contender that gives up waiting (a short lock_timeout)
+	// must have the time to do so and answer.
+	claimantQuiet = 500 * time.Millisecond
+	// claimantSettle is the same when only some contenders can be seen:
+	// the others wait where the database does not show them, for a
+	// connection of their pool or for a process to start.
+	claimantSettle = 1500 * time.Millisecond
+	// claimantPoll is how often the harness looks at the contenders.
+	claimantPoll = 20 * time.Millisecond
+)
+
+// claimantVariant is where a failed-claimant variant makes the claimant
+// fail.
+type claimantVariant struct {
+	name  string
+	point faults.Point
+	where string // for messages: "at the effect", "in COMMIT"
+}
+
+var claimantVariants = []claimantVariant{
+	{name: "a claimant failing at the effect while the others wait", point: faults.AtEffect, where: "at the effect"},
+	{name: "a claimant failing in COMMIT while the others wait", point: faults.AtCommit, where: "in COMMIT"},
+}
+
+// failedClaimant registers one failed-claimant variant and its rule.
+func (s *state) failedClaimant(v claimantVariant) {
+	Describe(v.name, Ordered, ContinueOnFailure, func() {
+		var plays []claimantPlay
+		n := min(s.cfg.overlapRounds, claimantRounds)
+		// Two instances to build; every play of every round delivers the
+		// claimant and, at once, the contenders, then redelivers until a
+		// copy is acknowledged; a round is played up to overlapTries times.
+		sc := s.scenario(fixtures.ConcurrentDelivery+" / "+v.name, 2+n*overlapTries*(2+2*s.cfg.maxTries), 0)
+		BeforeAll(func(ctx SpecContext) {
+			spec := sc.begin(ctx)
+			for round := 1; round <= n && ctx.Err() == nil && !sc.expired(); round++ {
+				sc.at("round %d of %d (%d played)", round, n, round-1)
+				plays = append(plays, s.claimantRound(ctx, spec, v, round)...)
+			}
+			s.cfg.logf("concurrent-delivery (%s): %d plays of %d rounds, %d deliveries each", v.name, len(plays), n, s.cfg.contenders)
+		}, sc.timeout())
+
+		sc.noteRule(fixtures.ConcurrentDeliveryFailedClaimantNotLost, func() ([]string, string) {
+			problems, note, unproven := judgeClaimant(plays)
+			if unproven != "" {
+				notSupported(unproven)
+			}
+			return problems, note
+		})
+	})
+}
+
+// contender is one delivery released while the claimant held the event.
+type contender struct {
+	attempt harness.Attempt
+	// whileHeld is set when the delivery returned before the harness
+	// failed the claimant.
+	whileHeld bool
+}
+
+// claimantWatch is what the harness saw of the contenders when it failed
+// the claimant, and why it did then.
+type claimantWatch struct {
+	seen     harness.Activity
+	answered int
+	why      string
+}
+
+// claimantPlay is one play of a failed-claimant round: one event, its
+// claimant, its contenders and what the broker did next.
+type claimantPlay struct {
+	label          string
+	ev             adapters.Event
+	where          string
+	claimantWorker int
+	claimant       harness.Attempt
+	contenders     []contender
+	// redelivered are the broker's redeliveries, made when no copy was
+	// acknowledged.
+	redelivered   []harness.Attempt
+	sleep, raise  *faults.Fault
+	slept, raised int64
+	watch         claimantWatch
+	cancelled     []int // the claimant's backend, cancelled by the harness
+	// inconclusive, when set, says why the play proves nothing; retry is
+	// set when playing again may prove something.
+	inconclusive string
+	retry        bool
+	effects      []ledger.Entry
+	history      []harness.Attempt
+}
+
+// claimantRound plays round of variant v, again with a new event while a
+// play provably did not overlap, up to overlapTries times. It returns every
+// play: each is judged, since a lost event is lost whether or not the
+// harness proved the overlap.
+func (s *state) claimantRound(ctx context.Context, spec *harness.Spec, v claimantVariant, round int) []claimantPlay {
+	GinkgoHelper()
+	var plays []claimantPlay
+	for try := 1; try <= overlapTries && ctx.Err() == nil; try++ {
+		p := s.claimantPlay(ctx, spec, v, round, try)
+		plays = append(plays, p)
+		if !p.retry {
+			break
+		}
+		s.cfg.logf("%s: %s; playing the round again", p.label, p.inconclusive)
+	}
+	return plays
+}
+
+// claimantPlay plays one event: the claimant is delivered first and held
+// in a sleep fault at v's point; once the sleep has fired (the claimant has
+// claimed the event), the other deliveries are released together; once
+// they are seen waiting or have answered, the harness cancels the sleep and
+// the claimant fails. Should the sleep run out first, a raise planned after
+// it fails the claimant all the same. Then the broker redelivers, if no
+// copy was acknowledged.
+func (s *state) claimantPlay(ctx context.Context, spec *harness.Spec, v claimantVariant, round, try int) claimantPlay {
+	GinkgoHelper()
+	ev := newEvent(fixtures.ConcurrentDelivery, fmt.Sprintf("claimant-%s-%d-%d", v.point, round, try))
+	label := fmt.Sprintf("round %d", round)
+	if try > 1 {
+		label += fmt.Sprintf(", try %d", try)
+	}
+	p := claimantPlay{
+		label: fmt.Sprintf("%s (claimant failing %s, %d deliveries)", label, v.where, s.cfg.contenders),
+		ev:    ev,
+		where: v.where,
+	}
+	// The claimant holds the event for at most half a delivery's time; the
+	// harness fails it well before.
+	hold := s.cfg.deliveryTimeout / 2
+	var err error
+	p.sleep, err = spec.Arm(ctx, faults.Plan{Namespace: ev.Namespace, ID: ev.ID, Attempt: 1, Point: v.point, Action: faults.Sleep, Sleep: hold})
+	Expect(err).NotTo(HaveOccurred())
+	p.raise, err = spec.Arm(ctx, faults.Plan{Namespace: ev.Namespace, ID: ev.ID, Attempt: 1, Point: v.point, Action: faults.Raise})
+	Expect(err).NotTo(HaveOccurred())
+	// Build both workers first, so that construction is not part of the
+	// play. A factory failure shows up in the attempts.
+	for worker := 1; worker <= 2; worker++ {
+		_, _ = spec.Instance(ctx, worker)
+	}
+
+	// The first in the line-up is the claimant: attempt 1.
+	order, workers := s.lineUp(ev, s.cfg.contenders)
+	p.claimantWorker = workers[order[0]]
+	claimantDone := make(chan harness.Attempt)
+	go func() {
+		defer GinkgoRecover()
+		defer close(claimantDone)
+		p.claimant = spec.Deliver(ctx, p.claimantWorker, ev)
+	}()
+	p.slept, err = s.awaitFired(ctx, spec, p.sleep, claimantDone)
+	Expect(err).NotTo(HaveOccurred())
+
+	race := releaseContenders(ctx, spec, ev, order[1:], workers, p.slept == 0)
+	if p.slept > 0 {
+		p.watch, err = watchContenders(ctx, spec, len(order)-1, race.answeredSoFar, claimantDone, hold*3/4)
+		Expect(err).NotTo(HaveOccurred())
+		race.failing.Store(true)
+		p.cancelled, err = spec.CancelSleeping(ctx)
+		Expect(err).NotTo(HaveOccurred())
+	}
+	select {
+	case <-claimantDone:
+	case <-ctx.Done():
+		Fail(fmt.Sprintf("%s: the claimant's delivery of %s did not return before the fixture's timeout", p.label, ev))
+	}
+	race.done.Wait()
+	p.contenders = race.results
+	p.inconclusive, p.retry = p.overlapProblem()
+
+	if !p.acknowledged() && ctx.Err() == nil {
+		p.redelivered = spec.DeliverUntilTerminal(ctx, p.claimantWorker, ev, s.cfg.maxTries)
+	}
+	p.effects, err = spec.Effects(ctx, ev)
+	Expect(err).NotTo(HaveOccurred())
+	p.history = spec.History(ev)
+	p.slept, err = spec.Fired(ctx, p.sleep)
+	Expect(err).NotTo(HaveOccurred())
+	p.raised, err = spec.Fired(ctx, p.raise)
+	Expect(err).NotTo(HaveOccurred())
+	return p
+}
+
+// contenderRace is the contenders of a play, released together while the
+// claimant holds the event.
+type contenderRace struct {
+	results  []contender // by contender; complete once done is
+	answered atomic.Int64
+	// failing is set once the harness fails the claimant: a contender
+	// that answers later did not answer while the claimant held the event.
+	failing atomic.Bool
+	done    sync.WaitGroup
+}
+
+// releaseContenders delivers ev once to each of contenders, contender c to
+// worker workers[c], all released together. failing says whether the
+// claimant has failed already.
+func releaseContenders(ctx context.Context, spec *harness.Spec, ev adapters.Event, contenders, workers []int, failing bool) *contenderRace {
+	GinkgoHelper()
+	r := &contenderRace{results: make([]contender, len(contenders))}
+	r.failing.Store(failing)
+	var ready sync.WaitGroup
+	release := make(chan struct{})
+	for i, c := range contenders {
+		ready.Add(1)
+		r.done.Add(1)
+		go func() {
+			defer GinkgoRecover()
+			defer r.done.Done()
+			ready.Done()
+			<-release
+			a := spec.Deliver(ctx, workers[c], ev)
+			r.results[i] = contender{attempt: a, whileHeld: !r.failing.Load()}
+			r.answered.Add(1)
+		}()
+	}
+	ready.Wait()
+	close(release)
+	return r
+}
+
+// answeredSoFar counts the contenders that have answered.
+func (r *contenderRace) answeredSoFar() int { return int(r.answered.Load()) }
+
+// overlapProblem says why the play proves nothing, if it does not, and
+// whether playing again may prove something.
+func (p claimantPlay) overlapProblem() (problem string, retry bool) {
+	switch {
+	case p.slept == 0:
+		return fmt.Sprintf("the claimant (attempt %d on worker %d) never reached the point where it was to fail (%s): it ended %s, and the others were delivered after it",
+			p.claimant.Delivery.Attempt, p.claimantWorker, p.sleep, p.claimant.Result()), false
+	case len(p.cancelled) == 0:
+		return fmt.Sprintf("the claimant was no longer sleeping when the harness came to fail it (%s): it failed at a moment the harness did not choose", p.watch.why), true
+	case p.watch.seen.LockWaits+p.watch.answered == 0:
+		return fmt.Sprintf("no contender was seen waiting on a lock or had answered when the harness failed the claimant (%s): the contenders did not provably overlap its claim", p.watch.why), true
+	}
+	return "", false
+}
+
+// acknowledged reports whether the broker would stop redelivering the
+// message: one of its copies, the claimant or a contender, was
+// acknowledged (or refused for good).
+func (p claimantPlay) acknowledged() bool {
+	if p.claimant.Terminal() {
+		return true
+	}
+	for _, c := range p.contenders {
+		if c.attempt.Terminal() {
+			return true
+		}
+	}
+	return false
+}
+
+// watchContenders watches the n contenders of a play until the harness
+// should fail the claimant: when every contender waits on a lock or has
+// answered and nothing changed for claimantQuiet; when some do and nothing
+// changed for claimantSettle; when limit has passed; or when the claimant
+// ended by itself. It returns what it saw last.
+func watchContenders(ctx context.Context, spec *harness.Spec, n int, answered func() int, claimantDone <-chan harness.Attempt, limit time.Duration) (claimantWatch, error) {
+	deadline := time.NewTimer(limit)
+	defer deadline.Stop()
+	tick := time.NewTicker(claimantPoll)
+	defer tick.Stop()
+	var w claimantWatch
+	since := time.Now()
+	for first := true; ; first = false {
+		a, err := spec.Activity(ctx)
+		if err != nil {
+			return w, err
+		}
+		k := answered()
+		if first || a != w.seen || k != w.answered {
+			since = time.Now()
+		}
+		w.seen, w.answered = a, k
+		accounted := a.LockWaits + k
+		switch still := time.Since(since); {
+		case accounted >= n && still >= claimantQuiet:
+			w.why = fmt.Sprintf("all %d contenders waited on a lock or had answered, unchanged for %s", n, claimantQuiet)
+			return w, nil
+		case accounted > 0 && still >= claimantSettle:
+			w.why = fmt.Sprintf("%d of %d contenders were seen waiting on a lock or had answered, unchanged for %s; the others wait where the database does not show them, for a connection or a process", accounted, n, claimantSettle)
+			return w, nil
+		}
+		select {
+		case <-ctx.Done():
+			return w, context.Cause(ctx)
+		case <-claimantDone:
+			w.why = "the claimant's delivery had returned by itself"
+			return w, nil
+		case <-deadline.C:
+			w.why = fmt.Sprintf("%s after the contenders were released, the longest the harness waits", limit)
+			return w, nil
+		case <-tick.C:
+		}
+	}
+}
+
+// judgeClaimant judges the plays of one variant: every play's event must
+// end with exactly one effect. unproven is set when no violation was found
+// and no play proved anything.
+func judgeClaimant(plays []claimantPlay) (problems []string, note, unproven string) {
+	var proven, notes, why []string
+	for _, p := range plays {
+		if v := p.violation(); v != "" {
+			problems = append(problems, v)
+		}
+		if p.inconclusive != "" {
+			why = append(why, p.label+": "+p.inconclusive)
+			continue
+		}
+		proven = append(proven, p.label)
+		notes = append(notes, p.summary())
+	}
+	switch {
+	case len(plays) == 0:
+		return []string{"no round ran"}, "", ""
+	case len(problems) > 0:
+		return problems, "", ""
+	case len(proven) == 0:
+		return nil, "", "no round proved that the contenders overlapped the claimant's claim, on this machine now: " + strings.Join(why, "; ")
+	}
+	note = strings.Join(notes, "; ")
+	if len(why) > 0 {
+		note += fmt.Sprintf("; %d more plays proved nothing: %s", len(why), strings.Join(why, "; "))
+	}
+	return nil, note, ""
+}
+
+// heldDuplicates returns the contenders acknowledged as Duplicate while the
+// claimant still held the event.
+func (p claimantPlay) heldDuplicates() []harness.Attempt {
+	var out []harness.Attempt
+	for _, c := range p.contenders {
+		if c.whileHeld && c.attempt.Acked() && c.attempt.Outcome == adapters.Duplicate {
+			out = append(out, c.attempt)
+		}
+	}
+	return out
+}
+
+// violation returns what the play shows wrong, with its evidence, or "".
+func (p claimantPlay) violation() string {
+	var msg string
+	switch n := len(p.effects); {
+	case n == 1:
+		return ""
+	case n > 1:
+		msg = fmt.Sprintf("%s: the event has %d effects; expected exactly one", p.label, n)
+	case len(p.heldDuplicates()) > 0 && !p.claimant.Acked():
+		dups := p.heldDuplicates()
+		msg = fmt.Sprintf("%s: the event is lost: %s acknowledged as Duplicate while the claimant (attempt %d on worker %d) held the event; the claimant then failed %s and rolled back (%s); no delivery applied the effect, and a broker that has an acknowledgement for the message redelivers none of its copies",
+			p.label, contendersList(dups, len(p.contenders)), p.claimant.Delivery.Attempt, p.claimantWorker, p.where, p.claimant.Result())
+	default:
+		msg = fmt.Sprintf("%s: no delivery applied the effect; expected exactly one effect; %s", p.label, p.brokerStory())
+	}
+	return msg + "\n" + p.describe()
+}
+
+// brokerStory says why the broker stopped redelivering the message.
+func (p claimantPlay) brokerStory() string {
+	for _, a := range p.history {
+		if a.Terminal() {
+			return fmt.Sprintf("the broker stopped redelivering when attempt %d on worker %d ended %s", a.Delivery.Attempt, a.Instance, a.Result())
+		}
+	}
+	return fmt.Sprintf("no copy was acknowledged, even after %d redeliveries", len(p.redelivered))
+}
+
+// contendersList names the contenders that made attempts, e.g. "14 of 15
+// contenders (attempts 2, 3, 5, 6, 7, 8, 9, 10, and 6 more) were".
+func contendersList(attempts []harness.Attempt, of int) string {
+	verb := "were"
+	if len(attempts) == 1 {
+		verb = "was"
+	}
+	return fmt.Sprintf("%d of %d contenders (attempts %s) %s", len(attempts), of, harness.AttemptNumbers(attempts), verb)
+}
+
+// summary says, for a rule that held, what a play proved.
+func (p claimantPlay) summary() string {
+	by := "no attempt"
+	if len(p.effects) == 1 {
+		by = fmt.Sprintf("attempt %d", p.effects[0].Attempt)
+	}
+	return fmt.Sprintf("%s: %d contenders waiting on a lock and %d answered (%d Duplicate) when the harness failed the claimant; %s applied the effect",
+		p.label, p.watch.seen.LockWaits, p.watch.answered, len(p.heldDuplicates()), by)
+}
+
+// describe is the play's evidence for a failure message.
+func (p claimantPlay) describe() string {
+	var b strings.Builder
+	b.WriteString(harness.DescribeEvent(p.ev, p.effects, p.history))
+	switch {
+	case p.slept == 0:
+		fmt.Fprintf(&b, "\nfault %s never fired", p.sleep)
+	case len(p.cancelled) > 0:
+		fmt.Fprintf(&b, "\nfault %s fired %s; the harness cancelled it when %s: it saw %s, and %d contenders had answered",
+			p.sleep, timesFired(p.slept), p.watch.why, p.watch.seen, p.watch.answered)
+	default:
+		fmt.Fprintf(&b, "\nfault %s fired %s and was no longer sleeping when the harness came to cancel it (%s)", p.sleep, timesFired(p.slept), p.watch.why)
+	}
+	fmt.Fprintf(&b, "; fault %s fired %s", p.raise, timesFired(p.raised))
+	if p.inconclusive != "" {
+		b.WriteString("\nthis play proves no overlap: " + p.inconclusive)
+	}
+	return b.String()
+}
