@@ -50,7 +50,12 @@ func Run(t *testing.T, adapter adapters.Adapter, opts ...Option) {
 	reportRules(t, *cert)
 }
 
-// reportRules reports each rule of cert as a subtest of t.
+// goTestEvidence says, in a Go test's output, where the evidence left out
+// of a failed rule's excerpt is.
+const goTestEvidence = "all in the certificate (suite.WithCertificate, Certificate.WriteJSON)"
+
+// reportRules reports each rule of cert as a subtest of t: a failed rule
+// with an excerpt of its message.
 func reportRules(t *testing.T, cert Certificate) {
 	t.Helper()
 	if cert.Error != "" {
@@ -61,7 +66,7 @@ func reportRules(t *testing.T, cert Certificate) {
 		t.Run(r.ID, func(t *testing.T) {
 			switch r.Verdict {
 			case VerdictFail:
-				t.Errorf("%s %s failed:\n%s", r.Level, r.ID, r.Message)
+				t.Errorf("%s %s failed:\n%s", r.Level, r.ID, r.Excerpt(ExcerptLines, goTestEvidence))
 			case VerdictSkipped:
 				t.Errorf("%s %s did not run (%s): a certification runs every rule", r.Level, r.ID, r.Message)
 			case VerdictNotSupported:
@@ -348,16 +353,17 @@ func registerRule(id string, judge func() judgement) {
 	})
 }
 
-// failureMessage states a rule's violation: the rule, then the evidence,
-// then, when guess is set, the real-world bug such a failure usually means.
+// failureMessage states a rule's violation: the rule, then every problem
+// found, then, when guess is set, the real-world bug such a failure usually
+// means. Each problem is a line starting with "- ", its further lines
+// indented by two spaces, so that an excerpt can tell them apart (see
+// [RuleResult.Excerpt]); the certificate keeps them all, each line
+// bounded (see boundLines), here already so that Ginkgo's own report is
+// bounded too.
 func failureMessage(r fixtures.Rule, problems []string, guess bool) string {
-	const shown = 3
 	msg := fmt.Sprintf("%s %s violated: %s", r.Level, r.ID, r.Doc)
-	for _, p := range problems[:min(shown, len(problems))] {
-		msg += "\n- " + p
-	}
-	if len(problems) > shown {
-		msg += fmt.Sprintf("\n- ... and %d more like these", len(problems)-shown)
+	for _, p := range problems {
+		msg += "\n" + problemStart + boundLines(strings.ReplaceAll(p, "\n", "\n"+problemCont), maxMessageLine)
 	}
 	if guess && r.Suspect != "" {
 		msg += "\nThis usually means: " + r.Suspect + "."
