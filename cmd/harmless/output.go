@@ -76,10 +76,10 @@ const (
 	excerptMinLines = 12
 )
 
-// excerptLines is how many lines the message of each of failed failed
-// rules may take.
-func excerptLines(failed int) int {
-	return min(suite.ExcerptLines, max(excerptMinLines, failureLines/max(failed, 1)))
+// excerptLines is how many lines each failed rule's message may take when
+// n rules failed.
+func excerptLines(n int) int {
+	return min(suite.ExcerptLines, max(excerptMinLines, failureLines/max(n, 1)))
 }
 
 func newPrinter(stdout, stderr io.Writer, level verbosity, getenv func(string) string) *printer {
