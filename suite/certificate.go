@@ -428,7 +428,15 @@ func verdict(specs []types.SpecReport) (Verdict, string) {
 				}
 			}
 		case sr.State.Is(types.SpecStateFailureStates):
+			// A rule's check fails its spec with an excerpt and keeps the
+			// whole message in a report entry; any other failure (a
+			// timeout, a failed assertion of the harness's own) is whole.
 			msg := sr.Failure.Message
+			for _, e := range sr.ReportEntries {
+				if e.Name == evidenceEntry {
+					msg = e.Value.String()
+				}
+			}
 			// A timeout's message says only that; the scenario's own
 			// report, attached to Ginkgo's progress report, says how far
 			// it got.

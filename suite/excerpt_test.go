@@ -16,7 +16,8 @@ import (
 
 // failedRule returns the certificate's result for rule id when the specs
 // of variants failed with the given problems each, as registerRule fails
-// them and verdict folds them.
+// them (with an excerpt, the whole message in a report entry) and verdict
+// folds them.
 func failedRule(t *testing.T, id string, variants map[string][]string) RuleResult {
 	t.Helper()
 	r, err := fixtures.Lookup(id)
@@ -29,12 +30,14 @@ func failedRule(t *testing.T, id string, variants map[string][]string) RuleResul
 		if !ok {
 			continue
 		}
+		msg := failureMessage(r, problems, true)
 		reports = append(reports, types.SpecReport{
 			LeafNodeType:            types.NodeTypeIt,
 			LeafNodeLabels:          []string{r.Label()},
 			ContainerHierarchyTexts: []string{"harmless", r.Fixture, variant},
 			State:                   types.SpecStateFailed,
-			Failure:                 types.Failure{Message: failureMessage(r, problems, true)},
+			Failure:                 types.Failure{Message: excerpt(msg, ginkgoExcerptLines, ginkgoEvidence)},
+			ReportEntries:           types.ReportEntries{{Name: evidenceEntry, Value: types.WrapEntryValue(msg)}},
 		})
 	}
 	results := ruleResults([]fixtures.Rule{r}, reports)

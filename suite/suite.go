@@ -319,6 +319,20 @@ func (s *state) newSpec(ctx context.Context) *harness.Spec {
 // certificate message.
 const noteEntry = "harmless-note"
 
+// evidenceEntry names the report entry that carries a failed rule's whole
+// message into its certificate. Ginkgo's own report (the output of go test,
+// and of certify -v) shows an excerpt: the spec fails with that.
+const evidenceEntry = "harmless-evidence"
+
+// ginkgoEvidence says, in Ginkgo's report, where the evidence left out of
+// a failure's excerpt is.
+const ginkgoEvidence = "all in the harmless certificate"
+
+// ginkgoExcerptLines bounds the excerpt a spec fails with: Ginkgo prints
+// it where the spec fails and again in its summary, and suite.Run then
+// reports the rule with an excerpt of its own.
+const ginkgoExcerptLines = 12
+
 // judgement is what a rule's check found.
 type judgement struct {
 	// problems are the violations found; none means the rule held.
@@ -348,7 +362,9 @@ func registerRule(id string, judge func() judgement) {
 			AddReportEntry(noteEntry, j.note)
 		}
 		if len(j.problems) > 0 {
-			Fail(failureMessage(r, j.problems, !j.unplayed))
+			msg := failureMessage(r, j.problems, !j.unplayed)
+			AddReportEntry(evidenceEntry, msg, ReportEntryVisibilityNever)
+			Fail(excerpt(msg, ginkgoExcerptLines, ginkgoEvidence))
 		}
 	})
 }
@@ -358,8 +374,7 @@ func registerRule(id string, judge func() judgement) {
 // means. Each problem is a line starting with "- ", its further lines
 // indented by two spaces, so that an excerpt can tell them apart (see
 // [RuleResult.Excerpt]); the certificate keeps them all, each line
-// bounded (see boundLines), here already so that Ginkgo's own report is
-// bounded too.
+// bounded (see boundLines).
 func failureMessage(r fixtures.Rule, problems []string, guess bool) string {
 	msg := fmt.Sprintf("%s %s violated: %s", r.Level, r.ID, r.Doc)
 	for _, p := range problems {
