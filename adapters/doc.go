@@ -24,4 +24,8 @@
 // An [Adapter] names an implementation, declares what it claims
 // ([Declaration]) and builds instances of it from an [Env]. Declarations only
 // select which rules apply; they never weaken an assertion.
+//
+// An event the implementation cannot store is refused with an error
+// wrapping [ErrInvalidInput]; [CheckIdentity] makes the checks the
+// reference implementation makes for identities kept in text columns.
 package adapters

@@ -428,7 +428,15 @@ func verdict(specs []types.SpecReport) (Verdict, string) {
 				}
 			}
 		case sr.State.Is(types.SpecStateFailureStates):
+			// A rule's check fails its spec with an excerpt and keeps the
+			// whole message in a report entry; any other failure (a
+			// timeout, a failed assertion of the harness's own) is whole.
 			msg := sr.Failure.Message
+			for _, e := range sr.ReportEntries {
+				if e.Name == evidenceEntry {
+					msg = e.Value.String()
+				}
+			}
 			// A timeout's message says only that; the scenario's own
 			// report, attached to Ginkgo's progress report, says how far
 			// it got.
@@ -442,17 +450,19 @@ func verdict(specs []types.SpecReport) (Verdict, string) {
 			skipped++
 		}
 	}
+	// Every message is kept whole, but no line of it may be unbounded: an
+	// error that quotes a 1 MiB id is cut in its middle.
 	switch {
 	case len(failed) > 0:
-		return VerdictFail, strings.Join(failed, "\n")
+		return VerdictFail, boundLines(strings.Join(failed, "\n"), maxMessageLine)
 	case skipped > 0:
 		return VerdictSkipped, fmt.Sprintf("%d of %d specs did not run", skipped, len(specs))
 	case passed == 0 && len(notSupported) > 0:
-		return VerdictNotSupported, strings.Join(notSupported, "\n")
+		return VerdictNotSupported, boundLines(strings.Join(notSupported, "\n"), maxMessageLine)
 	case len(notSupported) > 0:
 		notes = append(notes, "partly not supported: "+strings.Join(notSupported, "\n"))
 	}
-	return VerdictPass, strings.Join(notes, "\n")
+	return VerdictPass, boundLines(strings.Join(notes, "\n"), maxMessageLine)
 }
 
 // JUnit XML: a testsuites element holding one testsuite of one testcase
@@ -585,6 +595,10 @@ var markdownVerdicts = map[Verdict]string{
 	VerdictSkipped:      "_SKIPPED_",
 }
 
+// markdownEvidence says, in a Markdown summary, where the evidence left
+// out of a message is.
+const markdownEvidence = "all in the JSON certificate (harmless certify --json FILE)"
+
 // WriteMarkdown writes the certificate as a Markdown summary for a pull
 // request or a CI step summary (GitHub's $GITHUB_STEP_SUMMARY): a heading
 // "harmless: CERTIFIED", "harmless: PARTIAL" or "harmless: NOT CERTIFIED"
@@ -594,7 +608,10 @@ var markdownVerdicts = map[Verdict]string{
 // capabilities, faults fired, start and duration), a table with one row per
 // rule (rule id, fixture, level, verdict), and the message of every failed
 // and not-supported rule in a collapsed <details> block, as a fenced code
-// block. It writes no colour and no emoji.
+// block. The messages are excerpts (see [RuleResult.Excerpt]), so that the
+// summary stays readable and within what a CI step summary may hold
+// (GitHub's takes 1 MiB); the JSON certificate has them whole. It writes no
+// colour and no emoji.
 func (c Certificate) WriteMarkdown(w io.Writer) error {
 	var b strings.Builder
 	fmt.Fprintf(&b, "## harmless: %s: %s\n\n", c.Headline(), mdCode(c.Adapter))
@@ -605,7 +622,7 @@ func (c Certificate) WriteMarkdown(w io.Writer) error {
 	if notRun := c.NotRun(); c.Status == StatusPartial {
 		fmt.Fprintf(&b, "No rule failed, but %d MUST rules did not run, so the run certifies nothing about them:\n\n", len(notRun))
 		for _, r := range notRun {
-			fmt.Fprintf(&b, "- %s (%s): %s\n", mdCode(r.ID), r.Verdict, mdCell(firstLine(r.Message)))
+			fmt.Fprintf(&b, "- %s (%s): %s\n", mdCode(r.ID), r.Verdict, mdCell(r.FirstLine()))
 		}
 		b.WriteString("\n")
 	}
@@ -641,7 +658,7 @@ func (c Certificate) WriteMarkdown(w io.Writer) error {
 		for _, r := range c.Rules {
 			if r.Verdict == section.verdict {
 				fmt.Fprintf(&b, "\n<details><summary><code>%s</code> (%s, %s)</summary>\n\n%s\n</details>\n",
-					html.EscapeString(r.ID), r.Level, r.Verdict, mdFence(r.Message))
+					html.EscapeString(r.ID), r.Level, r.Verdict, mdFence(r.Excerpt(ExcerptLines, markdownEvidence)))
 			}
 		}
 	}

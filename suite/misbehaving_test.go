@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -52,6 +53,8 @@ type misbehaving struct {
 	failing []string
 	// says is what each failing rule's message must mention.
 	says string
+	// mentions is what some rules' messages must mention besides, by rule.
+	mentions map[string]string
 }
 
 // never is a channel nothing sends on or closes: the hang adapter's
@@ -117,6 +120,17 @@ var misbehavers = map[string]misbehaving{
 		opts:    small,
 		failing: []string{fixtures.ConflictingPayloadDetected},
 		says:    "no conflict policy",
+	},
+	"quotes-the-id": {
+		// Never acknowledges, with an error that quotes the whole id: the
+		// 1 MiB id of bad-input must not make a megabyte line in the
+		// certificate, nor in an excerpt.
+		adapter: delivering("quotes-the-id", func(_ context.Context, d adapters.Delivery) (adapters.Outcome, error) {
+			return 0, fmt.Errorf("cannot handle id %q now, retry later", d.ID)
+		}),
+		opts:     small,
+		says:     "cannot handle id",
+		mentions: map[string]string{fixtures.BadInputExactlyOnceOrRejected: "bytes left out"},
 	},
 	"factory-error": {
 		adapter: adapters.Adapter{Name: "factory-error", New: func(context.Context, adapters.Env) (adapters.Implementation, error) {
@@ -270,6 +284,35 @@ func checkCertificate(t *testing.T, cert Certificate, m misbehaving) {
 			t.Errorf("rule %s: verdict %s; want fail", r.ID, r.Verdict)
 		} else if !strings.Contains(r.Message, m.says) {
 			t.Errorf("rule %s failed without mentioning %q:\n%s", r.ID, m.says, r.Message)
+		}
+	}
+	for _, r := range cert.Rules {
+		if want, ok := m.mentions[r.ID]; ok && !strings.Contains(r.Message, want) {
+			t.Errorf("rule %s does not mention %q:\n%s", r.ID, want, r.Message)
+		}
+	}
+	checkBounded(t, cert)
+}
+
+// checkBounded checks that no line of a rule's message in cert is longer
+// than a certificate allows, and that the excerpt of each stays within its
+// lines and each of its lines within its bound.
+func checkBounded(t *testing.T, cert Certificate) {
+	t.Helper()
+	for _, r := range cert.Rules {
+		for line := range strings.SplitSeq(r.Message, "\n") {
+			if len(line) > maxMessageLine {
+				t.Errorf("rule %s: a line of %d bytes in the certificate; want at most %d: %.200q…", r.ID, len(line), maxMessageLine, line)
+			}
+		}
+		ex := r.Excerpt(ExcerptLines, "see the certificate")
+		if n := strings.Count(ex, "\n") + 1; n > ExcerptLines {
+			t.Errorf("rule %s: an excerpt of %d lines; want at most %d:\n%s", r.ID, n, ExcerptLines, ex)
+		}
+		for line := range strings.SplitSeq(ex, "\n") {
+			if len(line) > excerptLine {
+				t.Errorf("rule %s: a line of %d bytes in the excerpt; want at most %d: %q", r.ID, len(line), excerptLine, line)
+			}
 		}
 	}
 }

@@ -50,7 +50,12 @@ func Run(t *testing.T, adapter adapters.Adapter, opts ...Option) {
 	reportRules(t, *cert)
 }
 
-// reportRules reports each rule of cert as a subtest of t.
+// goTestEvidence says, in a Go test's output, where the evidence left out
+// of a failed rule's excerpt is.
+const goTestEvidence = "all in the certificate (suite.WithCertificate, Certificate.WriteJSON)"
+
+// reportRules reports each rule of cert as a subtest of t: a failed rule
+// with an excerpt of its message.
 func reportRules(t *testing.T, cert Certificate) {
 	t.Helper()
 	if cert.Error != "" {
@@ -61,7 +66,7 @@ func reportRules(t *testing.T, cert Certificate) {
 		t.Run(r.ID, func(t *testing.T) {
 			switch r.Verdict {
 			case VerdictFail:
-				t.Errorf("%s %s failed:\n%s", r.Level, r.ID, r.Message)
+				t.Errorf("%s %s failed:\n%s", r.Level, r.ID, r.Excerpt(ExcerptLines, goTestEvidence))
 			case VerdictSkipped:
 				t.Errorf("%s %s did not run (%s): a certification runs every rule", r.Level, r.ID, r.Message)
 			case VerdictNotSupported:
@@ -314,6 +319,20 @@ func (s *state) newSpec(ctx context.Context) *harness.Spec {
 // certificate message.
 const noteEntry = "harmless-note"
 
+// evidenceEntry names the report entry that carries a failed rule's whole
+// message into its certificate. Ginkgo's own report (the output of go test,
+// and of certify -v) shows an excerpt: the spec fails with that.
+const evidenceEntry = "harmless-evidence"
+
+// ginkgoEvidence says, in Ginkgo's report, where the evidence left out of
+// a failure's excerpt is.
+const ginkgoEvidence = "all in the harmless certificate"
+
+// ginkgoExcerptLines bounds the excerpt a spec fails with: Ginkgo prints
+// it where the spec fails and again in its summary, and suite.Run then
+// reports the rule with an excerpt of its own.
+const ginkgoExcerptLines = 12
+
 // judgement is what a rule's check found.
 type judgement struct {
 	// problems are the violations found; none means the rule held.
@@ -343,21 +362,23 @@ func registerRule(id string, judge func() judgement) {
 			AddReportEntry(noteEntry, j.note)
 		}
 		if len(j.problems) > 0 {
-			Fail(failureMessage(r, j.problems, !j.unplayed))
+			msg := failureMessage(r, j.problems, !j.unplayed)
+			AddReportEntry(evidenceEntry, msg, ReportEntryVisibilityNever)
+			Fail(excerpt(msg, ginkgoExcerptLines, ginkgoEvidence))
 		}
 	})
 }
 
-// failureMessage states a rule's violation: the rule, then the evidence,
-// then, when guess is set, the real-world bug such a failure usually means.
+// failureMessage states a rule's violation: the rule, then every problem
+// found, then, when guess is set, the real-world bug such a failure usually
+// means. Each problem is a line starting with "- ", its further lines
+// indented by two spaces, so that an excerpt can tell them apart (see
+// [RuleResult.Excerpt]); the certificate keeps them all, each line
+// bounded (see boundLines).
 func failureMessage(r fixtures.Rule, problems []string, guess bool) string {
-	const shown = 3
 	msg := fmt.Sprintf("%s %s violated: %s", r.Level, r.ID, r.Doc)
-	for _, p := range problems[:min(shown, len(problems))] {
-		msg += "\n- " + p
-	}
-	if len(problems) > shown {
-		msg += fmt.Sprintf("\n- ... and %d more like these", len(problems)-shown)
+	for _, p := range problems {
+		msg += "\n" + problemStart + boundLines(strings.ReplaceAll(p, "\n", "\n"+problemCont), maxMessageLine)
 	}
 	if guess && r.Suspect != "" {
 		msg += "\nThis usually means: " + r.Suspect + "."

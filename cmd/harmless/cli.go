@@ -251,6 +251,7 @@ func certify(args []string, stdout, stderr io.Writer) int {
 	}
 
 	out := newPrinter(stdout, stderr, f.level(), os.Getenv)
+	out.jsonPath = f.jsonPath
 	var cert *suite.Certificate
 	opts = append(opts, suiteOptions(f)...)
 	opts = append(opts,

@@ -50,6 +50,36 @@ type printer struct {
 	level              verbosity
 	start              time.Time
 	fixtureWidth       int // the longest fixture id, to align progress lines
+	// jsonPath is where the JSON certificate is written, if anywhere:
+	// the full evidence of the failures whose messages are shortened.
+	jsonPath string
+}
+
+// shortenedHint ends each line of a shortened failure message that says
+// something was left out; the line after the failures says where it is.
+const shortenedHint = "all in the JSON certificate"
+
+// shortenedNote is the line printed after shortened failure messages.
+func (p *printer) shortenedNote() string {
+	if p.jsonPath == "" {
+		return "The failures above are shortened: run again with --json FILE for the full evidence in a JSON certificate."
+	}
+	return "The failures above are shortened: the full evidence is in the JSON certificate " + p.jsonPath + "."
+}
+
+// A failed rule's message on the terminal is an excerpt (see
+// suite.RuleResult.Excerpt): at most suite.ExcerptLines lines, fewer when
+// many rules failed, so that the failures together take about
+// failureLines lines, but never fewer than excerptMinLines each.
+const (
+	failureLines    = 240
+	excerptMinLines = 12
+)
+
+// excerptLines is how many lines each failed rule's message may take when
+// n rules failed.
+func excerptLines(n int) int {
+	return min(suite.ExcerptLines, max(excerptMinLines, failureLines/max(n, 1)))
 }
 
 func newPrinter(stdout, stderr io.Writer, level verbosity, getenv func(string) string) *printer {
@@ -148,22 +178,28 @@ func (p *printer) result(cert suite.Certificate) {
 		}
 		fmt.Fprintf(p.stdout, "\n%s\n", p.table(cert))
 	}
+	lines, shortened := excerptLines(cert.Count(suite.VerdictFail)), false
 	for _, r := range cert.Rules {
 		if r.Verdict != suite.VerdictFail {
 			continue
 		}
 		if p.level >= normal {
-			fmt.Fprintf(p.stdout, "%s %s\n  %s\n\n", paint(p.colorOut, red, "FAIL"), r.ID, strings.ReplaceAll(r.Message, "\n", "\n  "))
+			msg := r.Excerpt(lines, shortenedHint)
+			shortened = shortened || msg != r.Message
+			fmt.Fprintf(p.stdout, "%s %s\n  %s\n\n", paint(p.colorOut, red, "FAIL"), r.ID, strings.ReplaceAll(msg, "\n", "\n  "))
 		} else {
 			fmt.Fprintf(p.stdout, "%s %s\n", paint(p.colorOut, red, "FAIL"), r.ID)
 		}
+	}
+	if shortened {
+		fmt.Fprintf(p.stdout, "%s\n\n", p.shortenedNote())
 	}
 	fmt.Fprintf(p.stdout, "%s: %s\n", paint(p.colorOut, statusColors[cert.Status], cert.Headline()), cert.Adapter)
 	fmt.Fprintln(p.stdout, cert.Summary())
 	if notRun := cert.NotRun(); cert.Status == suite.StatusPartial {
 		fmt.Fprintf(p.stdout, "%d MUST rules did not run, so this run certifies nothing about them:\n", len(notRun))
 		for _, r := range notRun {
-			fmt.Fprintf(p.stdout, "  %s (%s): %s\n", r.ID, r.Verdict, firstLine(r.Message))
+			fmt.Fprintf(p.stdout, "  %s (%s): %s\n", r.ID, r.Verdict, r.FirstLine())
 		}
 	}
 }
@@ -174,12 +210,6 @@ var statusColors = map[suite.Status]string{
 	suite.StatusCertified:    green,
 	suite.StatusPartial:      yellow,
 	suite.StatusNotCertified: red,
-}
-
-// firstLine is the first line of s.
-func firstLine(s string) string {
-	line, _, _ := strings.Cut(s, "\n")
-	return line
 }
 
 // table is the certificate's verdict table, each verdict coloured on a

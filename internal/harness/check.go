@@ -3,6 +3,7 @@ package harness
 import (
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/harmless-dev/harmless/adapters"
@@ -39,7 +40,7 @@ func DescribeEvent(ev adapters.Event, effects []ledger.Entry, attempts []Attempt
 	var results []string
 	byResult := map[string][]Attempt{}
 	for _, a := range attempts {
-		r := a.Result()
+		r := groupResult(a)
 		if _, ok := byResult[r]; !ok {
 			results = append(results, r)
 		}
@@ -75,6 +76,39 @@ func firstFew[T any](items []T, name func(T) string) string {
 		names = append(names, fmt.Sprintf("and %d more", len(items)-listAtMost))
 	}
 	return strings.Join(names, ", ")
+}
+
+// groupResult is a's result as DescribeEvent groups it: an error that
+// names the attempt's own number ("deliver x attempt 5: ...", as the exec
+// adapter writes) has it masked as "attempt #", so that errors differing
+// only by it fall into one group, which lists the attempts.
+func groupResult(a Attempt) string {
+	r := a.Result()
+	if a.Err == nil {
+		return r
+	}
+	own := "attempt " + strconv.Itoa(a.Delivery.Attempt)
+	var b strings.Builder
+	for {
+		i := strings.Index(r, own)
+		if i < 0 {
+			b.WriteString(r)
+			return b.String()
+		}
+		end := i + len(own)
+		whole := (i == 0 || !isWordByte(r[i-1])) && (end == len(r) || !isWordByte(r[end]))
+		b.WriteString(r[:i])
+		if whole {
+			b.WriteString("attempt #")
+		} else {
+			b.WriteString(own)
+		}
+		r = r[end:]
+	}
+}
+
+func isWordByte(c byte) bool {
+	return c == '_' || '0' <= c && c <= '9' || 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z'
 }
 
 // DescribeEvent lists up to groupAbove deliveries one by one, more grouped

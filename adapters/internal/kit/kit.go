@@ -8,7 +8,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"fmt"
-	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -53,28 +52,15 @@ func Classify(stored, digest []byte) adapters.Outcome {
 	return adapters.Rejected
 }
 
-// MaxIdentityBytes bounds the namespace and the id, each. Both are columns
-// of the marker's unique index, and a PostgreSQL B-tree index entry cannot
-// exceed about 2.7 kB: a longer identity would fail at the database with an
-// error a broker would retry for ever.
-const MaxIdentityBytes = 1024
+// MaxIdentityBytes bounds the namespace and the id, each: it is
+// [adapters.MaxIdentityBytes].
+const MaxIdentityBytes = adapters.MaxIdentityBytes
 
 // Validate refuses identities that PostgreSQL text columns and the marker's
-// unique index cannot store faithfully: an empty id, invalid UTF-8, a NUL
-// byte, a namespace or id longer than MaxIdentityBytes. The error wraps
+// unique index cannot store faithfully: it is [adapters.CheckIdentity],
+// which users' implementations can call too. The error wraps
 // [adapters.ErrInvalidInput].
-func Validate(ev adapters.Event) error {
-	if err := ValidateBounds(ev); err != nil {
-		return err
-	}
-	switch {
-	case !utf8.ValidString(ev.Namespace) || !utf8.ValidString(ev.ID):
-		return fmt.Errorf("event %s: identity is not valid UTF-8: %w", ev, adapters.ErrInvalidInput)
-	case bytes.IndexByte([]byte(ev.Namespace+ev.ID), 0) >= 0:
-		return fmt.Errorf("event %s: identity contains a NUL byte: %w", ev, adapters.ErrInvalidInput)
-	}
-	return nil
-}
+func Validate(ev adapters.Event) error { return adapters.CheckIdentity(ev) }
 
 // ValidateBounds is the part of [Validate] that does not look at the bytes:
 // it refuses an empty id and a namespace or id longer than

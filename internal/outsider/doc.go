@@ -1,0 +1,10 @@
+// Package outsider certifies Go implementations the way a user outside this
+// module does: from a module of its own that requires
+// github.com/harmless-dev/harmless (replaced by this checkout), with
+// suite.Run in its tests, on a throwaway cluster so that every rule runs.
+//
+// Its test certifies the Go example of the README, extracted from README.md
+// as written, so that the example cannot drift from what works, and two
+// implementations written from the README alone (in testdata): one with a
+// pool of 2 connections, one whose transaction pgx.BeginTxFunc owns.
+package outsider

@@ -1,0 +1,214 @@
+package outsider
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"go/format"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/harmless-dev/harmless/fixtures"
+)
+
+// modulePath is the path of the temporary module the implementations are
+// certified from.
+const modulePath = "example.com/consumers"
+
+// implementations are the packages of the temporary module: the README's
+// example and the testdata directories, each with one test that certifies
+// it with suite.Run.
+var implementations = []string{"readme", "smallpool", "txfunc"}
+
+// limit bounds the go test run of the temporary module, which builds it and
+// certifies its implementations at once, each on a throwaway cluster.
+const limit = 9 * time.Minute
+
+// TestGoConsumersFromAnotherModule writes the README's Go example and the
+// testdata implementations into a temporary module that requires harmless,
+// runs their tests there with go test, on throwaway clusters so that every
+// rule runs (crash-recovery too), and requires each rule of each to pass.
+func TestGoConsumersFromAnotherModule(t *testing.T) {
+	if testing.Short() {
+		t.Skip("certifies three implementations from another module, which takes minutes")
+	}
+	root, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	writeModule(t, root, dir)
+
+	ctx, cancel := context.WithTimeout(t.Context(), limit)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "go", "test", "-count=1", "-json", "-p", fmt.Sprint(len(implementations)), "-timeout", limit.String(), "./...")
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(),
+		// go adds the requirements the imports need to go.mod, from the
+		// module cache; it reaches the module proxy only for go.mod files
+		// of versions this module's build never needed but the module
+		// graph of another module does (go.sum is this module's).
+		"GOFLAGS=-mod=mod", "GOWORK=off",
+		// The README's example names no database: every rule runs on a
+		// throwaway cluster, none on a DSN.
+		"HARMLESS_DSN=", "DATABASE_URL=", "HARMLESS_PROVISION=cluster",
+	)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	results := readTestEvents(t, out)
+	err = cmd.Wait()
+	if ctx.Err() != nil {
+		t.Fatalf("go test in the temporary module did not end within %s", limit)
+	}
+	var exit *exec.ExitError
+	if err != nil && !errors.As(err, &exit) {
+		t.Fatalf("go test: %v\n%s", err, stderr.String())
+	}
+
+	for _, name := range implementations {
+		t.Run(name, func(t *testing.T) {
+			p, ok := results[modulePath+"/"+name]
+			if !ok {
+				t.Fatalf("go test reported nothing of package %s (exit: %v)\nstderr:\n%s", name, err, stderr.String())
+			}
+			t.Logf("%s: %s in %.1fs", name, p.action, p.elapsed)
+			for _, r := range fixtures.Rules() {
+				if got := p.rules[r.ID]; got != "pass" {
+					t.Errorf("rule %s: %q; want pass", r.ID, got)
+				}
+			}
+			if p.action != "pass" || t.Failed() {
+				t.Errorf("package %s: %s; its output:\n%s", name, p.action, p.output.String())
+			}
+		})
+	}
+}
+
+// writeModule writes the temporary module into dir: a go.mod that requires
+// harmless, replaced with the checkout at root; root's go.sum; the README's
+// example in readme/ and the testdata implementations.
+func writeModule(t *testing.T, root, dir string) {
+	t.Helper()
+	gomod := fmt.Sprintf("module %s\n\ngo 1.26\n\nrequire github.com/harmless-dev/harmless v0.0.0-00010101000000-000000000000\n\nreplace github.com/harmless-dev/harmless => %s\n", modulePath, root)
+	files := map[string][]byte{"go.mod": []byte(gomod)}
+	sum, err := os.ReadFile(filepath.Join(root, "go.sum"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	files["go.sum"] = sum
+	readme, err := os.ReadFile(filepath.Join(root, "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	example, err := goExample(string(readme))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if formatted, err := format.Source([]byte(example)); err != nil || string(formatted) != example {
+		t.Errorf("the README's Go example is not gofmt'ed (%v); gofmt makes it:\n%s", err, formatted)
+	}
+	files["readme/consumer_test.go"] = []byte(example)
+	for _, name := range implementations[1:] {
+		src, err := os.ReadFile(filepath.Join("testdata", name, "consumer_test.go"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		files[name+"/consumer_test.go"] = src
+	}
+	for name, data := range files {
+		path := filepath.Join(dir, name)
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// exampleSection is the README section whose Go code block is the example.
+const exampleSection = "## Certifying a Go implementation"
+
+// goExample returns the one Go code block of the README's section on
+// certifying a Go implementation.
+func goExample(readme string) (string, error) {
+	_, section, ok := strings.Cut(readme, "\n"+exampleSection+"\n")
+	if !ok {
+		return "", fmt.Errorf("README.md has no section %q", exampleSection)
+	}
+	if end := strings.Index(section, "\n## "); end >= 0 {
+		section = section[:end]
+	}
+	blocks := strings.Split(section, "\n```go\n")
+	if len(blocks) != 2 {
+		return "", fmt.Errorf("README.md's section %q has %d Go code blocks; want 1", exampleSection, len(blocks)-1)
+	}
+	code, _, ok := strings.Cut(blocks[1], "\n```\n")
+	if !ok {
+		return "", fmt.Errorf("README.md's Go example in %q does not end", exampleSection)
+	}
+	return code + "\n", nil
+}
+
+// packageResult is what go test -json reported of one package.
+type packageResult struct {
+	action  string            // pass, fail or skip
+	elapsed float64           // seconds
+	rules   map[string]string // the action of each rule's subtest, by rule id
+	output  strings.Builder
+}
+
+// readTestEvents reads go test -json's events from r, by package.
+func readTestEvents(t *testing.T, r io.Reader) map[string]*packageResult {
+	t.Helper()
+	results := map[string]*packageResult{}
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 1<<20), 16<<20)
+	for sc.Scan() {
+		var ev struct {
+			Action  string
+			Package string
+			Test    string
+			Elapsed float64
+			Output  string
+		}
+		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
+			t.Errorf("go test -json wrote %q: %v", sc.Text(), err)
+			continue
+		}
+		p := results[ev.Package]
+		if p == nil {
+			p = &packageResult{rules: map[string]string{}}
+			results[ev.Package] = p
+		}
+		switch {
+		case ev.Action == "output":
+			p.output.WriteString(ev.Output)
+		case ev.Test == "" && (ev.Action == "pass" || ev.Action == "fail" || ev.Action == "skip"):
+			p.action, p.elapsed = ev.Action, ev.Elapsed
+		case ev.Action == "pass" || ev.Action == "fail" || ev.Action == "skip":
+			if _, rule, ok := strings.Cut(ev.Test, "/"); ok {
+				p.rules[rule] = ev.Action
+			}
+		}
+	}
+	if err := sc.Err(); err != nil {
+		t.Errorf("read go test -json: %v", err)
+	}
+	return results
+}
