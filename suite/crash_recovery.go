@@ -16,28 +16,21 @@ import (
 	"github.com/harmless-dev/harmless/fixtures"
 	"github.com/harmless-dev/harmless/internal/harness"
 	"github.com/harmless-dev/harmless/internal/ledger"
-	"github.com/harmless-dev/harmless/internal/provision"
 )
 
 // Numbers of the crash-recovery fixture.
 const (
 	// crashInFlight is how many deliveries are in flight when the server
-	// crashes, spread over two workers.
+	// crashes, spread over two workers. As many events are delivered and
+	// acknowledged before, all at once, to warm the implementation up.
 	crashInFlight = 16
-	// crashSettled is how many events are delivered and acknowledged
-	// before the in-flight deliveries start.
-	crashSettled = 4
-	// crashSleep is how long the sleep fault holds an in-flight
+	// crashSleep is the least the sleep fault holds an in-flight
 	// transaction: far longer than the harness takes to crash the server,
-	// which ends the sleep.
+	// which ends the sleep. It is never shorter than the delivery timeout,
+	// which ends a held delivery first.
 	crashSleep = time.Minute
-	// stallLimit bounds the wait for every in-flight delivery to stall.
-	stallLimit = 5 * time.Second
-	// stallSettle ends the wait early once some deliveries are held and no
-	// more have joined them for this long: an implementation that lets
-	// fewer deliveries into the database at once (a small pool, one
-	// connection) is crashed with those that got in.
-	stallSettle = 500 * time.Millisecond
+	// stallSettleMin is the least stall settle time (see stallTiming).
+	stallSettleMin = 500 * time.Millisecond
 	// stallPoll is how often the harness looks for stalled deliveries.
 	stallPoll = 20 * time.Millisecond
 	// restartBudget is what a scenario's budget allows for crashing the
@@ -45,23 +38,29 @@ const (
 	restartBudget = 2 * time.Minute
 )
 
-// Why the fixture cannot run: the rules are then not-supported.
-const (
-	crashNeedsOwned = "needs a server the harness owns (a throwaway cluster or a container); the run uses a server named by a DSN"
-	crashContainer  = "a container comes back from a crash on a new host port, so an implementation holding the old DSN cannot reconnect by itself; the wire proxy will give it a stable address, until then run on a throwaway cluster (--provision cluster)"
-	crashMoved      = "the server came back from the crash on another port (the old one was taken), so an implementation holding the old DSN could not reconnect by itself"
-)
+// crashNeedsOwned says why the fixture cannot run on a server named by a
+// DSN: the rules are then not-supported.
+const crashNeedsOwned = "needs a server the harness owns (a throwaway cluster or a container); the run uses a server named by a DSN"
 
-// crashUnsupported says why the run cannot crash its server and expect the
-// implementation to reconnect by itself; "" when it can.
+// crashUnsupported says why the run cannot crash its server; "" when it
+// can.
 func (s *state) crashUnsupported() string {
-	switch srv := s.run.Server(); {
-	case !srv.Owned():
+	if !s.run.Server().Owned() {
 		return crashNeedsOwned
-	case srv.Kind == provision.KindContainer:
-		return crashContainer
 	}
 	return ""
+}
+
+// beginCrash is begin for a scenario that crashes the server: the spec's
+// instances connect through its wire proxy, so that they keep their
+// address when the server comes back at another one (a container gets a
+// new host port); the restart points the proxy there.
+func (sc *scenario) beginCrash(ctx context.Context) *harness.Spec {
+	GinkgoHelper()
+	spec := sc.begin(ctx)
+	_, err := spec.UseProxy(ctx)
+	Expect(err).NotTo(HaveOccurred(), "put the wire proxy between the implementation and the server")
+	return spec
 }
 
 // notSupported skips the current rule as not-supported, saying why, when
@@ -113,15 +112,12 @@ func (s *state) crashAfterAck() {
 			if skip = s.crashUnsupported(); skip != "" {
 				return
 			}
-			spec := sc.begin(ctx)
+			spec := sc.beginCrash(ctx)
 			before = spec.DeliverUntilTerminal(ctx, 1, ev, s.cfg.maxTries)
 			var err error
 			rowsBefore, err = spec.StateRows(ctx)
 			Expect(err).NotTo(HaveOccurred())
-			if rec = s.crashAndRestart(ctx); rec.Moved {
-				skip = crashMoved
-				return
-			}
+			rec = s.crashAndRestart(ctx)
 			restored, err = spec.Effects(ctx, ev)
 			Expect(err).NotTo(HaveOccurred())
 			rowsAfter, err = spec.StateRows(ctx)
@@ -174,11 +170,12 @@ func (s *state) crashAfterAck() {
 // hits them.
 type stall struct {
 	name string
-	// arm prepares the stall of events and returns a function that counts
-	// the deliveries it holds, what it is and a function that ends it. It
+	// arm prepares the stall of events, holding each for at least hold,
+	// and returns a function that counts the deliveries it holds in the
+	// database right now, what it is and a function that ends it. It
 	// returns a reason instead when the implementation gives it nothing
 	// to hold.
-	arm func(ctx context.Context, spec *harness.Spec, events []adapters.Event) (held func(context.Context) (int, error), what string, release func(context.Context) error, unsupported string)
+	arm func(ctx context.Context, spec *harness.Spec, events []adapters.Event, hold time.Duration) (held func(context.Context) (int, error), what string, release func(context.Context) error, unsupported string)
 }
 
 var stalls = []stall{
@@ -188,35 +185,41 @@ var stalls = []stall{
 
 // sleepAtEffect plans a long sleep at the effect of each event's first
 // attempt: each delivery stalls with its transaction open, its claim (if it
-// made one) and its effect inserted but not committed.
-func sleepAtEffect(ctx context.Context, spec *harness.Spec, events []adapters.Event) (func(context.Context) (int, error), string, func(context.Context) error, string) {
+// made one) and its effect inserted but not committed. A delivery counts
+// as held while its fault has fired and its backend still sleeps: one
+// whose sleep ended (a cancelled statement, a lost connection) is not.
+// The crash disarms the sleeps (see harness.Run.CrashServer), so a first
+// attempt that reaches the server only after the restart is not held.
+func sleepAtEffect(ctx context.Context, spec *harness.Spec, events []adapters.Event, hold time.Duration) (func(context.Context) (int, error), string, func(context.Context) error, string) {
 	GinkgoHelper()
+	sleep := max(crashSleep, hold)
 	sleeps := make([]*faults.Fault, len(events))
 	for i, ev := range events {
 		var err error
-		sleeps[i], err = spec.Arm(ctx, faults.Plan{Namespace: ev.Namespace, ID: ev.ID, Attempt: 1, Point: faults.AtEffect, Action: faults.Sleep, Sleep: crashSleep})
+		sleeps[i], err = spec.Arm(ctx, faults.Plan{Namespace: ev.Namespace, ID: ev.ID, Attempt: 1, Point: faults.AtEffect, Action: faults.Sleep, Sleep: sleep})
 		Expect(err).NotTo(HaveOccurred())
 	}
 	held := func(ctx context.Context) (int, error) {
-		n := 0
+		fired := 0
 		for _, f := range sleeps {
-			fired, err := spec.Fired(ctx, f)
+			n, err := spec.Fired(ctx, f)
 			if err != nil {
 				return 0, err
 			}
-			if fired > 0 {
-				n++
+			if n > 0 {
+				fired++
 			}
 		}
-		return n, nil
+		sleeping, err := spec.SleepingInFaults(ctx)
+		return min(fired, sleeping), err
 	}
-	return held, fmt.Sprintf("a sleep of %s at the effect of each event's attempt 1", crashSleep), nil, ""
+	return held, fmt.Sprintf("a sleep of %s at the effect of each event's attempt 1", sleep), nil, ""
 }
 
 // holdWrites locks the implementation's tables against writes: each
 // delivery stalls at its first write to its deduplication state, after
 // whatever it committed before that write.
-func holdWrites(ctx context.Context, spec *harness.Spec, _ []adapters.Event) (func(context.Context) (int, error), string, func(context.Context) error, string) {
+func holdWrites(ctx context.Context, spec *harness.Spec, _ []adapters.Event, _ time.Duration) (func(context.Context) (int, error), string, func(context.Context) error, string) {
 	GinkgoHelper()
 	h, err := spec.HoldWrites(ctx)
 	Expect(err).NotTo(HaveOccurred())
@@ -237,9 +240,49 @@ type inFlight struct {
 
 func (f *inFlight) last() harness.Attempt { return f.attempts[len(f.attempts)-1] }
 
-// crashInFlight crashes the server while deliveries are held by st, then
-// redelivers every event that is not acknowledged to the worker that had
-// it.
+// crashEvents makes n events of the fixture, named prefix-1 to prefix-n, spread
+// over the two workers.
+func crashEvents(prefix string, n int) []*inFlight {
+	fs := make([]*inFlight, n)
+	for i := range fs {
+		fs[i] = &inFlight{ev: newEvent(fixtures.CrashRecovery, fmt.Sprintf("%s-%d", prefix, i+1)), worker: 1 + i%2}
+	}
+	return fs
+}
+
+// deliverAll starts deliver for every event at once, each on a goroutine
+// of its own, and returns a function that waits until all have returned.
+func deliverAll(fs []*inFlight, deliver func(*inFlight)) (wait func()) {
+	var done sync.WaitGroup
+	for _, f := range fs {
+		done.Add(1)
+		go func() {
+			defer GinkgoRecover()
+			defer done.Done()
+			deliver(f)
+		}()
+	}
+	return done.Wait
+}
+
+// stallTiming is how long awaitStall waits for the in-flight deliveries to
+// stall. A delivery that takes longer than the delivery timeout is
+// cancelled, which ends its stall, so the wait ends well before: at half
+// the delivery timeout (limit). It ends early once some deliveries are held
+// and no more have joined them for settle: an implementation that lets
+// fewer deliveries into the database at once (a small pool, one
+// connection) is crashed with those that got in. Settle is at least the
+// slowest warm-up delivery, so an implementation that takes that long to
+// bring a delivery to the database, under the same load, gets the time.
+func stallTiming(deliveryTimeout, slowestWarmUp time.Duration) (settle, limit time.Duration) {
+	limit = deliveryTimeout / 2
+	return min(max(stallSettleMin, slowestWarmUp), limit), limit
+}
+
+// crashInFlight warms the implementation up with as many concurrent
+// deliveries as will be in flight, crashes the server while deliveries are
+// held by st, then redelivers every event that is not acknowledged to the
+// worker that had it.
 func (s *state) crashInFlight(st stall) {
 	Describe("with deliveries in flight, "+st.name, Ordered, ContinueOnFailure, func() {
 		var (
@@ -247,64 +290,68 @@ func (s *state) crashInFlight(st stall) {
 			what            string
 			settled, flying []*inFlight
 			all             []*inFlight // settled, then flying
+			slowestWarmUp   time.Duration
+			waited          time.Duration
 			heldAtCrash     int
 			returnedAtCrash int64
 			redelivered     int
 			rec             harness.Recovery
 			heldErr         error
 		)
-		// Two instances to build; the settled events until terminal; the
-		// in-flight deliveries, at once; the wait for them to stall; the
-		// restart; then every event redelivered until terminal, one after
-		// another.
+		// Two instances to build; the warm-up's deliveries until terminal,
+		// at once; the in-flight deliveries, at once; the wait for them to
+		// stall; the restart; then every event redelivered until terminal,
+		// one after another.
+		_, stallLimit := stallTiming(s.cfg.deliveryTimeout, 0)
 		sc := s.scenario(fixtures.CrashRecovery+" / with deliveries in flight, "+st.name,
-			2+crashSettled*s.cfg.maxTries+1+(crashSettled+crashInFlight)*s.cfg.maxTries, stallLimit+restartBudget)
+			2+s.cfg.maxTries+1+2*crashInFlight*s.cfg.maxTries, stallLimit+restartBudget)
 		BeforeAll(func(ctx SpecContext) {
 			if skip = s.crashUnsupported(); skip != "" {
 				return
 			}
-			spec := sc.begin(ctx)
-			for i := range crashSettled {
-				f := &inFlight{ev: newEvent(fixtures.CrashRecovery, fmt.Sprintf("settled-%d", i+1)), worker: 1 + i%2}
-				f.attempts = spec.DeliverUntilTerminal(ctx, f.worker, f.ev, s.cfg.maxTries)
-				settled = append(settled, f)
-			}
-			var events []adapters.Event
-			for i := range crashInFlight {
-				f := &inFlight{ev: newEvent(fixtures.CrashRecovery, fmt.Sprintf("in-flight-%d", i+1)), worker: 1 + i%2}
-				flying = append(flying, f)
-				events = append(events, f.ev)
-			}
+			spec := sc.beginCrash(ctx)
+			// The warm-up: whatever the implementation needs to handle
+			// this many deliveries at once (connections, processes) exists
+			// before the crash, as in a service in steady state, and the
+			// slowest delivery says how long it takes to get one to the
+			// database under that load.
+			settled, flying = crashEvents("settled", crashInFlight), crashEvents("in-flight", crashInFlight)
 			all = append(append([]*inFlight(nil), settled...), flying...)
-			held, desc, release, unsupported := st.arm(ctx, spec, events)
+			deliverAll(settled, func(f *inFlight) {
+				f.attempts = spec.DeliverUntilTerminal(ctx, f.worker, f.ev, s.cfg.maxTries)
+			})()
+			for _, f := range settled {
+				for _, a := range f.attempts {
+					slowestWarmUp = max(slowestWarmUp, a.Ended-a.Started)
+				}
+			}
+
+			events := make([]adapters.Event, len(flying))
+			for i, f := range flying {
+				events[i] = f.ev
+			}
+			held, desc, release, unsupported := st.arm(ctx, spec, events, s.cfg.deliveryTimeout)
 			if skip, what = unsupported, desc; skip != "" {
 				return
 			}
 
 			var returned atomic.Int64
-			var done sync.WaitGroup
-			for _, f := range flying {
-				done.Add(1)
-				go func() {
-					defer GinkgoRecover()
-					defer done.Done()
-					f.attempts = []harness.Attempt{spec.Deliver(ctx, f.worker, f.ev)}
-					returned.Add(1)
-				}()
-			}
-			heldAtCrash, heldErr = awaitStall(ctx, held, func() int { return int(returned.Load()) }, len(flying))
+			began := time.Now()
+			wait := deliverAll(flying, func(f *inFlight) {
+				f.attempts = []harness.Attempt{spec.Deliver(ctx, f.worker, f.ev)}
+				returned.Add(1)
+			})
+			settle, limit := stallTiming(s.cfg.deliveryTimeout, slowestWarmUp)
+			heldAtCrash, heldErr = awaitStall(ctx, held, func() int { return int(returned.Load()) }, len(flying), settle, limit)
+			waited = time.Since(began)
 			returnedAtCrash = returned.Load()
 			rec = s.crashAndRestart(ctx)
 			// The deliveries the crash hit return once their connections
 			// die; one that retries by itself may succeed after the
 			// restart.
-			done.Wait()
+			wait()
 			if release != nil {
 				_ = release(ctx) // the crash ended the hold
-			}
-			if rec.Moved {
-				skip = crashMoved
-				return
 			}
 			for _, f := range all {
 				if !f.last().Terminal() {
@@ -332,8 +379,8 @@ func (s *state) crashInFlight(st stall) {
 				return []string{fmt.Sprintf("the planned stall (%s) did not fire: none of the %d in-flight deliveries was held when the server crashed (%d had returned), so the crash proves nothing",
 					what, len(flying), returnedAtCrash)}, ""
 			}
-			story := fmt.Sprintf("\n%d of %d in-flight deliveries were held by %s when the server crashed, %d had returned; %s",
-				heldAtCrash, len(flying), what, returnedAtCrash, rec)
+			story := fmt.Sprintf("\n%d of %d in-flight deliveries were held by %s when the server crashed, %s after they started (the slowest of %d warm-up deliveries took %s), %d had returned; %s",
+				heldAtCrash, len(flying), what, waited.Round(time.Millisecond), len(settled), slowestWarmUp.Round(time.Millisecond), returnedAtCrash, rec)
 			var problems []string
 			for _, f := range all {
 				var seen string
@@ -354,8 +401,8 @@ func (s *state) crashInFlight(st stall) {
 				problems[0] += story
 				return problems, ""
 			}
-			return nil, fmt.Sprintf("%d of %d in-flight deliveries held by %s at the crash, %d had returned; %s; %d events redelivered after the restart; all %d events have one effect",
-				heldAtCrash, len(flying), what, returnedAtCrash, rec, redelivered, len(all))
+			return nil, fmt.Sprintf("%d of %d in-flight deliveries held by %s at the crash, %s after they started (the slowest of %d warm-up deliveries took %s), %d had returned; %s; %d events redelivered after the restart; all %d events have one effect",
+				heldAtCrash, len(flying), what, waited.Round(time.Millisecond), len(settled), slowestWarmUp.Round(time.Millisecond), returnedAtCrash, rec, redelivered, len(all))
 		})
 	})
 }
@@ -371,11 +418,11 @@ func ackedApplied(attempts []harness.Attempt) bool {
 }
 
 // awaitStall waits until each of n in-flight deliveries is held or has
-// returned, until the number held has not grown for stallSettle, or until
-// stallLimit has passed, and returns how many were held then.
-func awaitStall(ctx context.Context, held func(context.Context) (int, error), returned func() int, n int) (int, error) {
-	limit := time.NewTimer(stallLimit)
-	defer limit.Stop()
+// returned, until some are held and their number has not grown for settle,
+// or until limit has passed, and returns how many were held then.
+func awaitStall(ctx context.Context, held func(context.Context) (int, error), returned func() int, n int, settle, limit time.Duration) (int, error) {
+	deadline := time.NewTimer(limit)
+	defer deadline.Stop()
 	tick := time.NewTicker(stallPoll)
 	defer tick.Stop()
 	last, since := 0, time.Now()
@@ -386,13 +433,13 @@ func awaitStall(ctx context.Context, held func(context.Context) (int, error), re
 		}
 		if k != last {
 			last, since = k, time.Now()
-		} else if k > 0 && time.Since(since) >= stallSettle {
+		} else if k > 0 && time.Since(since) >= settle {
 			return k, nil
 		}
 		select {
 		case <-ctx.Done():
 			return k, context.Cause(ctx)
-		case <-limit.C:
+		case <-deadline.C:
 			return k, nil
 		case <-tick.C:
 		}

@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // Crash is a crash of the run's server that [Run.CrashServer] caused: pass
@@ -143,22 +142,11 @@ func (r *Run) RestartServer(ctx context.Context, c *Crash) (Recovery, error) {
 		return rec, fmt.Errorf("harness: reconnect the keeper after the restart: %w", err)
 	}
 
-	if rec.Moved {
-		adminDSN, err := WithApplicationName(dsn, r.appName("admin"))
-		if err != nil {
-			return rec, err
-		}
-		admin, err := pgxpool.New(ctx, adminDSN)
-		if err != nil {
-			return rec, fmt.Errorf("harness: reconnect the admin pool after the restart: %w", err)
-		}
-		r.admin.Close()
-		r.admin = admin
-	} else {
-		// Idle connections are dead; connections in use are dropped when
-		// released.
-		r.admin.Reset()
-	}
+	// Idle connections are dead; connections in use (a write hold's) are
+	// dropped when released. New ones go to the server's address now (see
+	// Run.toCurrentServer): closing the pool instead would wait for those
+	// in use.
+	r.admin.Reset()
 	if err := r.admin.QueryRow(ctx, `SELECT pg_postmaster_start_time()`).Scan(&rec.StartedAfter); err != nil {
 		return rec, fmt.Errorf("harness: server start time after the restart: %w", err)
 	}
