@@ -265,6 +265,44 @@ func deliverAll(fs []*inFlight, deliver func(*inFlight)) (wait func()) {
 	return done.Wait
 }
 
+// warmUp delivers fs all at once and waits until each is acknowledged or
+// given up on, so that whatever the implementation needs to handle that many
+// deliveries at once (connections, child processes) exists before the
+// crash, as in a service in steady state. The deliveries are held at their
+// effects (see harness.Spec.HoldEffects) until all of them are there, or
+// until no more have joined for stallSettleMin, or at the stall's limit: an
+// implementation that finishes one delivery before the next arrives would
+// otherwise never need more than one connection or process. It returns how
+// long the slowest delivery took, which says how long a delivery takes to
+// reach the database under that load, and how many were held at once.
+func (s *state) warmUp(ctx context.Context, spec *harness.Spec, fs []*inFlight) (slowest time.Duration, atOnce int) {
+	GinkgoHelper()
+	gate, err := spec.HoldEffects(ctx)
+	Expect(err).NotTo(HaveOccurred(), "hold the warm-up deliveries at their effects")
+	var returned atomic.Int64
+	wait := deliverAll(fs, func(f *inFlight) {
+		f.attempts = spec.DeliverUntilTerminal(ctx, f.worker, f.ev, s.cfg.maxTries)
+		returned.Add(1)
+	})
+	_, limit := stallTiming(s.cfg.deliveryTimeout, 0)
+	atOnce, heldErr := awaitStall(ctx, gate.Waiting, func() int { return int(returned.Load()) }, len(fs), stallSettleMin, limit)
+	releaseErr := gate.Release(ctx)
+	wait()
+	Expect(heldErr).NotTo(HaveOccurred(), "count the warm-up deliveries held at their effects")
+	Expect(releaseErr).NotTo(HaveOccurred(), "release the warm-up deliveries")
+	for _, f := range fs {
+		for _, a := range f.attempts {
+			slowest = max(slowest, a.Ended-a.Started)
+		}
+	}
+	return slowest, atOnce
+}
+
+// warmUpNote describes the warm-up for a rule's message.
+func warmUpNote(n, atOnce int, slowest time.Duration) string {
+	return fmt.Sprintf("the warm-up had %d of %d deliveries at their effects at once, the slowest took %s", atOnce, n, slowest.Round(time.Millisecond))
+}
+
 // stallTiming is how long awaitStall waits for the in-flight deliveries to
 // stall. A delivery that takes longer than the delivery timeout is
 // cancelled, which ends its stall, so the wait ends well before: at half
@@ -291,6 +329,7 @@ func (s *state) crashInFlight(st stall) {
 			settled, flying []*inFlight
 			all             []*inFlight // settled, then flying
 			slowestWarmUp   time.Duration
+			warmedAtOnce    int
 			waited          time.Duration
 			heldAtCrash     int
 			returnedAtCrash int64
@@ -299,32 +338,21 @@ func (s *state) crashInFlight(st stall) {
 			heldErr         error
 		)
 		// Two instances to build; the warm-up's deliveries until terminal,
-		// at once; the in-flight deliveries, at once; the wait for them to
-		// stall; the restart; then every event redelivered until terminal,
-		// one after another.
+		// at once, and the wait for them at their effects; the in-flight
+		// deliveries, at once, and the wait for them to stall; the
+		// restart; then every event redelivered until terminal, one after
+		// another.
 		_, stallLimit := stallTiming(s.cfg.deliveryTimeout, 0)
 		sc := s.scenario(fixtures.CrashRecovery+" / with deliveries in flight, "+st.name,
-			2+s.cfg.maxTries+1+2*crashInFlight*s.cfg.maxTries, stallLimit+restartBudget)
+			2+s.cfg.maxTries+1+2*crashInFlight*s.cfg.maxTries, 2*stallLimit+restartBudget)
 		BeforeAll(func(ctx SpecContext) {
 			if skip = s.crashUnsupported(); skip != "" {
 				return
 			}
 			spec := sc.beginCrash(ctx)
-			// The warm-up: whatever the implementation needs to handle
-			// this many deliveries at once (connections, processes) exists
-			// before the crash, as in a service in steady state, and the
-			// slowest delivery says how long it takes to get one to the
-			// database under that load.
 			settled, flying = crashEvents("settled", crashInFlight), crashEvents("in-flight", crashInFlight)
 			all = append(append([]*inFlight(nil), settled...), flying...)
-			deliverAll(settled, func(f *inFlight) {
-				f.attempts = spec.DeliverUntilTerminal(ctx, f.worker, f.ev, s.cfg.maxTries)
-			})()
-			for _, f := range settled {
-				for _, a := range f.attempts {
-					slowestWarmUp = max(slowestWarmUp, a.Ended-a.Started)
-				}
-			}
+			slowestWarmUp, warmedAtOnce = s.warmUp(ctx, spec, settled)
 
 			events := make([]adapters.Event, len(flying))
 			for i, f := range flying {
@@ -379,8 +407,8 @@ func (s *state) crashInFlight(st stall) {
 				return []string{fmt.Sprintf("the planned stall (%s) did not fire: none of the %d in-flight deliveries was held when the server crashed (%d had returned), so the crash proves nothing",
 					what, len(flying), returnedAtCrash)}, ""
 			}
-			story := fmt.Sprintf("\n%d of %d in-flight deliveries were held by %s when the server crashed, %s after they started (the slowest of %d warm-up deliveries took %s), %d had returned; %s",
-				heldAtCrash, len(flying), what, waited.Round(time.Millisecond), len(settled), slowestWarmUp.Round(time.Millisecond), returnedAtCrash, rec)
+			story := fmt.Sprintf("\n%d of %d in-flight deliveries were held by %s when the server crashed, %s after they started, %d had returned (%s); %s",
+				heldAtCrash, len(flying), what, waited.Round(time.Millisecond), returnedAtCrash, warmUpNote(len(settled), warmedAtOnce, slowestWarmUp), rec)
 			var problems []string
 			for _, f := range all {
 				var seen string
@@ -401,8 +429,8 @@ func (s *state) crashInFlight(st stall) {
 				problems[0] += story
 				return problems, ""
 			}
-			return nil, fmt.Sprintf("%d of %d in-flight deliveries held by %s at the crash, %s after they started (the slowest of %d warm-up deliveries took %s), %d had returned; %s; %d events redelivered after the restart; all %d events have one effect",
-				heldAtCrash, len(flying), what, waited.Round(time.Millisecond), len(settled), slowestWarmUp.Round(time.Millisecond), returnedAtCrash, rec, redelivered, len(all))
+			return nil, fmt.Sprintf("%d of %d in-flight deliveries held by %s at the crash, %s after they started, %d had returned (%s); %s; %d events redelivered after the restart; all %d events have one effect",
+				heldAtCrash, len(flying), what, waited.Round(time.Millisecond), returnedAtCrash, warmUpNote(len(settled), warmedAtOnce, slowestWarmUp), rec, redelivered, len(all))
 		})
 	})
 }

@@ -12,6 +12,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/harmless-dev/harmless/adapters"
+	"github.com/harmless-dev/harmless/adapters/reference"
 	"github.com/harmless-dev/harmless/internal/harness"
 	"github.com/harmless-dev/harmless/internal/provision"
 )
@@ -227,5 +229,39 @@ func TestHoldWritesHoldsWritesNotReads(t *testing.T) {
 	}
 	if err := <-done; err != nil {
 		t.Errorf("the insert after the release: %v", err)
+	}
+}
+
+// TestHoldEffectsHoldsEveryDeliveryAtItsEffect holds the ledger: a
+// delivery stops at its effect, whatever tables the implementation keeps,
+// and applies once the hold is released.
+func TestHoldEffectsHoldsEveryDeliveryAtItsEffect(t *testing.T) {
+	ctx := t.Context()
+	r := startRun(t, ampleTimeout)
+	spec := newSpec(t, r, reference.Adapter())
+	h, err := spec.HoldEffects(ctx)
+	if err != nil {
+		t.Fatalf("HoldEffects: %v", err)
+	}
+	ev := event("held")
+	done := make(chan harness.Attempt, 1)
+	go func() { done <- spec.Deliver(ctx, 1, ev) }()
+	eventually(t, patience, "the delivery waits for the hold", func() bool {
+		n, err := h.Waiting(ctx)
+		return err == nil && n == 1
+	})
+	select {
+	case a := <-done:
+		t.Fatalf("the delivery ended while effects were held: %s", a.Result())
+	default:
+	}
+	if err := h.Release(ctx); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+	if a := <-done; !a.Acked() || a.Outcome != adapters.Applied {
+		t.Errorf("the delivery after the release ended %s; want Applied", a.Result())
+	}
+	if effects, err := spec.Effects(ctx, ev); err != nil || len(effects) != 1 {
+		t.Errorf("the ledger holds %d effects, %v; want 1", len(effects), err)
 	}
 }
