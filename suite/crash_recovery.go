@@ -403,12 +403,13 @@ func (s *state) crashInFlight(st stall) {
 			if heldErr != nil {
 				return []string{fmt.Sprintf("could not tell whether the planned stall (%s) held any delivery: %v", what, heldErr)}, ""
 			}
-			if heldAtCrash == 0 {
-				return []string{fmt.Sprintf("the planned stall (%s) did not fire: none of the %d in-flight deliveries was held when the server crashed (%d had returned), so the crash proves nothing",
-					what, len(flying), returnedAtCrash)}, ""
-			}
-			story := fmt.Sprintf("\n%d of %d in-flight deliveries were held by %s when the server crashed, %s after they started, %d had returned (%s); %s",
+			story := fmt.Sprintf("%d of %d in-flight deliveries were held by %s when the server crashed, %s after they started, %d had returned (%s); %s",
 				heldAtCrash, len(flying), what, waited.Round(time.Millisecond), returnedAtCrash, warmUpNote(len(settled), warmedAtOnce, slowestWarmUp), rec)
+			if heldAtCrash == 0 {
+				first := flying[0]
+				return []string{fmt.Sprintf("the planned stall did not fire, so the crash proves nothing: %s\n%s",
+					story, harness.DescribeEvent(first.ev, first.effects, first.history))}, ""
+			}
 			var problems []string
 			for _, f := range all {
 				var seen string
@@ -426,11 +427,10 @@ func (s *state) crashInFlight(st stall) {
 				}
 			}
 			if len(problems) > 0 {
-				problems[0] += story
+				problems[0] += "\n" + story
 				return problems, ""
 			}
-			return nil, fmt.Sprintf("%d of %d in-flight deliveries held by %s at the crash, %s after they started, %d had returned (%s); %s; %d events redelivered after the restart; all %d events have one effect",
-				heldAtCrash, len(flying), what, waited.Round(time.Millisecond), returnedAtCrash, warmUpNote(len(settled), warmedAtOnce, slowestWarmUp), rec, redelivered, len(all))
+			return nil, fmt.Sprintf("%s; %d events redelivered after the restart; all %d events have one effect", story, redelivered, len(all))
 		})
 	})
 }
