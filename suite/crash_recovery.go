@@ -250,20 +250,32 @@ func crashEvents(prefix string, n int) []*inFlight {
 	return fs
 }
 
+// flight is deliveries made all at once: how many have started and how
+// many have returned.
+type flight struct {
+	started, returned atomic.Int64
+	done              sync.WaitGroup
+}
+
 // deliverAll starts deliver for every event at once, each on a goroutine
-// of its own, and returns a function that waits until all have returned.
-func deliverAll(fs []*inFlight, deliver func(*inFlight)) (wait func()) {
-	var done sync.WaitGroup
+// of its own.
+func deliverAll(fs []*inFlight, deliver func(*inFlight)) *flight {
+	fl := &flight{}
 	for _, f := range fs {
-		done.Add(1)
+		fl.done.Add(1)
 		go func() {
 			defer GinkgoRecover()
-			defer done.Done()
+			defer fl.done.Done()
+			fl.started.Add(1)
 			deliver(f)
+			fl.returned.Add(1)
 		}()
 	}
-	return done.Wait
+	return fl
 }
+
+// wait waits until every delivery has returned.
+func (fl *flight) wait() { fl.done.Wait() }
 
 // warmUp delivers fs all at once and waits until each is acknowledged or
 // given up on, so that whatever the implementation needs to handle that many
@@ -277,17 +289,21 @@ func deliverAll(fs []*inFlight, deliver func(*inFlight)) (wait func()) {
 // reach the database under that load, and how many were held at once.
 func (s *state) warmUp(ctx context.Context, spec *harness.Spec, fs []*inFlight) (slowest time.Duration, atOnce int) {
 	GinkgoHelper()
+	// Built first, so that building one (an implementation's migrations,
+	// say) does not wait for the deliveries the warm-up holds.
+	for _, n := range []int{1, 2} {
+		_, err := spec.Instance(ctx, n)
+		Expect(err).NotTo(HaveOccurred(), "build instance %d", n)
+	}
 	gate, err := spec.HoldEffects(ctx)
 	Expect(err).NotTo(HaveOccurred(), "hold the warm-up deliveries at their effects")
-	var returned atomic.Int64
-	wait := deliverAll(fs, func(f *inFlight) {
+	fl := deliverAll(fs, func(f *inFlight) {
 		f.attempts = spec.DeliverUntilTerminal(ctx, f.worker, f.ev, s.cfg.maxTries)
-		returned.Add(1)
 	})
 	_, limit := stallTiming(s.cfg.deliveryTimeout, 0)
-	atOnce, heldErr := awaitStall(ctx, gate.Waiting, func() int { return int(returned.Load()) }, len(fs), stallSettleMin, limit)
+	atOnce, heldErr := awaitStall(ctx, gate.Waiting, fl, len(fs), stallSettleMin, limit)
 	releaseErr := gate.Release(ctx)
-	wait()
+	fl.wait()
 	Expect(heldErr).NotTo(HaveOccurred(), "count the warm-up deliveries held at their effects")
 	Expect(releaseErr).NotTo(HaveOccurred(), "release the warm-up deliveries")
 	for _, f := range fs {
@@ -363,21 +379,19 @@ func (s *state) crashInFlight(st stall) {
 				return
 			}
 
-			var returned atomic.Int64
 			began := time.Now()
-			wait := deliverAll(flying, func(f *inFlight) {
+			fl := deliverAll(flying, func(f *inFlight) {
 				f.attempts = []harness.Attempt{spec.Deliver(ctx, f.worker, f.ev)}
-				returned.Add(1)
 			})
 			settle, limit := stallTiming(s.cfg.deliveryTimeout, slowestWarmUp)
-			heldAtCrash, heldErr = awaitStall(ctx, held, func() int { return int(returned.Load()) }, len(flying), settle, limit)
+			heldAtCrash, heldErr = awaitStall(ctx, held, fl, len(flying), settle, limit)
 			waited = time.Since(began)
-			returnedAtCrash = returned.Load()
+			returnedAtCrash = fl.returned.Load()
 			rec = s.crashAndRestart(ctx)
 			// The deliveries the crash hit return once their connections
 			// die; one that retries by itself may succeed after the
 			// restart.
-			wait()
+			fl.wait()
 			if release != nil {
 				_ = release(ctx) // the crash ended the hold
 			}
@@ -445,23 +459,37 @@ func ackedApplied(attempts []harness.Attempt) bool {
 	return false
 }
 
-// awaitStall waits until each of n in-flight deliveries is held or has
-// returned, until some are held and their number has not grown for settle,
-// or until limit has passed, and returns how many were held then.
-func awaitStall(ctx context.Context, held func(context.Context) (int, error), returned func() int, n int, settle, limit time.Duration) (int, error) {
+// awaitStall waits until each of the n deliveries of fl is held or has
+// returned; or until all have started, some are held, and their number has
+// not grown for settle or for twice as long as the first took to be held,
+// whichever is longer (on a loaded machine everything takes longer); or
+// until limit has passed. It returns how many were held then.
+func awaitStall(ctx context.Context, held func(context.Context) (int, error), fl *flight, n int, settle, limit time.Duration) (int, error) {
 	deadline := time.NewTimer(limit)
 	defer deadline.Stop()
 	tick := time.NewTicker(stallPoll)
 	defer tick.Stop()
-	last, since := 0, time.Now()
+	began := time.Now()
+	last, since := 0, began
+	allStarted := false
 	for {
 		k, err := held(ctx)
-		if err != nil || k+returned() >= n {
+		if err != nil || k+int(fl.returned.Load()) >= n {
 			return k, err
 		}
-		if k != last {
+		if !allStarted && fl.started.Load() >= int64(n) {
+			// A delivery the harness had not even started yet could not
+			// have joined: the settle time counts from here at the
+			// earliest.
+			allStarted, since = true, time.Now()
+		}
+		switch {
+		case k != last:
+			if last == 0 {
+				settle = max(settle, 2*time.Since(began))
+			}
 			last, since = k, time.Now()
-		} else if k > 0 && time.Since(since) >= settle {
+		case k > 0 && allStarted && time.Since(since) >= settle:
 			return k, nil
 		}
 		select {
