@@ -30,6 +30,12 @@
 // Because they are triggers, these faults work for implementations written
 // in any language and using any driver.
 //
+// [Fault.Disarm] deletes a plan, so the fault never fires again, while its
+// evidence (below) stays readable. A transaction already inside the fault,
+// a sleep say, is not woken. The harness disarms its faults before it
+// crashes the server, so that a plan meant for a delivery before the crash
+// cannot hold up a delivery after the restart.
+//
 // A fault is worth nothing if it never fired: a spec that "survived" a fault
 // that did not happen proves nothing. Each armed fault therefore has its own
 // sequence, advanced by the trigger before it acts. Sequences are not

@@ -196,3 +196,14 @@ func alive(t *testing.T, conn *pgx.Conn) bool {
 	t.Helper()
 	return conn.Ping(t.Context()) == nil
 }
+
+// sleeping reports whether backend pid sleeps in pg_sleep.
+func sleeping(t *testing.T, pool *pgxpool.Pool, pid uint32) bool {
+	t.Helper()
+	var asleep bool
+	err := pool.QueryRow(t.Context(), "SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = $1 AND wait_event = 'PgSleep')", int32(pid)).Scan(&asleep)
+	if err != nil {
+		t.Fatalf("backend %d: %v", pid, err)
+	}
+	return asleep
+}

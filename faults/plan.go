@@ -147,19 +147,22 @@ func Install(ctx context.Context, db ledger.DB, schema string) error {
 type Fault struct {
 	id       int64
 	plan     Plan
+	plans    string // quoted, schema-qualified plan table
 	evidence string // quoted, schema-qualified sequence
 }
 
 // Arm validates p and arms it in schema, where [Install] has run. The fault
-// fires on every matching effect insert from then on; several faults
-// matching one insert fire in the order they were armed, until one of them
-// fails the transaction. Arm before delivering: a transaction at REPEATABLE
-// READ or SERIALIZABLE that started earlier does not see the plan.
+// fires on every matching effect insert from then on, until it is disarmed
+// ([Fault.Disarm]); several faults matching one insert fire in the order
+// they were armed, until one of them fails the transaction. Arm before
+// delivering: a transaction at REPEATABLE READ or SERIALIZABLE that started
+// earlier does not see the plan.
 func Arm(ctx context.Context, db ledger.DB, schema string, p Plan) (*Fault, error) {
 	if err := p.validate(); err != nil {
 		return nil, fmt.Errorf("arm fault %s: invalid plan: %w", p, err)
 	}
 	ids := pgx.Identifier{schema, "harmless_fault_ids"}.Sanitize()
+	plans := pgx.Identifier{schema, "harmless_fault_plans"}.Sanitize()
 	id, err := queryOne[int64](ctx, db, "SELECT nextval($1::regclass)", ids)
 	if err != nil {
 		return nil, fmt.Errorf("arm fault %s: number it: %w", p, err)
@@ -167,13 +170,13 @@ func Arm(ctx context.Context, db ledger.DB, schema string, p Plan) (*Fault, erro
 	f := &Fault{
 		id:       id,
 		plan:     p,
+		plans:    plans,
 		evidence: pgx.Identifier{schema, fmt.Sprintf("harmless_fault_%d_fired", id)}.Sanitize(),
 	}
 	// Should the INSERT fail, an unused sequence is left behind: harmless.
 	if _, err := db.Exec(ctx, "CREATE SEQUENCE "+f.evidence); err != nil {
 		return nil, fmt.Errorf("arm fault %s: create its evidence sequence: %w", p, err)
 	}
-	plans := pgx.Identifier{schema, "harmless_fault_plans"}.Sanitize()
 	_, err = db.Exec(ctx, "INSERT INTO "+plans+` (id, namespace, event_id, attempt, point, action, sleep, evidence, description)
 VALUES ($1, $2, $3, $4, $5, $6, $7 * interval '1 microsecond', $8::regclass, $9)`,
 		id, []byte(p.Namespace), []byte(p.ID), int32(p.Attempt), string(p.Point), string(p.Action),
@@ -192,6 +195,20 @@ func (f *Fault) Fired(ctx context.Context, db ledger.DB) (int64, error) {
 		return 0, fmt.Errorf("count firings of fault %s: %w", f, err)
 	}
 	return n, nil
+}
+
+// Disarm deletes the fault's plan, so that it never fires again; its
+// evidence stays, so [Fault.Fired] still counts the firings before. A
+// transaction already inside the fault (a [Sleep]) is not woken: it sleeps
+// on. The deletion commits at once: every statement that starts after
+// Disarm returns no longer sees the plan, except in a transaction at
+// REPEATABLE READ or SERIALIZABLE that started earlier. Disarming a
+// disarmed fault does nothing.
+func (f *Fault) Disarm(ctx context.Context, db ledger.DB) error {
+	if _, err := db.Exec(ctx, "DELETE FROM "+f.plans+" WHERE id = $1", f.id); err != nil {
+		return fmt.Errorf("disarm fault %s: %w", f, err)
+	}
+	return nil
 }
 
 // Plan returns the fault's plan.

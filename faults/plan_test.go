@@ -1,6 +1,7 @@
 package faults_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strings"
@@ -264,4 +265,73 @@ func TestIsInjected(t *testing.T) {
 			t.Errorf("%s: IsInjected(%v) = %v, want %v", tt.name, tt.err, got, tt.want)
 		}
 	}
+}
+
+// TestDisarm checks that a disarmed fault never fires again, that the
+// firings before it are still counted, and that only the disarmed fault
+// stops.
+func TestDisarm(t *testing.T) {
+	fx := setup(t)
+	disarmed := fx.arm(t, faults.Plan{Namespace: "ns", ID: "42", Point: faults.AtEffect, Action: faults.Raise})
+	other := fx.arm(t, faults.Plan{Namespace: "ns", ID: "43", Point: faults.AtCommit, Action: faults.Raise})
+
+	if _, err := deliver(t.Context(), fx.pool, fx.effect(nil), delivery("ns", "42", 1)); !faults.IsInjected(err) {
+		t.Fatalf("before Disarm: got %v, want the injected fault", err)
+	}
+	if err := disarmed.Disarm(t.Context(), fx.pool); err != nil {
+		t.Fatalf("Disarm: %v", err)
+	}
+	d := delivery("ns", "42", 2)
+	if at, err := deliver(t.Context(), fx.pool, fx.effect(nil), d); err != nil {
+		t.Errorf("after Disarm the delivery failed at %s: %v", at, err)
+	}
+	fx.wantEffects(t, d, 1)
+	fx.wantFired(t, disarmed, 1)
+
+	if err := disarmed.Disarm(t.Context(), fx.pool); err != nil {
+		t.Errorf("Disarm of a disarmed fault: %v", err)
+	}
+	if _, err := deliver(t.Context(), fx.pool, fx.effect(nil), delivery("ns", "43", 1)); !faults.IsInjected(err) {
+		t.Errorf("a fault that was not disarmed: got %v, want the injected fault", err)
+	}
+	fx.wantFired(t, other, 1)
+}
+
+// TestDisarmLeavesASleepingTransactionAsleep disarms a sleep fault while a
+// transaction sleeps in it: the transaction sleeps on, and the next
+// delivery is not held.
+func TestDisarmLeavesASleepingTransactionAsleep(t *testing.T) {
+	fx := setup(t)
+	f := fx.arm(t, faults.Plan{Namespace: "ns", ID: "42", Point: faults.AtEffect, Action: faults.Sleep, Sleep: time.Hour})
+	conn := connect(t, "harmless-faults-test-"+unique(t))
+	pid := conn.PgConn().PID()
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() {
+		_, err := deliver(ctx, conn, fx.effect(nil), delivery("ns", "42", 1))
+		done <- err
+	}()
+	defer func() {
+		cancel() // pgx cancels the sleep on the server
+		if err := <-done; err == nil {
+			t.Error("the delivery held by an hour's sleep committed")
+		}
+	}()
+	waitSleeping(t, fx, conn)
+	if err := f.Disarm(t.Context(), fx.pool); err != nil {
+		t.Fatalf("Disarm: %v", err)
+	}
+	if !sleeping(t, fx.pool, pid) {
+		t.Error("the transaction inside the fault stopped sleeping when the fault was disarmed")
+	}
+	// Bounded, so that a fault still armed fails the test instead of
+	// holding it for an hour.
+	bounded, stop := context.WithTimeout(t.Context(), 30*time.Second)
+	defer stop()
+	d := delivery("ns", "42", 2)
+	if at, err := deliver(bounded, fx.pool, fx.effect(nil), d); err != nil {
+		t.Errorf("after Disarm the delivery failed at %s: %v", at, err)
+	}
+	fx.wantEffects(t, d, 1)
+	fx.wantFired(t, f, 1)
 }

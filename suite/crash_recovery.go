@@ -16,28 +16,21 @@ import (
 	"github.com/harmless-dev/harmless/fixtures"
 	"github.com/harmless-dev/harmless/internal/harness"
 	"github.com/harmless-dev/harmless/internal/ledger"
-	"github.com/harmless-dev/harmless/internal/provision"
 )
 
 // Numbers of the crash-recovery fixture.
 const (
 	// crashInFlight is how many deliveries are in flight when the server
-	// crashes, spread over two workers.
+	// crashes, spread over two workers. As many events are delivered and
+	// acknowledged before, all at once, to warm the implementation up.
 	crashInFlight = 16
-	// crashSettled is how many events are delivered and acknowledged
-	// before the in-flight deliveries start.
-	crashSettled = 4
-	// crashSleep is how long the sleep fault holds an in-flight
+	// crashSleep is the least the sleep fault holds an in-flight
 	// transaction: far longer than the harness takes to crash the server,
-	// which ends the sleep.
+	// which ends the sleep. It is never shorter than the delivery timeout,
+	// which ends a held delivery first.
 	crashSleep = time.Minute
-	// stallLimit bounds the wait for every in-flight delivery to stall.
-	stallLimit = 5 * time.Second
-	// stallSettle ends the wait early once some deliveries are held and no
-	// more have joined them for this long: an implementation that lets
-	// fewer deliveries into the database at once (a small pool, one
-	// connection) is crashed with those that got in.
-	stallSettle = 500 * time.Millisecond
+	// stallSettleMin is the least stall settle time (see stallTiming).
+	stallSettleMin = 500 * time.Millisecond
 	// stallPoll is how often the harness looks for stalled deliveries.
 	stallPoll = 20 * time.Millisecond
 	// restartBudget is what a scenario's budget allows for crashing the
@@ -45,23 +38,29 @@ const (
 	restartBudget = 2 * time.Minute
 )
 
-// Why the fixture cannot run: the rules are then not-supported.
-const (
-	crashNeedsOwned = "needs a server the harness owns (a throwaway cluster or a container); the run uses a server named by a DSN"
-	crashContainer  = "a container comes back from a crash on a new host port, so an implementation holding the old DSN cannot reconnect by itself; the wire proxy will give it a stable address, until then run on a throwaway cluster (--provision cluster)"
-	crashMoved      = "the server came back from the crash on another port (the old one was taken), so an implementation holding the old DSN could not reconnect by itself"
-)
+// crashNeedsOwned says why the fixture cannot run on a server named by a
+// DSN: the rules are then not-supported.
+const crashNeedsOwned = "needs a server the harness owns (a throwaway cluster or a container); the run uses a server named by a DSN"
 
-// crashUnsupported says why the run cannot crash its server and expect the
-// implementation to reconnect by itself; "" when it can.
+// crashUnsupported says why the run cannot crash its server; "" when it
+// can.
 func (s *state) crashUnsupported() string {
-	switch srv := s.run.Server(); {
-	case !srv.Owned():
+	if !s.run.Server().Owned() {
 		return crashNeedsOwned
-	case srv.Kind == provision.KindContainer:
-		return crashContainer
 	}
 	return ""
+}
+
+// beginCrash is begin for a scenario that crashes the server: the spec's
+// instances connect through its wire proxy, so that they keep their
+// address when the server comes back at another one (a container gets a
+// new host port); the restart points the proxy there.
+func (sc *scenario) beginCrash(ctx context.Context) *harness.Spec {
+	GinkgoHelper()
+	spec := sc.begin(ctx)
+	_, err := spec.UseProxy(ctx)
+	Expect(err).NotTo(HaveOccurred(), "put the wire proxy between the implementation and the server")
+	return spec
 }
 
 // notSupported skips the current rule as not-supported, saying why, when
@@ -113,15 +112,12 @@ func (s *state) crashAfterAck() {
 			if skip = s.crashUnsupported(); skip != "" {
 				return
 			}
-			spec := sc.begin(ctx)
+			spec := sc.beginCrash(ctx)
 			before = spec.DeliverUntilTerminal(ctx, 1, ev, s.cfg.maxTries)
 			var err error
 			rowsBefore, err = spec.StateRows(ctx)
 			Expect(err).NotTo(HaveOccurred())
-			if rec = s.crashAndRestart(ctx); rec.Moved {
-				skip = crashMoved
-				return
-			}
+			rec = s.crashAndRestart(ctx)
 			restored, err = spec.Effects(ctx, ev)
 			Expect(err).NotTo(HaveOccurred())
 			rowsAfter, err = spec.StateRows(ctx)
@@ -174,11 +170,12 @@ func (s *state) crashAfterAck() {
 // hits them.
 type stall struct {
 	name string
-	// arm prepares the stall of events and returns a function that counts
-	// the deliveries it holds, what it is and a function that ends it. It
+	// arm prepares the stall of events, holding each for at least hold,
+	// and returns a function that counts the deliveries it holds in the
+	// database right now, what it is and a function that ends it. It
 	// returns a reason instead when the implementation gives it nothing
 	// to hold.
-	arm func(ctx context.Context, spec *harness.Spec, events []adapters.Event) (held func(context.Context) (int, error), what string, release func(context.Context) error, unsupported string)
+	arm func(ctx context.Context, spec *harness.Spec, events []adapters.Event, hold time.Duration) (held func(context.Context) (int, error), what string, release func(context.Context) error, unsupported string)
 }
 
 var stalls = []stall{
@@ -188,35 +185,41 @@ var stalls = []stall{
 
 // sleepAtEffect plans a long sleep at the effect of each event's first
 // attempt: each delivery stalls with its transaction open, its claim (if it
-// made one) and its effect inserted but not committed.
-func sleepAtEffect(ctx context.Context, spec *harness.Spec, events []adapters.Event) (func(context.Context) (int, error), string, func(context.Context) error, string) {
+// made one) and its effect inserted but not committed. A delivery counts
+// as held while its fault has fired and its backend still sleeps: one
+// whose sleep ended (a cancelled statement, a lost connection) is not.
+// The crash disarms the sleeps (see harness.Run.CrashServer), so a first
+// attempt that reaches the server only after the restart is not held.
+func sleepAtEffect(ctx context.Context, spec *harness.Spec, events []adapters.Event, hold time.Duration) (func(context.Context) (int, error), string, func(context.Context) error, string) {
 	GinkgoHelper()
+	sleep := max(crashSleep, hold)
 	sleeps := make([]*faults.Fault, len(events))
 	for i, ev := range events {
 		var err error
-		sleeps[i], err = spec.Arm(ctx, faults.Plan{Namespace: ev.Namespace, ID: ev.ID, Attempt: 1, Point: faults.AtEffect, Action: faults.Sleep, Sleep: crashSleep})
+		sleeps[i], err = spec.Arm(ctx, faults.Plan{Namespace: ev.Namespace, ID: ev.ID, Attempt: 1, Point: faults.AtEffect, Action: faults.Sleep, Sleep: sleep})
 		Expect(err).NotTo(HaveOccurred())
 	}
 	held := func(ctx context.Context) (int, error) {
-		n := 0
+		fired := 0
 		for _, f := range sleeps {
-			fired, err := spec.Fired(ctx, f)
+			n, err := spec.Fired(ctx, f)
 			if err != nil {
 				return 0, err
 			}
-			if fired > 0 {
-				n++
+			if n > 0 {
+				fired++
 			}
 		}
-		return n, nil
+		sleeping, err := spec.SleepingInFaults(ctx)
+		return min(fired, sleeping), err
 	}
-	return held, fmt.Sprintf("a sleep of %s at the effect of each event's attempt 1", crashSleep), nil, ""
+	return held, fmt.Sprintf("a sleep of %s at the effect of each event's attempt 1", sleep), nil, ""
 }
 
 // holdWrites locks the implementation's tables against writes: each
 // delivery stalls at its first write to its deduplication state, after
 // whatever it committed before that write.
-func holdWrites(ctx context.Context, spec *harness.Spec, _ []adapters.Event) (func(context.Context) (int, error), string, func(context.Context) error, string) {
+func holdWrites(ctx context.Context, spec *harness.Spec, _ []adapters.Event, _ time.Duration) (func(context.Context) (int, error), string, func(context.Context) error, string) {
 	GinkgoHelper()
 	h, err := spec.HoldWrites(ctx)
 	Expect(err).NotTo(HaveOccurred())
@@ -237,9 +240,103 @@ type inFlight struct {
 
 func (f *inFlight) last() harness.Attempt { return f.attempts[len(f.attempts)-1] }
 
-// crashInFlight crashes the server while deliveries are held by st, then
-// redelivers every event that is not acknowledged to the worker that had
-// it.
+// crashEvents makes n events of the fixture, named prefix-1 to prefix-n, spread
+// over the two workers.
+func crashEvents(prefix string, n int) []*inFlight {
+	fs := make([]*inFlight, n)
+	for i := range fs {
+		fs[i] = &inFlight{ev: newEvent(fixtures.CrashRecovery, fmt.Sprintf("%s-%d", prefix, i+1)), worker: 1 + i%2}
+	}
+	return fs
+}
+
+// flight is deliveries made all at once: how many have started and how
+// many have returned.
+type flight struct {
+	started, returned atomic.Int64
+	done              sync.WaitGroup
+}
+
+// deliverAll starts deliver for every event at once, each on a goroutine
+// of its own.
+func deliverAll(fs []*inFlight, deliver func(*inFlight)) *flight {
+	fl := &flight{}
+	for _, f := range fs {
+		fl.done.Add(1)
+		go func() {
+			defer GinkgoRecover()
+			defer fl.done.Done()
+			fl.started.Add(1)
+			deliver(f)
+			fl.returned.Add(1)
+		}()
+	}
+	return fl
+}
+
+// wait waits until every delivery has returned.
+func (fl *flight) wait() { fl.done.Wait() }
+
+// warmUp delivers fs all at once and waits until each is acknowledged or
+// given up on, so that whatever the implementation needs to handle that many
+// deliveries at once (connections, child processes) exists before the
+// crash, as in a service in steady state. The deliveries are held at their
+// effects (see harness.Spec.HoldEffects) until all of them are there, or
+// until no more have joined for stallSettleMin, or at the stall's limit: an
+// implementation that finishes one delivery before the next arrives would
+// otherwise never need more than one connection or process. It returns how
+// long the slowest delivery took, which says how long a delivery takes to
+// reach the database under that load, and how many were held at once.
+func (s *state) warmUp(ctx context.Context, spec *harness.Spec, fs []*inFlight) (slowest time.Duration, atOnce int) {
+	GinkgoHelper()
+	// Built first, so that building one (an implementation's migrations,
+	// say) does not wait for the deliveries the warm-up holds.
+	for _, n := range []int{1, 2} {
+		_, err := spec.Instance(ctx, n)
+		Expect(err).NotTo(HaveOccurred(), "build instance %d", n)
+	}
+	gate, err := spec.HoldEffects(ctx)
+	Expect(err).NotTo(HaveOccurred(), "hold the warm-up deliveries at their effects")
+	fl := deliverAll(fs, func(f *inFlight) {
+		f.attempts = spec.DeliverUntilTerminal(ctx, f.worker, f.ev, s.cfg.maxTries)
+	})
+	_, limit := stallTiming(s.cfg.deliveryTimeout, 0)
+	atOnce, heldErr := awaitStall(ctx, gate.Waiting, fl, len(fs), stallSettleMin, limit)
+	releaseErr := gate.Release(ctx)
+	fl.wait()
+	Expect(heldErr).NotTo(HaveOccurred(), "count the warm-up deliveries held at their effects")
+	Expect(releaseErr).NotTo(HaveOccurred(), "release the warm-up deliveries")
+	for _, f := range fs {
+		for _, a := range f.attempts {
+			slowest = max(slowest, a.Ended-a.Started)
+		}
+	}
+	return slowest, atOnce
+}
+
+// warmUpNote describes the warm-up for a rule's message.
+func warmUpNote(n, atOnce int, slowest time.Duration) string {
+	return fmt.Sprintf("the warm-up had %d of %d deliveries at their effects at once, the slowest took %s", atOnce, n, slowest.Round(time.Millisecond))
+}
+
+// stallTiming is how long awaitStall waits for the in-flight deliveries to
+// stall. A delivery that takes longer than the delivery timeout is
+// cancelled, which ends its stall, so the wait ends well before: at half
+// the delivery timeout (limit). It ends early once some deliveries are held
+// and no more have joined them for settle: an implementation that lets
+// fewer deliveries into the database at once (a small pool, one
+// connection) is crashed with those that got in. Settle is at least the
+// slowest warm-up delivery, so an implementation that takes that long to
+// bring a delivery to the database, under the same load, gets the time.
+func stallTiming(deliveryTimeout, slowestWarmUp time.Duration) (settle, limit time.Duration) {
+	limit = deliveryTimeout / 2
+	return min(max(stallSettleMin, slowestWarmUp), limit), limit
+}
+
+// crashInFlight warms the implementation up with as many concurrent
+// deliveries as will be in flight, crashes the server while deliveries are
+// held by st, then redelivers every event that is not acknowledged to the
+// worker that had it.
 func (s *state) crashInFlight(st stall) {
 	Describe("with deliveries in flight, "+st.name, Ordered, ContinueOnFailure, func() {
 		var (
@@ -247,64 +344,56 @@ func (s *state) crashInFlight(st stall) {
 			what            string
 			settled, flying []*inFlight
 			all             []*inFlight // settled, then flying
+			slowestWarmUp   time.Duration
+			warmedAtOnce    int
+			waited          time.Duration
 			heldAtCrash     int
 			returnedAtCrash int64
 			redelivered     int
 			rec             harness.Recovery
 			heldErr         error
 		)
-		// Two instances to build; the settled events until terminal; the
-		// in-flight deliveries, at once; the wait for them to stall; the
+		// Two instances to build; the warm-up's deliveries until terminal,
+		// at once, and the wait for them at their effects; the in-flight
+		// deliveries, at once, and the wait for them to stall; the
 		// restart; then every event redelivered until terminal, one after
 		// another.
+		_, stallLimit := stallTiming(s.cfg.deliveryTimeout, 0)
 		sc := s.scenario(fixtures.CrashRecovery+" / with deliveries in flight, "+st.name,
-			2+crashSettled*s.cfg.maxTries+1+(crashSettled+crashInFlight)*s.cfg.maxTries, stallLimit+restartBudget)
+			2+s.cfg.maxTries+1+2*crashInFlight*s.cfg.maxTries, 2*stallLimit+restartBudget)
 		BeforeAll(func(ctx SpecContext) {
 			if skip = s.crashUnsupported(); skip != "" {
 				return
 			}
-			spec := sc.begin(ctx)
-			for i := range crashSettled {
-				f := &inFlight{ev: newEvent(fixtures.CrashRecovery, fmt.Sprintf("settled-%d", i+1)), worker: 1 + i%2}
-				f.attempts = spec.DeliverUntilTerminal(ctx, f.worker, f.ev, s.cfg.maxTries)
-				settled = append(settled, f)
-			}
-			var events []adapters.Event
-			for i := range crashInFlight {
-				f := &inFlight{ev: newEvent(fixtures.CrashRecovery, fmt.Sprintf("in-flight-%d", i+1)), worker: 1 + i%2}
-				flying = append(flying, f)
-				events = append(events, f.ev)
-			}
+			spec := sc.beginCrash(ctx)
+			settled, flying = crashEvents("settled", crashInFlight), crashEvents("in-flight", crashInFlight)
 			all = append(append([]*inFlight(nil), settled...), flying...)
-			held, desc, release, unsupported := st.arm(ctx, spec, events)
+			slowestWarmUp, warmedAtOnce = s.warmUp(ctx, spec, settled)
+
+			events := make([]adapters.Event, len(flying))
+			for i, f := range flying {
+				events[i] = f.ev
+			}
+			held, desc, release, unsupported := st.arm(ctx, spec, events, s.cfg.deliveryTimeout)
 			if skip, what = unsupported, desc; skip != "" {
 				return
 			}
 
-			var returned atomic.Int64
-			var done sync.WaitGroup
-			for _, f := range flying {
-				done.Add(1)
-				go func() {
-					defer GinkgoRecover()
-					defer done.Done()
-					f.attempts = []harness.Attempt{spec.Deliver(ctx, f.worker, f.ev)}
-					returned.Add(1)
-				}()
-			}
-			heldAtCrash, heldErr = awaitStall(ctx, held, func() int { return int(returned.Load()) }, len(flying))
-			returnedAtCrash = returned.Load()
+			began := time.Now()
+			fl := deliverAll(flying, func(f *inFlight) {
+				f.attempts = []harness.Attempt{spec.Deliver(ctx, f.worker, f.ev)}
+			})
+			settle, limit := stallTiming(s.cfg.deliveryTimeout, slowestWarmUp)
+			heldAtCrash, heldErr = awaitStall(ctx, held, fl, len(flying), settle, limit)
+			waited = time.Since(began)
+			returnedAtCrash = fl.returned.Load()
 			rec = s.crashAndRestart(ctx)
 			// The deliveries the crash hit return once their connections
 			// die; one that retries by itself may succeed after the
 			// restart.
-			done.Wait()
+			fl.wait()
 			if release != nil {
 				_ = release(ctx) // the crash ended the hold
-			}
-			if rec.Moved {
-				skip = crashMoved
-				return
 			}
 			for _, f := range all {
 				if !f.last().Terminal() {
@@ -328,12 +417,13 @@ func (s *state) crashInFlight(st stall) {
 			if heldErr != nil {
 				return []string{fmt.Sprintf("could not tell whether the planned stall (%s) held any delivery: %v", what, heldErr)}, ""
 			}
+			story := fmt.Sprintf("%d of %d in-flight deliveries were held by %s when the server crashed, %s after they started, %d had returned (%s); %s",
+				heldAtCrash, len(flying), what, waited.Round(time.Millisecond), returnedAtCrash, warmUpNote(len(settled), warmedAtOnce, slowestWarmUp), rec)
 			if heldAtCrash == 0 {
-				return []string{fmt.Sprintf("the planned stall (%s) did not fire: none of the %d in-flight deliveries was held when the server crashed (%d had returned), so the crash proves nothing",
-					what, len(flying), returnedAtCrash)}, ""
+				first := flying[0]
+				return []string{fmt.Sprintf("the planned stall did not fire, so the crash proves nothing: %s\n%s",
+					story, harness.DescribeEvent(first.ev, first.effects, first.history))}, ""
 			}
-			story := fmt.Sprintf("\n%d of %d in-flight deliveries were held by %s when the server crashed, %d had returned; %s",
-				heldAtCrash, len(flying), what, returnedAtCrash, rec)
 			var problems []string
 			for _, f := range all {
 				var seen string
@@ -351,11 +441,10 @@ func (s *state) crashInFlight(st stall) {
 				}
 			}
 			if len(problems) > 0 {
-				problems[0] += story
+				problems[0] += "\n" + story
 				return problems, ""
 			}
-			return nil, fmt.Sprintf("%d of %d in-flight deliveries held by %s at the crash, %d had returned; %s; %d events redelivered after the restart; all %d events have one effect",
-				heldAtCrash, len(flying), what, returnedAtCrash, rec, redelivered, len(all))
+			return nil, fmt.Sprintf("%s; %d events redelivered after the restart; all %d events have one effect", story, redelivered, len(all))
 		})
 	})
 }
@@ -370,29 +459,43 @@ func ackedApplied(attempts []harness.Attempt) bool {
 	return false
 }
 
-// awaitStall waits until each of n in-flight deliveries is held or has
-// returned, until the number held has not grown for stallSettle, or until
-// stallLimit has passed, and returns how many were held then.
-func awaitStall(ctx context.Context, held func(context.Context) (int, error), returned func() int, n int) (int, error) {
-	limit := time.NewTimer(stallLimit)
-	defer limit.Stop()
+// awaitStall waits until each of the n deliveries of fl is held or has
+// returned; or until all have started, some are held, and their number has
+// not grown for settle or for twice as long as the first took to be held,
+// whichever is longer (on a loaded machine everything takes longer); or
+// until limit has passed. It returns how many were held then.
+func awaitStall(ctx context.Context, held func(context.Context) (int, error), fl *flight, n int, settle, limit time.Duration) (int, error) {
+	deadline := time.NewTimer(limit)
+	defer deadline.Stop()
 	tick := time.NewTicker(stallPoll)
 	defer tick.Stop()
-	last, since := 0, time.Now()
+	began := time.Now()
+	last, since := 0, began
+	allStarted := false
 	for {
 		k, err := held(ctx)
-		if err != nil || k+returned() >= n {
+		if err != nil || k+int(fl.returned.Load()) >= n {
 			return k, err
 		}
-		if k != last {
+		if !allStarted && fl.started.Load() >= int64(n) {
+			// A delivery the harness had not even started yet could not
+			// have joined: the settle time counts from here at the
+			// earliest.
+			allStarted, since = true, time.Now()
+		}
+		switch {
+		case k != last:
+			if last == 0 {
+				settle = max(settle, 2*time.Since(began))
+			}
 			last, since = k, time.Now()
-		} else if k > 0 && time.Since(since) >= stallSettle {
+		case k > 0 && allStarted && time.Since(since) >= settle:
 			return k, nil
 		}
 		select {
 		case <-ctx.Done():
 			return k, context.Cause(ctx)
-		case <-limit.C:
+		case <-deadline.C:
 			return k, nil
 		case <-tick.C:
 		}

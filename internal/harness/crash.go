@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // Crash is a crash of the run's server that [Run.CrashServer] caused: pass
@@ -35,8 +34,10 @@ type Recovery struct {
 	// connection, so it is never nil then.
 	OldConnErr error
 	// Moved reports whether the server came back at another address (a
-	// container gets a new host port): a client holding the old DSN cannot
-	// reconnect by itself then.
+	// container gets a new host port). A client holding the server's old
+	// DSN cannot reconnect by itself then; one that connects through a
+	// spec's proxy ([Spec.UseProxy]) can, since the restart points every
+	// open spec's proxy at the new address.
 	Moved bool
 	// Down is how long the server was gone: from the crash to the end of
 	// the restart.
@@ -65,7 +66,7 @@ func (r Recovery) String() string {
 		s += ", connections opened before the crash gone"
 	}
 	if r.Moved {
-		s += ", back at a new address"
+		s += ", back at a new address (the specs' proxies follow it)"
 	}
 	return s
 }
@@ -77,6 +78,12 @@ const clockFormat = "15:04:05.000"
 // refuses a server the run does not own (one named by a DSN): the harness
 // only ever crashes what it created. Every connection to the server dies;
 // nothing of the run works until [Run.RestartServer].
+//
+// Right before the crash it disarms every database-side fault of the open
+// specs ([Spec.Disarm]): a fault planned for a delivery before the crash
+// must never hold up or fail a delivery after the restart, such as a first
+// attempt that reaches the server only then. A delivery already inside a
+// fault (a sleep) stays there until the crash ends it.
 //
 // CrashServer and RestartServer must not run concurrently with other uses
 // of the run.
@@ -92,7 +99,7 @@ func (r *Run) CrashServer(ctx context.Context) (*Crash, error) {
 	// count what fired so far while the server is up.
 	for _, s := range r.openSpecs() {
 		if err := s.beforeCrash(ctx); err != nil {
-			return nil, fmt.Errorf("harness: count the faults of spec %s before the crash: %w", s.name, err)
+			return nil, fmt.Errorf("harness: disarm and count the faults of spec %s before the crash: %w", s.name, err)
 		}
 	}
 	if err := r.server.Crash(ctx); err != nil {
@@ -104,9 +111,10 @@ func (r *Run) CrashServer(ctx context.Context) (*Crash, error) {
 }
 
 // RestartServer starts the server again after c (PostgreSQL runs crash
-// recovery) and recovers the run: it reopens the keeper connection, renews
-// the admin pool's connections and checks that the pool works. The
-// recovery's evidence says whether the crash was real.
+// recovery) and recovers the run: it points every open spec's proxy at the
+// server's address, new or not, reopens the keeper connection, renews the
+// admin pool's connections and checks that the pool works. The recovery's
+// evidence says whether the crash was real.
 func (r *Run) RestartServer(ctx context.Context, c *Crash) (Recovery, error) {
 	rec := Recovery{Crash: *c}
 	if err := r.server.Restart(ctx); err != nil {
@@ -115,6 +123,13 @@ func (r *Run) RestartServer(ctx context.Context, c *Crash) (Recovery, error) {
 	rec.Down = time.Since(c.At)
 	dsn := r.server.DSN()
 	rec.Moved = dsn != c.dsn
+	// First, so that an implementation reconnecting through a proxy
+	// reaches the server as soon as it is back.
+	for _, s := range r.openSpecs() {
+		if err := s.followServer(dsn); err != nil {
+			return rec, fmt.Errorf("harness: point the proxy of spec %s at the restarted server: %w", s.name, err)
+		}
+	}
 
 	// The keeper was opened before the crash: it must be dead now.
 	rec.OldConnErr = r.keeper.Ping(ctx)
@@ -127,22 +142,11 @@ func (r *Run) RestartServer(ctx context.Context, c *Crash) (Recovery, error) {
 		return rec, fmt.Errorf("harness: reconnect the keeper after the restart: %w", err)
 	}
 
-	if rec.Moved {
-		adminDSN, err := WithApplicationName(dsn, r.appName("admin"))
-		if err != nil {
-			return rec, err
-		}
-		admin, err := pgxpool.New(ctx, adminDSN)
-		if err != nil {
-			return rec, fmt.Errorf("harness: reconnect the admin pool after the restart: %w", err)
-		}
-		r.admin.Close()
-		r.admin = admin
-	} else {
-		// Idle connections are dead; connections in use are dropped when
-		// released.
-		r.admin.Reset()
-	}
+	// Idle connections are dead; connections in use (a write hold's) are
+	// dropped when released. New ones go to the server's address now (see
+	// Run.toCurrentServer): closing the pool instead would wait for those
+	// in use.
+	r.admin.Reset()
 	if err := r.admin.QueryRow(ctx, `SELECT pg_postmaster_start_time()`).Scan(&rec.StartedAfter); err != nil {
 		return rec, fmt.Errorf("harness: server start time after the restart: %w", err)
 	}

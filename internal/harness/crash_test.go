@@ -3,12 +3,17 @@ package harness_test
 import (
 	"context"
 	"errors"
+	"net"
+	"os"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/harmless-dev/harmless/adapters"
+	"github.com/harmless-dev/harmless/adapters/reference"
 	"github.com/harmless-dev/harmless/internal/harness"
 	"github.com/harmless-dev/harmless/internal/provision"
 )
@@ -47,17 +52,55 @@ func TestRecoveryProblemWithoutACrash(t *testing.T) {
 }
 
 // TestCrashAndRestartServer crashes a throwaway cluster of the run's own
-// and checks that the run recovers: committed data is there, a connection
-// opened before the crash is gone, the keeper is back (so no other run
-// takes the run's schemas for leftovers), the admin pool and the spec work.
+// and checks that the run recovers (see crashAndCheck).
 func TestCrashAndRestartServer(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
 	defer cancel()
-	r := startClusterRun(ctx, t)
+	rec := crashAndCheck(ctx, t, startClusterRun(ctx, t))
+	if rec.Moved {
+		t.Errorf("the cluster came back at another address: %s", rec)
+	}
+}
+
+// TestCrashAndRestartAContainer crashes a container of the run's own
+// (SIGKILL), which comes back on a new host port, and checks that the run
+// and an implementation connected through the spec's proxy recover (see
+// crashAndCheck). It is skipped where no container engine or image is
+// available, unless HARMLESS_REQUIRE_CONTAINER=1, as in CI.
+func TestCrashAndRestartAContainer(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
+	defer cancel()
+	r, err := harness.Start(ctx, harness.Options{Provision: provision.Options{Only: provision.KindContainer}, Logf: t.Logf})
+	if errors.Is(err, provision.ErrNoDatabase) && os.Getenv("HARMLESS_REQUIRE_CONTAINER") != "1" {
+		t.Skipf("no container for the run (start an engine with ci/start-docker.sh, build the image with ci/build-postgres-image.sh, source ci/env.sh): %v", err)
+	}
+	if err != nil {
+		t.Fatalf("start a run in a container: %v", err)
+	}
+	atEnd(t, "run "+r.ID(), r.Close)
+	if r.Server().Kind != provision.KindContainer {
+		t.Fatalf("the run is on a %s; want a container", r.Server().Kind)
+	}
+	rec := crashAndCheck(ctx, t, r)
+	t.Logf("the container came back at a new address: %t", rec.Moved)
+}
+
+// crashAndCheck crashes r's server and checks that the run recovers:
+// committed data is there, a connection opened before the crash is gone,
+// the keeper is back (so no other run takes the run's schemas for
+// leftovers), the admin pool and the spec work, and the spec's proxy
+// reaches the restarted server, wherever it now is, at the address the
+// implementation was given before the crash.
+func crashAndCheck(ctx context.Context, t *testing.T, r *harness.Run) harness.Recovery {
+	t.Helper()
 	if !r.Server().Owned() {
-		t.Fatal("the run does not own its throwaway cluster")
+		t.Fatalf("the run does not own its %s", r.Server().Kind)
 	}
 	spec := newSpec(t, r, delivering("crash", nil))
+	proxy, err := spec.UseProxy(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
 	table := pgx.Identifier{spec.Schema(), "survivor"}.Sanitize()
 	if _, err := r.Admin().Exec(ctx, `CREATE TABLE `+table+` (v text); INSERT INTO `+table+` VALUES ('committed')`); err != nil {
 		t.Fatal(err)
@@ -80,8 +123,8 @@ func TestCrashAndRestartServer(t *testing.T) {
 		t.Fatalf("RestartServer: %v", err)
 	}
 	t.Logf("%s", rec)
-	if p := rec.Problem(); p != "" || rec.Moved || rec.OldConnErr == nil {
-		t.Errorf("recovery %+v: problem %q, moved %t; want a real crash at the same address", rec, p, rec.Moved)
+	if p := rec.Problem(); p != "" || rec.OldConnErr == nil {
+		t.Errorf("recovery %+v: problem %q; want a real crash", rec, p)
 	}
 	if err := before.Ping(ctx); err == nil {
 		t.Error("a connection opened before the crash still works")
@@ -101,9 +144,27 @@ func TestCrashAndRestartServer(t *testing.T) {
 	if n, err := spec.StateRows(ctx); err != nil || n != 1 {
 		t.Errorf("the spec counts %d rows of state after the restart, %v; want the 1 committed", n, err)
 	}
+
+	// The implementation's DSN, handed out before the crash, still leads to
+	// the server: the proxy follows it.
+	server, err := pgx.ParseConfig(r.Server().DSN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := net.JoinHostPort(server.Host, strconv.Itoa(int(server.Port))); proxy.Upstream() != want {
+		t.Errorf("the spec's proxy leads to %s; want the restarted server at %s", proxy.Upstream(), want)
+	}
+	var started time.Time
+	if err := connect(t, env.DSN).QueryRow(ctx, `SELECT pg_postmaster_start_time()`).Scan(&started); err != nil {
+		t.Errorf("the DSN handed out before the crash does not reach the restarted server: %v", err)
+	} else if !started.Equal(rec.StartedAfter) {
+		t.Errorf("the DSN handed out before the crash reaches a server started at %s; want the restarted one, started at %s", started, rec.StartedAfter)
+	}
+
 	if _, err := r.RestartServer(ctx, c); err == nil {
 		t.Error("RestartServer of a running server: no error")
 	}
+	return rec
 }
 
 // startClusterRun starts a run on a throwaway cluster of its own, closed
@@ -168,5 +229,39 @@ func TestHoldWritesHoldsWritesNotReads(t *testing.T) {
 	}
 	if err := <-done; err != nil {
 		t.Errorf("the insert after the release: %v", err)
+	}
+}
+
+// TestHoldEffectsHoldsEveryDeliveryAtItsEffect holds the ledger: a
+// delivery stops at its effect, whatever tables the implementation keeps,
+// and applies once the hold is released.
+func TestHoldEffectsHoldsEveryDeliveryAtItsEffect(t *testing.T) {
+	ctx := t.Context()
+	r := startRun(t, ampleTimeout)
+	spec := newSpec(t, r, reference.Adapter())
+	h, err := spec.HoldEffects(ctx)
+	if err != nil {
+		t.Fatalf("HoldEffects: %v", err)
+	}
+	ev := event("held")
+	done := make(chan harness.Attempt, 1)
+	go func() { done <- spec.Deliver(ctx, 1, ev) }()
+	eventually(t, patience, "the delivery waits for the hold", func() bool {
+		n, err := h.Waiting(ctx)
+		return err == nil && n == 1
+	})
+	select {
+	case a := <-done:
+		t.Fatalf("the delivery ended while effects were held: %s", a.Result())
+	default:
+	}
+	if err := h.Release(ctx); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+	if a := <-done; !a.Acked() || a.Outcome != adapters.Applied {
+		t.Errorf("the delivery after the release ended %s; want Applied", a.Result())
+	}
+	if effects, err := spec.Effects(ctx, ev); err != nil || len(effects) != 1 {
+		t.Errorf("the ledger holds %d effects, %v; want 1", len(effects), err)
 	}
 }

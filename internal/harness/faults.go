@@ -113,11 +113,18 @@ func (s *Spec) dbFired(ctx context.Context, d *dbFault) (int64, error) {
 	return d.base + max(raw-d.offset, 0), nil
 }
 
-// beforeCrash folds the firings of the spec's database-side faults so far
-// into their base, while the server is still up.
+// beforeCrash disarms the spec's database-side faults, so that none
+// planned for a delivery before the crash fires on one after the restart,
+// and folds their firings so far into their base, while the server is
+// still up.
 func (s *Spec) beforeCrash(ctx context.Context) error {
 	s.faultsMu.Lock()
 	defer s.faultsMu.Unlock()
+	for _, d := range s.dbFaults {
+		if err := d.fault.Disarm(ctx, s.run.admin); err != nil {
+			return err
+		}
+	}
 	for _, d := range s.dbFaults {
 		n, err := s.dbFired(ctx, d)
 		if err != nil {
@@ -141,6 +148,22 @@ func (s *Spec) afterRestart(ctx context.Context) error {
 		d.offset = raw
 	}
 	return nil
+}
+
+// SleepingInFaults counts the connections of the spec's implementation
+// instances whose backend sleeps in a [faults.Sleep] fault right now: the
+// deliveries a sleep really holds in the database, as opposed to those
+// whose sleep fired and then ended (a cancelled statement, a lost
+// connection).
+func (s *Spec) SleepingInFaults(ctx context.Context) (int, error) {
+	var n int
+	err := s.run.admin.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+WHERE wait_event_type = 'Timeout' AND wait_event = 'PgSleep' AND starts_with(application_name, $1)`,
+		s.AppNamePrefix()).Scan(&n)
+	if err != nil {
+		return 0, fmt.Errorf("count the deliveries sleeping in a fault: %w", err)
+	}
+	return n, nil
 }
 
 // tally adds the firings of every fault the spec armed to the run's counts.

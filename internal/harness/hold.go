@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/harmless-dev/harmless/internal/ledger"
 )
 
 // holdLockTimeout bounds the wait for the hold's own lock: an
@@ -16,9 +18,10 @@ import (
 const holdLockTimeout = 10 * time.Second
 
 // WriteHold is a lock the harness holds, in a transaction of its own, on
-// the tables an implementation keeps in a spec's schema. Reads go on; every
-// INSERT, UPDATE or DELETE there waits until the hold is released, or until
-// the server crashes.
+// tables of a spec's schema: the implementation's ([Spec.HoldWrites]) or
+// the ledger ([Spec.HoldEffects]). Reads go on; every INSERT, UPDATE or
+// DELETE there waits until the hold is released, or until the server
+// crashes.
 type WriteHold struct {
 	spec   *Spec
 	tx     pgx.Tx
@@ -30,11 +33,24 @@ type WriteHold struct {
 // With it, a delivery stops at its first write to the implementation's
 // state, after whatever it committed before that write. It returns nil and
 // no error when the implementation keeps no table in the schema.
-func (s *Spec) HoldWrites(ctx context.Context) (_ *WriteHold, err error) {
+func (s *Spec) HoldWrites(ctx context.Context) (*WriteHold, error) {
 	tables, err := s.StateTables(ctx)
 	if err != nil || len(tables) == 0 {
 		return nil, err
 	}
+	return s.hold(ctx, tables)
+}
+
+// HoldEffects takes an EXCLUSIVE lock on the spec's ledger: every delivery
+// stops at its effect, inside its transaction, with its claim made, until
+// the hold is released. Unlike [Spec.HoldWrites] it holds every
+// implementation, since every one applies its effect there.
+func (s *Spec) HoldEffects(ctx context.Context) (*WriteHold, error) {
+	return s.hold(ctx, []string{ledger.Table(s.schema)})
+}
+
+// hold takes an EXCLUSIVE lock on tables, quoted and schema-qualified.
+func (s *Spec) hold(ctx context.Context, tables []string) (_ *WriteHold, err error) {
 	h := &WriteHold{spec: s, tables: tables}
 	if h.tx, err = s.run.admin.Begin(ctx); err != nil {
 		return nil, fmt.Errorf("hold writes to %s: %w", h, err)

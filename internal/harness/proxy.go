@@ -14,7 +14,9 @@ import (
 // UseProxy puts a wire-protocol proxy (package faults/pgproxy) between the
 // spec's implementation and the server: every instance built after the call
 // connects through it, so the harness can cut connections at protocol
-// points, whatever the implementation's language. It returns the proxy,
+// points, whatever the implementation's language, and the implementation
+// keeps its address when the server comes back from a crash at another
+// one (see [Run.RestartServer]). It returns the proxy,
 // which the spec closes at its end; the run counts the firings of the rules
 // armed on it (see [Run.FaultsFired]). Calling it again returns the same
 // proxy.
@@ -24,17 +26,43 @@ func (s *Spec) UseProxy(ctx context.Context) (*Proxy, error) {
 	if s.proxy != nil {
 		return s.proxy, nil
 	}
-	cfg, err := pgx.ParseConfig(s.run.server.DSN())
+	upstream, err := upstreamOf(s.run.server.DSN())
 	if err != nil {
-		return nil, fmt.Errorf("proxy: parse the server's DSN: %w", err)
+		return nil, err
 	}
-	upstream := net.JoinHostPort(cfg.Host, strconv.Itoa(int(cfg.Port)))
 	proxy, err := pgproxy.New(upstream)
 	if err != nil {
 		return nil, fmt.Errorf("proxy to %s: %w", upstream, err)
 	}
 	s.proxy = &Proxy{Proxy: proxy, spec: s}
 	return s.proxy, nil
+}
+
+// followServer points the spec's proxy, if it has one, at the server at
+// dsn, for the connections opened from now on: after a restart, a
+// container's server is at a new host port, while the implementation keeps
+// the proxy's address.
+func (s *Spec) followServer(dsn string) error {
+	s.mu.Lock()
+	proxy := s.proxy
+	s.mu.Unlock()
+	if proxy == nil {
+		return nil
+	}
+	upstream, err := upstreamOf(dsn)
+	if err != nil {
+		return err
+	}
+	return proxy.SetUpstream(upstream)
+}
+
+// upstreamOf is the host:port a proxy reaches the server at dsn on.
+func upstreamOf(dsn string) (string, error) {
+	cfg, err := pgx.ParseConfig(dsn)
+	if err != nil {
+		return "", fmt.Errorf("proxy: parse the server's DSN: %w", err)
+	}
+	return net.JoinHostPort(cfg.Host, strconv.Itoa(int(cfg.Port))), nil
 }
 
 // serverDSN is the DSN instances connect with: the server's, or the

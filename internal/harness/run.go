@@ -92,13 +92,30 @@ func Start(ctx context.Context, opts Options) (_ *Run, err error) {
 	if err != nil {
 		return nil, err
 	}
-	if r.admin, err = pgxpool.New(ctx, adminDSN); err != nil {
+	adminCfg, err := pgxpool.ParseConfig(adminDSN)
+	if err != nil {
+		return nil, fmt.Errorf("connect to %s database: %w", r.server.Kind, err)
+	}
+	adminCfg.BeforeConnect = r.toCurrentServer
+	if r.admin, err = pgxpool.NewWithConfig(ctx, adminCfg); err != nil {
 		return nil, fmt.Errorf("connect to %s database: %w", r.server.Kind, err)
 	}
 	if err := r.dropLeftovers(ctx); err != nil {
 		return nil, err
 	}
 	return r, nil
+}
+
+// toCurrentServer sends a new connection of the admin pool to the server's
+// address now, which changes when a container comes back from a crash (see
+// [Run.RestartServer]).
+func (r *Run) toCurrentServer(_ context.Context, cfg *pgx.ConnConfig) error {
+	now, err := pgx.ParseConfig(r.server.DSN())
+	if err != nil {
+		return fmt.Errorf("parse the server's DSN: %w", err)
+	}
+	cfg.Host, cfg.Port, cfg.Fallbacks = now.Host, now.Port, now.Fallbacks
+	return nil
 }
 
 // ID is the run's random id.

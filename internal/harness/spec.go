@@ -100,6 +100,12 @@ func (s *Spec) Arm(ctx context.Context, p faults.Plan) (*faults.Fault, error) {
 	return f, nil
 }
 
+// Disarm disarms a database-side fault (see [faults.Fault.Disarm]): it never
+// fires again, and its firings so far are still counted.
+func (s *Spec) Disarm(ctx context.Context, f *faults.Fault) error {
+	return f.Disarm(ctx, s.run.admin)
+}
+
 // Fired reports how often a database-side fault fired. For a fault armed
 // with [Spec.Arm] it corrects for crashes of the server, which leave the
 // fault's evidence unreliable (see [Run.FaultsFired]).
