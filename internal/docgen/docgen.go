@@ -58,11 +58,15 @@ type Page struct{ File, Title string }
 // FixturePage returns the page docs/rules.md links from fixture, if any.
 func FixturePage(fixture string) (Page, bool) {
 	switch fixture {
+	case fixtures.DoubleDelivery, fixtures.ConcurrentDelivery:
+		return Page{"concurrency.md", "duplicates, one after another and at once"}, true
+	case fixtures.FailureAfterMarker, fixtures.AmbiguousCommit:
+		return Page{"failures.md", "failures around the commit"}, true
 	case fixtures.ConflictingPayload:
 		return Page{"conflicts.md", "payload conflicts"}, true
 	case fixtures.RetentionExpiry:
 		return Page{"retention.md", "retention of deduplication state"}, true
-	case fixtures.NamespaceIsolation, fixtures.IdentityFidelity:
+	case fixtures.NamespaceIsolation, fixtures.IdentityFidelity, fixtures.BadInput:
 		return Page{"identity.md", "identities"}, true
 	case fixtures.CrashRecovery:
 		return Page{"crash-recovery.md", "crash recovery"}, true
