@@ -1,0 +1,69 @@
+package suite
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/harmless-dev/harmless/adapters"
+	"github.com/harmless-dev/harmless/adapters/reference"
+	"github.com/harmless-dev/harmless/fixtures"
+	"github.com/harmless-dev/harmless/internal/pgtest"
+)
+
+// runChildEnv names, in a child process of TestRunReportsEveryRule, the
+// case to run: the reference, under whatever label filter the parent
+// passes.
+const runChildEnv = "HARMLESS_TEST_RUN"
+
+// TestRunChild runs the suite against the reference. It runs only in a
+// child process started by TestRunReportsEveryRule.
+func TestRunChild(t *testing.T) {
+	runChildSuite(t, runChildEnv, "TestRunReportsEveryRule", func(string) (adapters.Adapter, []Option, bool) {
+		return reference.Adapter(), nil, true
+	})
+}
+
+// TestRunReportsEveryRule: suite.Run reports each rule as a subtest. A
+// label filter that matches nothing cannot pass: every rule it left out
+// fails its subtest, and so the test. Rules that ran and passed pass; on a
+// server named by a DSN the crash-recovery rules, which cannot run there,
+// are skipped with the reason, as Go reports a skipped test.
+func TestRunReportsEveryRule(t *testing.T) {
+	dsn := pgtest.DSN(t)
+	env := []string{"HARMLESS_DSN=" + dsn, runChildEnv + "=reference"}
+	t.Run("a filter that matches nothing fails", func(t *testing.T) {
+		cert, output, _ := runTestChild(t, "TestRunChild", []string{"-ginkgo.label-filter=fixture:no-such-fixture"}, env, 1)
+		if cert.Count(VerdictSkipped) != len(fixtures.Rules()) {
+			t.Errorf("%d rules skipped; want all %d", cert.Count(VerdictSkipped), len(fixtures.Rules()))
+		}
+		for _, r := range fixtures.Rules() {
+			if want := "--- FAIL: TestRunChild/" + r.ID + " "; !strings.Contains(output, want) {
+				t.Errorf("the output lacks %q", want)
+			}
+		}
+		if !strings.Contains(output, "did not run") {
+			t.Errorf("the failed subtests do not say the rules did not run:\n%s", tail(output, 40))
+		}
+	})
+	t.Run("rules that ran pass, the rest is reported", func(t *testing.T) {
+		filter := "fixture:" + fixtures.DoubleDelivery + " || fixture:" + fixtures.CrashRecovery
+		_, output, _ := runTestChild(t, "TestRunChild", []string{"-ginkgo.label-filter=" + filter}, env, 1)
+		for _, r := range fixtures.Rules() {
+			var want string
+			switch r.Fixture {
+			case fixtures.DoubleDelivery:
+				want = "--- PASS: TestRunChild/" + r.ID + " "
+			case fixtures.CrashRecovery:
+				want = "--- SKIP: TestRunChild/" + r.ID + " "
+			default:
+				want = "--- FAIL: TestRunChild/" + r.ID + " "
+			}
+			if !strings.Contains(output, want) {
+				t.Errorf("the output lacks %q", want)
+			}
+		}
+		if !strings.Contains(output, "needs a server the harness owns") {
+			t.Errorf("the skipped crash-recovery subtests do not say why:\n%s", tail(output, 40))
+		}
+	})
+}
