@@ -54,6 +54,10 @@ const (
 	StatusPartial Status = "partial"
 	// StatusNotCertified: a rule failed, or the run could not start.
 	StatusNotCertified Status = "not-certified"
+	// StatusInterrupted: the run was stopped before it ended (a signal).
+	// It certifies nothing; the rules it had judged keep their verdicts,
+	// and none failed because of the interruption.
+	StatusInterrupted Status = "interrupted"
 )
 
 // RuleResult is one rule's verdict.
@@ -102,6 +106,9 @@ type Certificate struct {
 	// Error is set when the run could not start (no database, a bad
 	// adapter); no rule ran then.
 	Error string `json:"error,omitempty"`
+	// Interrupted says why the run stopped before it ended, when it did
+	// (Status is then [StatusInterrupted]): e.g. "Interrupted by User".
+	Interrupted string `json:"interrupted,omitempty"`
 	// Rules holds one verdict per rule, in catalogue order.
 	Rules []RuleResult `json:"rules"`
 	// Faults counts, by kind, how many times the harness's faults fired
@@ -326,9 +333,33 @@ func (s *state) certificate(report ginkgo.Report) Certificate {
 	}
 	cert.Rules = ruleResults(fixtures.Rules(), report.SpecReports)
 	cert.Status = status(cert.Error, cert.Rules)
+	if cert.Interrupted = interruption(report); cert.Interrupted != "" {
+		cert.Status = StatusInterrupted
+		for i, r := range cert.Rules {
+			if r.Verdict == VerdictSkipped {
+				cert.Rules[i].Message = fmt.Sprintf("did not run to its end: the run was interrupted (%s)", cert.Interrupted)
+			}
+		}
+	}
 	cert.Certified = cert.Status == StatusCertified
 	cert.Verified = verify(cert.Declared, cert.Rules)
 	return cert
+}
+
+// interruption says why the run of report was interrupted (a signal), or
+// "" when it was not.
+func interruption(report ginkgo.Report) string {
+	for _, reason := range report.SpecialSuiteFailureReasons {
+		if strings.HasPrefix(reason, "Interrupted") {
+			return reason
+		}
+	}
+	for _, sr := range report.SpecReports {
+		if sr.State == types.SpecStateInterrupted {
+			return "Interrupted"
+		}
+	}
+	return ""
 }
 
 // status decides a certificate's overall verdict: not-certified when the
@@ -380,6 +411,8 @@ func (c Certificate) Headline() string {
 		return "CERTIFIED"
 	case StatusPartial:
 		return "PARTIAL"
+	case StatusInterrupted:
+		return "INTERRUPTED"
 	}
 	return "NOT CERTIFIED"
 }
@@ -420,6 +453,10 @@ func verdict(specs []types.SpecReport) (Verdict, string) {
 	for _, sr := range specs {
 		where := strings.Join(slices.DeleteFunc(slices.Clone(sr.ContainerHierarchyTexts), func(t string) bool { return t == "harmless" }), " / ")
 		switch {
+		case sr.State == types.SpecStateInterrupted:
+			// The run was stopped while this spec ran: the interruption
+			// says nothing about the implementation.
+			skipped++
 		case sr.State == types.SpecStatePassed:
 			passed++
 			for _, e := range sr.ReportEntries {

@@ -155,7 +155,9 @@ func (s *state) stop(ctx SpecContext) {
 	if s.run == nil {
 		return
 	}
-	Expect(s.run.Close(ctx)).To(Succeed(), "release the run's database")
+	cctx, cancel := s.cleanupContext(ctx)
+	defer cancel()
+	Expect(s.run.Close(cctx)).To(Succeed(), "release the run's database")
 }
 
 // progress reports each finished spec that ran (not one a filter left out)
@@ -310,9 +312,19 @@ func (s *state) newSpec(ctx context.Context) *harness.Spec {
 	spec, err := s.run.NewSpec(ctx, s.adapter)
 	Expect(err).NotTo(HaveOccurred(), "create the spec's environment")
 	DeferCleanup(func(ctx SpecContext) {
-		Expect(spec.Close(ctx)).To(Succeed(), "clean up the spec's environment")
+		cctx, cancel := s.cleanupContext(ctx)
+		defer cancel()
+		Expect(spec.Close(cctx)).To(Succeed(), "clean up the spec's environment")
 	}, NodeTimeout(s.cleanupTimeout()))
 	return spec
+}
+
+// cleanupContext is the context of a cleanup: it ends after the cleanup's
+// own timeout, but not with ctx. An interrupted run (SIGINT, SIGTERM)
+// cancels the context Ginkgo gives its cleanup nodes at once, and the
+// cleanup must still remove what the run created.
+func (s *state) cleanupContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), s.cleanupTimeout())
 }
 
 // noteEntry names the report entry that carries a rule's note into its

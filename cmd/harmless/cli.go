@@ -9,7 +9,9 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
 	"strings"
+	"syscall"
 	"text/tabwriter"
 	"time"
 
@@ -60,7 +62,8 @@ Usage:
 
 Exit codes: 0 certified (every MUST rule ran and passed), 1 not certified (a rule
 failed), 2 usage or environment error, 3 partial (no rule failed, but some MUST
-rules did not run; the last lines say which and why).
+rules did not run; the last lines say which and why), 130 or 143 interrupted by
+SIGINT or SIGTERM (everything the run created is removed first).
 Run 'harmless certify -h' for the certify flags.
 `
 
@@ -277,14 +280,31 @@ func certify(args []string, stdout, stderr io.Writer) int {
 	if f.verbose {
 		formatter.ColorableStdOut = stdout
 	}
+	// Ginkgo handles SIGINT and SIGTERM itself: it stops the spec that
+	// runs, runs every cleanup and skips the rest. This only notes which
+	// signal came, for the exit code.
+	signals := make(chan os.Signal, 1)
+	signal.Notify(signals, syscall.SIGINT, syscall.SIGTERM)
 	ginkgo.RunSpecs(ginkgoT{}, "harmless certify "+adapter.Name, suiteConfig, reporterConfig)
+	signal.Stop(signals)
 	formatter.ColorableStdOut = ginkgoOut
+	var sig os.Signal
+	select {
+	case sig = <-signals:
+	default:
+	}
 
 	if cert == nil {
 		fmt.Fprintln(stderr, "harmless certify: the suite produced no certificate")
 		return exitUsage
 	}
-	if cert.Error != "" {
+	if sig != nil {
+		// Ginkgo says "Interrupted by User" for either signal; name it. A
+		// run stopped while it set up, or in the moment after its last
+		// spec, is interrupted too.
+		cert.Status, cert.Certified, cert.Interrupted = suite.StatusInterrupted, false, "interrupted by "+signalName(sig)
+	}
+	if cert.Error != "" && cert.Status != suite.StatusInterrupted {
 		fmt.Fprintf(stderr, "harmless certify: %s\n", cert.Error)
 		return exitUsage
 	}
@@ -293,7 +313,31 @@ func certify(args []string, stdout, stderr io.Writer) int {
 		return exitUsage
 	}
 	out.result(*cert)
+	if cert.Status == suite.StatusInterrupted {
+		return exitInterrupted(sig)
+	}
 	return exitCode(cert.Status)
+}
+
+// exitInterrupted is the exit code of a run a signal stopped: 128 and the
+// signal's number, as shells report a process a signal killed (130 for
+// SIGINT, 143 for SIGTERM).
+func exitInterrupted(sig os.Signal) int {
+	if s, ok := sig.(syscall.Signal); ok {
+		return 128 + int(s)
+	}
+	return 128 + int(syscall.SIGINT)
+}
+
+// signalName names sig as people write it, e.g. "SIGTERM".
+func signalName(sig os.Signal) string {
+	switch sig {
+	case syscall.SIGINT:
+		return "SIGINT"
+	case syscall.SIGTERM:
+		return "SIGTERM"
+	}
+	return sig.String()
 }
 
 func list(args []string, stdout, stderr io.Writer) int {

@@ -196,6 +196,9 @@ func (p *printer) result(cert suite.Certificate) {
 	}
 	fmt.Fprintf(p.stdout, "%s: %s\n", paint(p.colorOut, statusColors[cert.Status], cert.Headline()), cert.Adapter)
 	fmt.Fprintln(p.stdout, cert.Summary())
+	if cert.Status == suite.StatusInterrupted {
+		fmt.Fprintf(p.stdout, "the run was stopped (%s) and certifies nothing; no rule failed because of it, and what it created was removed\n", cert.Interrupted)
+	}
 	if notRun := cert.NotRun(); cert.Status == suite.StatusPartial {
 		fmt.Fprintf(p.stdout, "%d MUST rules did not run, so this run certifies nothing about them:\n", len(notRun))
 		for _, r := range notRun {
@@ -204,12 +207,13 @@ func (p *printer) result(cert suite.Certificate) {
 	}
 }
 
-// statusColors colour the verdict line: certified green, partial yellow,
-// not certified red.
+// statusColors colour the verdict line: certified green, partial and
+// interrupted yellow, not certified red.
 var statusColors = map[suite.Status]string{
 	suite.StatusCertified:    green,
 	suite.StatusPartial:      yellow,
 	suite.StatusNotCertified: red,
+	suite.StatusInterrupted:  yellow,
 }
 
 // table is the certificate's verdict table, each verdict coloured on a
