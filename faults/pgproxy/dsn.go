@@ -1,11 +1,12 @@
 package pgproxy
 
 import (
-	"errors"
 	"fmt"
 	"net"
 	"net/url"
 	"strings"
+
+	"github.com/harmless-dev/harmless/internal/connstr"
 )
 
 // DSN returns upstreamDSN with its host and port replaced by the proxy's,
@@ -99,105 +100,19 @@ func rewriteURL(dsn, host, port string) (string, error) {
 	return b.String(), nil
 }
 
-// setting is one keyword=value of a keyword/value DSN, with the value as
-// written (quoted or not).
-type setting struct{ key, raw string }
-
 func rewriteKeywords(dsn, host, port string) (string, error) {
-	settings, err := parseKeywords(dsn)
+	settings, err := connstr.Parse(dsn)
 	if err != nil {
 		return "", err
 	}
-	out := []string{"host=" + quote(host), "port=" + port}
+	out := []connstr.Setting{{Key: "host", Value: host}, {Key: "port", Value: port}}
 	for _, s := range settings {
-		if err := checkTLS(s.key, unquote(s.raw)); err != nil {
+		if err := checkTLS(s.Key, s.Value); err != nil {
 			return "", err
 		}
-		if !isAddressKey(s.key) {
-			out = append(out, s.key+"="+s.raw)
+		if !isAddressKey(s.Key) {
+			out = append(out, s)
 		}
 	}
-	return strings.Join(out, " "), nil
-}
-
-func isSpace(c byte) bool {
-	return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'
-}
-
-// parseKeywords splits a keyword/value DSN as libpq does: keyword = value,
-// the value single-quoted or not, backslash escaping the next character.
-func parseKeywords(s string) ([]setting, error) {
-	var out []setting
-	i := 0
-	skip := func() {
-		for i < len(s) && isSpace(s[i]) {
-			i++
-		}
-	}
-	for {
-		skip()
-		if i == len(s) {
-			return out, nil
-		}
-		start := i
-		for i < len(s) && s[i] != '=' && !isSpace(s[i]) {
-			i++
-		}
-		key := s[start:i]
-		skip()
-		if i == len(s) || s[i] != '=' {
-			return nil, fmt.Errorf("keyword %q is not followed by =", key)
-		}
-		i++
-		skip()
-		vstart := i
-		if i < len(s) && s[i] == '\'' {
-			i++
-			for {
-				if i >= len(s) {
-					return nil, fmt.Errorf("the value of %q lacks its closing quote", key)
-				}
-				if s[i] == '\\' {
-					i += 2
-					continue
-				}
-				i++
-				if s[i-1] == '\'' {
-					break
-				}
-			}
-		} else {
-			for i < len(s) && !isSpace(s[i]) {
-				if s[i] == '\\' {
-					i++
-				}
-				i++
-			}
-		}
-		if i > len(s) {
-			return nil, errors.New("a keyword/value DSN ends with a lone backslash")
-		}
-		out = append(out, setting{key: key, raw: s[vstart:i]})
-	}
-}
-
-// unquote is the value of a keyword/value setting as written.
-func unquote(raw string) string {
-	raw = strings.TrimSuffix(strings.TrimPrefix(raw, "'"), "'")
-	var b strings.Builder
-	for i := 0; i < len(raw); i++ {
-		if raw[i] == '\\' && i+1 < len(raw) {
-			i++
-		}
-		b.WriteByte(raw[i])
-	}
-	return b.String()
-}
-
-// quote writes v as a keyword/value setting's value.
-func quote(v string) string {
-	if v != "" && !strings.ContainsAny(v, " \t\n\r\f\v'\\") {
-		return v
-	}
-	return "'" + strings.NewReplacer(`\`, `\\`, `'`, `\'`).Replace(v) + "'"
+	return connstr.Format(out), nil
 }

@@ -28,9 +28,3 @@ func setURLParam(dsn, key, value string) string {
 func escapeQuery(s string) string {
 	return strings.ReplaceAll(url.QueryEscape(s), "+", "%20")
 }
-
-// quoteKeywordValue quotes s as a value of a keyword/value connection
-// string.
-func quoteKeywordValue(s string) string {
-	return "'" + strings.NewReplacer(`\`, `\\`, `'`, `\'`).Replace(s) + "'"
-}

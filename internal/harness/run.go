@@ -18,6 +18,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/harmless-dev/harmless/adapters"
+	"github.com/harmless-dev/harmless/internal/connstr"
 	"github.com/harmless-dev/harmless/internal/provision"
 )
 
@@ -234,6 +235,11 @@ func WithApplicationName(dsn, name string) (string, error) {
 	if strings.HasPrefix(dsn, "postgres://") || strings.HasPrefix(dsn, "postgresql://") {
 		return setURLParam(dsn, "application_name", name), nil
 	}
-	// Keyword/value form: a later keyword overrides an earlier one.
-	return strings.TrimSpace(dsn) + " application_name=" + quoteKeywordValue(name), nil
+	// Keyword/value form: read as pgx reads it and written back, so that no
+	// other setting changes (editing it as text is a trap, see connstr).
+	settings, err := connstr.Parse(dsn)
+	if err != nil {
+		return "", fmt.Errorf("invalid connection string: %w", err)
+	}
+	return connstr.Format(connstr.Set(settings, "application_name", name)), nil
 }
