@@ -27,7 +27,8 @@ type budget struct {
 	limit    time.Duration
 	started  time.Time
 	ctx      context.Context // done when the budget has run out
-	stop     context.CancelFunc
+	stop     context.CancelCauseFunc
+	timer    *time.Timer
 	progress *Progress // the spec's progress when the budget ran out
 }
 
@@ -41,27 +42,43 @@ type budget struct {
 func (s *Spec) StartBudget(limit time.Duration) {
 	s.budget.mu.Lock()
 	defer s.budget.mu.Unlock()
-	if s.budget.stop != nil {
-		s.budget.stop()
-	}
-	ctx, stop := context.WithTimeoutCause(context.Background(), limit, ErrBudgetExpired)
+	s.releaseBudgetLocked()
+	ctx, stop := context.WithCancelCause(context.Background())
 	s.budget.limit, s.budget.started, s.budget.ctx, s.budget.stop = limit, time.Now(), ctx, stop
 	s.budget.progress = nil
-	context.AfterFunc(ctx, func() {
+	s.budget.timer = time.AfterFunc(limit, func() {
+		// Count the deliveries before cancelling them: a call cut short
+		// by the budget is pending at expiry, not one more made.
+		s.mu.Lock()
+		p := Progress{Deliveries: len(s.history), Pending: s.pending}
+		s.mu.Unlock()
+		stop(ErrBudgetExpired)
 		if !errors.Is(context.Cause(ctx), ErrBudgetExpired) {
-			return // restarted or closed, not run out
+			return // restarted or released first
 		}
+		p.Budget, p.Elapsed = limit, limit
 		// The spec's faults are counted from the database: give the
 		// snapshot a moment of its own, independent of every caller.
 		qctx, cancel := context.WithTimeout(context.Background(), snapshotTimeout)
 		defer cancel()
-		p := s.Progress(qctx)
+		p.Faults, p.FaultsErr = s.faultsSoFar(qctx)
 		s.budget.mu.Lock()
 		defer s.budget.mu.Unlock()
 		if s.budget.ctx == ctx {
 			s.budget.progress = &p
 		}
 	})
+}
+
+// releaseBudgetLocked stops the budget's timer and releases its context
+// without marking it run out. s.budget.mu must be held.
+func (s *Spec) releaseBudgetLocked() {
+	if s.budget.timer != nil {
+		s.budget.timer.Stop()
+	}
+	if s.budget.stop != nil {
+		s.budget.stop(nil)
+	}
 }
 
 // snapshotTimeout bounds the database reads of a progress snapshot.
@@ -128,9 +145,7 @@ func (s *Spec) bounded(ctx context.Context) (context.Context, func(), bool) {
 func (s *Spec) stopBudget() {
 	s.budget.mu.Lock()
 	defer s.budget.mu.Unlock()
-	if s.budget.stop != nil {
-		s.budget.stop()
-	}
+	s.releaseBudgetLocked()
 }
 
 // Progress is what a spec has done so far: the evidence a scenario
