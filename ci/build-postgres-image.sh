@@ -8,9 +8,15 @@
 # it from the same mirror apt uses on this machine, trim it, and `docker
 # import` the tree with an entrypoint that behaves like the official postgres
 # image's (POSTGRES_USER, POSTGRES_PASSWORD, POSTGRES_DB,
-# POSTGRES_HOST_AUTH_METHOD, /docker-entrypoint-initdb.d, and "database system
-# is ready to accept connections" logged twice on first start, which the
-# testcontainers postgres module waits for).
+# POSTGRES_HOST_AUTH_METHOD, POSTGRES_INITDB_ARGS, /docker-entrypoint-initdb.d,
+# and "database system is ready to accept connections" logged twice on first
+# start, which the testcontainers postgres module waits for).
+#
+# One difference, on purpose: the official image leaves initdb's default of
+# trust for the unix socket and for 127.0.0.1 and ::1 inside the container;
+# this one asks POSTGRES_HOST_AUTH_METHOD (default scram-sha-256) everywhere,
+# so that no connection, from wherever it comes, gets in without the
+# password.
 #
 # Use it with: HARMLESS_IMAGE=harmless/postgres:15-bookworm
 #
@@ -185,10 +191,16 @@ if [[ ! -s $PGDATA/PG_VERSION ]]; then
 	fi
 	auth=${auth:-scram-sha-256}
 
+	# The password goes to initdb through a file only postgres can read,
+	# removed right after.
 	pwfile=$(mktemp)
 	printf '%s\n' "${POSTGRES_PASSWORD:-}" >"$pwfile"
+	# Every line of pg_hba.conf asks $auth, the socket's and loopback's too
+	# (initdb's default there is trust). POSTGRES_INITDB_ARGS come last, so
+	# that they can still say otherwise.
 	# shellcheck disable=SC2086 # POSTGRES_INITDB_ARGS is a list of words
-	initdb --username="$POSTGRES_USER" --pwfile="$pwfile" -E UTF8 --no-locale ${POSTGRES_INITDB_ARGS:-}
+	initdb --username="$POSTGRES_USER" --pwfile="$pwfile" --auth-host="$auth" --auth-local="$auth" \
+		-E UTF8 --no-locale ${POSTGRES_INITDB_ARGS:-}
 	rm -f "$pwfile"
 	{
 		echo
@@ -196,7 +208,9 @@ if [[ ! -s $PGDATA/PG_VERSION ]]; then
 	} >>"$PGDATA/pg_hba.conf"
 	echo "listen_addresses = '*'" >>"$PGDATA/postgresql.conf"
 
-	# Temporary server on the unix socket only, for the init scripts.
+	# Temporary server on the unix socket only, for the init scripts; the
+	# socket asks for the password too.
+	export PGPASSWORD=${PGPASSWORD:-${POSTGRES_PASSWORD:-}}
 	pg_ctl -D "$PGDATA" -o "-c listen_addresses='' -p 5432" -w start
 	psql=(psql -v ON_ERROR_STOP=1 --username "$POSTGRES_USER" --no-password --no-psqlrc)
 	if [[ $POSTGRES_DB != postgres ]]; then
@@ -211,6 +225,7 @@ if [[ ! -s $PGDATA/PG_VERSION ]]; then
 		esac
 	done
 	pg_ctl -D "$PGDATA" -m fast -w stop
+	unset PGPASSWORD
 	echo
 	echo 'PostgreSQL init process complete; ready for start up.'
 	echo

@@ -50,7 +50,9 @@ func TestAuthenticationPassesThrough(t *testing.T) {
 		"harmless_proxy_md5":      "md5",
 		"harmless_proxy_password": "password",
 	}
-	hba := []string{"local all all trust"}
+	// Nothing trusted, as in every server harmless starts: the
+	// superuser's DSN carries its password.
+	hba := []string{"local all all scram-sha-256"}
 	for role, method := range roles {
 		encryption := "scram-sha-256"
 		if method == "md5" {
@@ -66,7 +68,7 @@ func TestAuthenticationPassesThrough(t *testing.T) {
 		}
 		hba = append(hba, "host all "+role+" 127.0.0.1/32 "+method)
 	}
-	hba = append(hba, "host all all 127.0.0.1/32 trust", "host all all ::1/128 trust")
+	hba = append(hba, "host all all 127.0.0.1/32 scram-sha-256", "host all all ::1/128 scram-sha-256")
 	var hbaFile string
 	if err := admin.QueryRow(ctx, "SHOW hba_file").Scan(&hbaFile); err != nil {
 		t.Fatal(err)

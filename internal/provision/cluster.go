@@ -8,6 +8,7 @@ import (
 	"io"
 	"io/fs"
 	"net"
+	"net/url"
 	"os"
 	"os/exec"
 	"os/user"
@@ -129,25 +130,47 @@ func (r runner) chown(path string) error {
 
 // cluster is a throwaway cluster in its own directory:
 //
-//	harmless-pg-<pid>-<random>/
+//	harmless-pg-<pid>-<random>/   0700, the server's user's
 //	  owner        who made it (see owner) and bin=<binaries dir>
-//	  data/        PGDATA
+//	  data/        PGDATA, 0700
+//	  socket/      the unix socket .s.PGSQL.<port>, 0700
 //	  server.log   the server's log
-//	  .s.PGSQL.*   the unix socket
+//
+// The modes keep every other local user out of the files and the socket:
+// the socket asks for the password as well, but a directory no one else
+// can enter is a second wall that does not depend on pg_hba.conf.
 type cluster struct {
-	bin  string
-	dir  string
-	as   runner
-	port int
-	logf func(format string, args ...any)
+	bin      string
+	dir      string
+	as       runner
+	port     int
+	password string // generated for this cluster; see newPassword
+	logf     func(format string, args ...any)
 }
 
-func (c *cluster) data() string    { return filepath.Join(c.dir, "data") }
-func (c *cluster) logFile() string { return filepath.Join(c.dir, "server.log") }
-func (c *cluster) pgCtl() string   { return filepath.Join(c.bin, "pg_ctl") }
+// Parts of a cluster directory.
+const (
+	clusterDataDir   = "data"
+	clusterSocketDir = "socket"
+	clusterLogFile   = "server.log"
+	// clusterPwFile holds the password for initdb --pwfile, only while
+	// initdb runs.
+	clusterPwFile = "pwfile"
+)
+
+func (c *cluster) data() string      { return filepath.Join(c.dir, clusterDataDir) }
+func (c *cluster) socketDir() string { return filepath.Join(c.dir, clusterSocketDir) }
+func (c *cluster) logFile() string   { return filepath.Join(c.dir, clusterLogFile) }
+func (c *cluster) pgCtl() string     { return filepath.Join(c.bin, "pg_ctl") }
 
 func (c *cluster) dsn() string {
-	return fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", c.port)
+	return (&url.URL{
+		Scheme:   "postgres",
+		User:     url.UserPassword(superuser, c.password),
+		Host:     net.JoinHostPort("127.0.0.1", strconv.Itoa(c.port)),
+		Path:     "/postgres",
+		RawQuery: "sslmode=disable",
+	}).String()
 }
 
 func (c *cluster) describe() string { return "throwaway cluster in " + c.dir }
@@ -162,12 +185,17 @@ func openCluster(ctx context.Context, st settings) (srv *Server, err error) {
 	if err != nil {
 		return nil, err
 	}
+	password, err := newPassword()
+	if err != nil {
+		return nil, err
+	}
 	began := time.Now()
+	// MkdirTemp makes it 0700.
 	dir, err := os.MkdirTemp("", fmt.Sprintf("%s%d-", clusterDirPrefix, os.Getpid()))
 	if err != nil {
 		return nil, fmt.Errorf("create cluster directory: %w", err)
 	}
-	c := &cluster{bin: bin, dir: dir, as: as, logf: st.logf}
+	c := &cluster{bin: bin, dir: dir, as: as, password: password, logf: st.logf}
 	defer func() {
 		if err != nil {
 			if cerr := c.close(context.WithoutCancel(ctx)); cerr != nil {
@@ -179,17 +207,28 @@ func openCluster(ctx context.Context, st settings) (srv *Server, err error) {
 	if err := os.WriteFile(filepath.Join(dir, ownerFile), info, 0o644); err != nil {
 		return nil, fmt.Errorf("write owner file: %w", err)
 	}
-	if err := as.chown(dir); err != nil {
-		return nil, fmt.Errorf("give %s to the postgres user: %w", dir, err)
+	if err := os.Mkdir(c.socketDir(), 0o700); err != nil {
+		return nil, fmt.Errorf("create the socket directory: %w", err)
+	}
+	for _, p := range []string{dir, c.socketDir()} {
+		// 0700 whatever the umask made of it.
+		if err := os.Chmod(p, 0o700); err != nil {
+			return nil, fmt.Errorf("make %s private: %w", p, err)
+		}
+		if err := as.chown(p); err != nil {
+			return nil, fmt.Errorf("give %s to the postgres user: %w", p, err)
+		}
 	}
 	st.logf("starting throwaway cluster in %s (binaries: %s)", dir, bin)
 
-	if _, err := as.run(ctx, dir, filepath.Join(bin, "initdb"),
-		"-D", c.data(), "-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-locale", "--no-sync"); err != nil {
+	if err := c.initdb(ctx); err != nil {
 		return nil, err
 	}
+	// password_encryption is scram-sha-256 by default from PostgreSQL 14
+	// on; older servers need it said, so that a password set later (ALTER
+	// ROLE ... PASSWORD) is not stored as md5.
 	conf := fmt.Sprintf("\n# harmless throwaway cluster\nlisten_addresses = '127.0.0.1'\n"+
-		"unix_socket_directories = '%s'\nfsync = off\n", dir)
+		"unix_socket_directories = '%s'\npassword_encryption = 'scram-sha-256'\nfsync = off\n", c.socketDir())
 	if err := appendFile(filepath.Join(c.data(), "postgresql.conf"), conf); err != nil {
 		return nil, fmt.Errorf("configure cluster: %w", err)
 	}
@@ -198,7 +237,40 @@ func openCluster(ctx context.Context, st settings) (srv *Server, err error) {
 		return nil, err
 	}
 	st.logf("cluster ready in %.1fs on 127.0.0.1:%d (PostgreSQL %s)", time.Since(began).Seconds(), c.port, version)
-	return &Server{Kind: KindCluster, Version: version, dsn: c.dsn(), b: c, logf: st.logf}, nil
+	return &Server{Kind: KindCluster, Version: version, dsn: c.dsn(), b: c, logf: st.logf, secrets: []string{password}}, nil
+}
+
+// initdb creates the cluster with the generated password for the
+// superuser and SCRAM-SHA-256 for every connection, TCP and the unix
+// socket alike: nothing is trusted. The password reaches initdb through a
+// file only the server's user can read, in the private cluster directory,
+// removed as soon as initdb is done.
+func (c *cluster) initdb(ctx context.Context) (err error) {
+	pwfile := filepath.Join(c.dir, clusterPwFile)
+	f, err := os.OpenFile(pwfile, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return fmt.Errorf("create the password file: %w", err)
+	}
+	defer func() {
+		if rerr := os.Remove(pwfile); rerr != nil && err == nil {
+			err = fmt.Errorf("remove the password file: %w", rerr)
+		}
+	}()
+	_, err = f.WriteString(c.password + "\n")
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("write the password file: %w", err)
+	}
+	if err := c.as.chown(pwfile); err != nil {
+		return fmt.Errorf("give the password file to the postgres user: %w", err)
+	}
+	_, err = c.as.run(ctx, c.dir, filepath.Join(c.bin, "initdb"),
+		"-D", c.data(), "-U", superuser, "--pwfile="+pwfile,
+		"--auth-host=scram-sha-256", "--auth-local=scram-sha-256",
+		"-E", "UTF8", "--no-locale", "--no-sync")
+	return err
 }
 
 func appendFile(name, text string) error {
@@ -309,7 +381,7 @@ func (c *cluster) close(ctx context.Context) error {
 // `pg_ctl stop -m immediate` if it runs (the data is thrown away), then
 // removes the directory.
 func stopAndRemoveCluster(ctx context.Context, dir, bin string, as runner) error {
-	data := filepath.Join(dir, "data")
+	data := filepath.Join(dir, clusterDataDir)
 	if _, err := os.Stat(filepath.Join(data, "postmaster.pid")); err == nil {
 		if bin == "" || !hasServerBinaries(bin) {
 			return fmt.Errorf("%s has a running server and no pg_ctl to stop it with: left in place", dir)

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/api/types/network"
 	"github.com/moby/moby/client"
 	"github.com/testcontainers/testcontainers-go"
 	tclog "github.com/testcontainers/testcontainers-go/log"
@@ -31,10 +33,19 @@ const (
 	// containerStopTimeout bounds waiting for a killed container to stop.
 	containerStopTimeout = 30 * time.Second
 
-	containerUser     = "postgres"
-	containerPassword = "postgres"
-	containerDB       = "postgres"
+	containerDB = "postgres"
+	// containerPort is the server's port inside the container.
+	containerPort = "5432/tcp"
+	// containerAuth is how the server asks every connection for the
+	// password. The image's entrypoint reads POSTGRES_HOST_AUTH_METHOD for
+	// the line it adds to pg_hba.conf, and POSTGRES_INITDB_ARGS for the
+	// lines initdb writes, which default to trust for the unix socket and
+	// for loopback inside the container.
+	containerAuth = "scram-sha-256"
 )
+
+// loopback is the only host address a container's port is published on.
+var loopback = netip.AddrFrom4([4]byte{127, 0, 0, 1})
 
 // logAdapter sends testcontainers-go's log lines to Options.Logf.
 type logAdapter func(format string, args ...any)
@@ -51,6 +62,7 @@ type pgContainer struct {
 	provider *testcontainers.DockerProvider
 	image    string
 	host     string
+	password string // generated for this container; see newPassword
 	dsn      string
 }
 
@@ -82,15 +94,28 @@ func openContainer(ctx context.Context, st settings) (srv *Server, err error) {
 	if err := ensureImage(ctx, cli, st.image, st.logf); err != nil {
 		return nil, fmt.Errorf("%w; without a registry, build one with ci/build-postgres-image.sh and name it in HARMLESS_IMAGE", err)
 	}
+	host, err := containerHost(ctx, cli, provider)
+	if err != nil {
+		return nil, err
+	}
+	password, err := newPassword()
+	if err != nil {
+		return nil, err
+	}
 
 	began := time.Now()
 	st.logf("starting container from %s", st.image)
 	ctr, err := tcpostgres.Run(ctx, st.image,
 		testcontainers.WithLogger(logger),
 		testcontainers.WithLabels(self().labels()),
-		tcpostgres.WithUsername(containerUser),
-		tcpostgres.WithPassword(containerPassword),
+		tcpostgres.WithUsername(superuser),
+		tcpostgres.WithPassword(password),
 		tcpostgres.WithDatabase(containerDB),
+		testcontainers.WithEnv(map[string]string{
+			"POSTGRES_HOST_AUTH_METHOD": containerAuth,
+			"POSTGRES_INITDB_ARGS":      "--auth-host=" + containerAuth + " --auth-local=" + containerAuth,
+		}),
+		testcontainers.WithHostConfigModifier(publishOnLoopback),
 	)
 	if err != nil {
 		if ctr != nil {
@@ -98,22 +123,29 @@ func openContainer(ctx context.Context, st settings) (srv *Server, err error) {
 		}
 		return nil, fmt.Errorf("start container from %s: %w", st.image, err)
 	}
-	c := &pgContainer{ctr: ctr, provider: provider, image: st.image}
+	c := &pgContainer{ctr: ctr, provider: provider, image: st.image, host: host, password: password}
 	defer func() {
 		if err != nil {
 			_ = ctr.Terminate(context.WithoutCancel(ctx), testcontainers.StopTimeout(0))
 		}
 	}()
-	if c.host, err = containerHost(ctx, cli, ctr); err != nil {
-		return nil, err
-	}
 	version, err := c.waitReady(ctx)
 	if err != nil {
 		return nil, err
 	}
 	st.logf("container ready in %.1fs: %s on %s (PostgreSQL %s)",
 		time.Since(began).Seconds(), c.describe(), c.hostPort(), version)
-	return &Server{Kind: KindContainer, Version: version, dsn: c.dsn, b: c, logf: st.logf}, nil
+	return &Server{Kind: KindContainer, Version: version, dsn: c.dsn, b: c, logf: st.logf, secrets: []string{password}}, nil
+}
+
+// publishOnLoopback publishes the server's port on 127.0.0.1 only, on a
+// port the engine picks (again at every start): an engine left to itself
+// publishes on 0.0.0.0 and [::], to every network the machine is on.
+func publishOnLoopback(hc *container.HostConfig) {
+	hc.PublishAllPorts = false
+	hc.PortBindings = network.PortMap{
+		network.MustParsePort(containerPort): {{HostIP: loopback, HostPort: "0"}},
+	}
 }
 
 // detectEngine finds a container engine and checks that it answers. The
@@ -171,26 +203,42 @@ func ensureImage(ctx context.Context, cli client.APIClient, image string, logf f
 	return nil
 }
 
-// containerHost returns the host on which the container's published ports
-// are reached. testcontainers-go answers the bridge gateway when this
-// process runs in a container (/.dockerenv), which is right when the engine
-// is the host's, but not when the engine runs beside us, in our own network
-// namespace: then, as for any local engine, 127.0.0.1 is right.
-// TESTCONTAINERS_HOST_OVERRIDE wins, as in testcontainers-go.
-func containerHost(ctx context.Context, cli client.APIClient, ctr testcontainers.Container) (string, error) {
+// containerHost returns the host on which the container's published port
+// is reached, before the container starts. testcontainers-go answers the
+// bridge gateway when this process runs in a container (/.dockerenv),
+// which is right when the engine is the host's, but not when the engine
+// runs beside us, in our own network namespace: then, as for any local
+// engine, 127.0.0.1 is right. TESTCONTAINERS_HOST_OVERRIDE wins, as in
+// testcontainers-go (its user says the engine's loopback is forwarded
+// there).
+//
+// The port is published on the engine's 127.0.0.1 only (publishOnLoopback),
+// so an engine on another machine, or a host engine seen from inside a
+// container, cannot be used: publishing where this process could reach it
+// would let that whole network in. That is said here, before anything
+// starts, rather than as a connection timeout later.
+func containerHost(ctx context.Context, cli client.APIClient, provider *testcontainers.DockerProvider) (string, error) {
 	if h := os.Getenv("TESTCONTAINERS_HOST_OVERRIDE"); h != "" {
 		return h, nil
 	}
 	if u, err := url.Parse(cli.DaemonHost()); err == nil && u.Scheme == "unix" {
 		if _, err := os.Stat("/.dockerenv"); err != nil || engineIsLocal(ctx, cli) {
-			return "127.0.0.1", nil
+			return loopback.String(), nil
 		}
 	}
-	h, err := ctr.Host(ctx)
+	h, err := provider.DaemonHost(ctx)
 	if err != nil {
 		return "", fmt.Errorf("container host: %w", err)
 	}
-	return h, nil
+	if h == "localhost" {
+		return loopback.String(), nil
+	}
+	if ip, err := netip.ParseAddr(h); err == nil && ip.IsLoopback() {
+		return h, nil
+	}
+	return "", fmt.Errorf("the engine at %s publishes ports on %s, not on this machine's loopback: "+
+		"harmless publishes its server on the engine's 127.0.0.1 only, so that no one else can connect; "+
+		"use a local engine, or name a server with --dsn / HARMLESS_DSN", cli.DaemonHost(), h)
 }
 
 // engineIsLocal reports whether the engine's default bridge is attached to
@@ -236,13 +284,13 @@ func (c *pgContainer) hostPort() string {
 // waitReady reads the published port (it changes on every start), sets
 // c.dsn and waits until the server accepts connections.
 func (c *pgContainer) waitReady(ctx context.Context) (string, error) {
-	port, err := c.ctr.MappedPort(ctx, "5432/tcp")
+	port, err := c.ctr.MappedPort(ctx, containerPort)
 	if err != nil {
 		return "", fmt.Errorf("published port: %w", err)
 	}
 	c.dsn = (&url.URL{
 		Scheme:   "postgres",
-		User:     url.UserPassword(containerUser, containerPassword),
+		User:     url.UserPassword(superuser, c.password),
 		Host:     net.JoinHostPort(c.host, port.Port()),
 		Path:     "/" + containerDB,
 		RawQuery: "sslmode=disable",

@@ -14,7 +14,8 @@ const dsnCheckTimeout = 30 * time.Second
 
 // openDSN checks the explicit DSN: it must parse and connect.
 func openDSN(ctx context.Context, st settings) (*Server, error) {
-	if _, err := pgx.ParseConfig(st.dsn); err != nil {
+	cfg, err := pgx.ParseConfig(st.dsn)
+	if err != nil {
 		// pgconn's error redacts the password.
 		return nil, fmt.Errorf("provision: the DSN from %s is not a valid connection string: %w", st.dsnSource, err)
 	}
@@ -25,7 +26,11 @@ func openDSN(ctx context.Context, st settings) (*Server, error) {
 		return nil, fmt.Errorf("provision: cannot use the server named by %s: %w", st.dsnSource, err)
 	}
 	st.logf("using the server named by %s: PostgreSQL %s", st.dsnSource, version)
-	return &Server{Kind: KindDSN, Version: version, dsn: st.dsn, logf: st.logf}, nil
+	srv := &Server{Kind: KindDSN, Version: version, dsn: st.dsn, logf: st.logf}
+	if cfg.Password != "" {
+		srv.secrets = []string{cfg.Password}
+	}
+	return srv, nil
 }
 
 // serverVersion connects once and returns server_version.

@@ -11,18 +11,47 @@
 //  2. A throwaway container, through a container engine found the way
 //     testcontainers-go finds one (DOCKER_HOST, the docker context, the
 //     default socket), from Options.Image, else $HARMLESS_IMAGE, else
-//     postgres:17-alpine. Without a registry, build an image with
-//     ci/build-postgres-image.sh and name it in HARMLESS_IMAGE.
+//     postgres:17-alpine, published on the engine's 127.0.0.1 only (so the
+//     engine must be this machine's). Without a registry, build an image
+//     with ci/build-postgres-image.sh and name it in HARMLESS_IMAGE.
 //  3. A throwaway cluster from local server binaries (initdb and pg_ctl in
 //     Options.BinDir, else $HARMLESS_PG_BINDIR, else on $PATH, else in the
 //     newest /usr/lib/postgresql/*/bin), in a fresh directory harmless-pg-*
-//     under os.TempDir, listening on 127.0.0.1 on a free port, trust
-//     authentication, fsync off. When running as root, the cluster runs as
-//     the postgres user, since initdb and pg_ctl refuse to run as root.
+//     under os.TempDir, listening on 127.0.0.1 on a free port and on a unix
+//     socket in that directory, fsync off. When running as root, the
+//     cluster runs as the postgres user, since initdb and pg_ctl refuse to
+//     run as root.
 //
 // Options.Only, or $HARMLESS_PROVISION=dsn|container|cluster, forces one way.
 // When no way works, Open returns an error wrapping ErrNoDatabase that says
 // why each of the three failed.
+//
+// # Private servers
+//
+// A server this package starts lets no one in but the holder of its DSN,
+// since it runs on a shared machine next to other users and other
+// networks:
+//
+//   - its superuser, postgres, has a password generated for it (24 bytes
+//     from crypto/rand, in hex), never a fixed one; Server.DSN carries it
+//     and Server.Secrets returns it, so that whoever writes logs or reports
+//     can hide it;
+//   - every connection is asked for that password by SCRAM-SHA-256: every
+//     line of pg_hba.conf, TCP and unix socket alike, and none trusts. The
+//     cluster gets it from initdb (--auth-host, --auth-local, --pwfile with
+//     a file removed as soon as initdb is done); the container from the
+//     image's entrypoint, through POSTGRES_PASSWORD,
+//     POSTGRES_HOST_AUTH_METHOD and POSTGRES_INITDB_ARGS, which the
+//     official image and ci/build-postgres-image.sh's both honour;
+//   - the container's port is published on 127.0.0.1 only, never on
+//     0.0.0.0 or [::]; the cluster listens on 127.0.0.1 only;
+//   - the cluster's directory, its data directory and its socket directory
+//     are mode 0700, the server user's.
+//
+// The password stays the same across Restart; the container's port does
+// not, which is why DSN must be read again after a restart. Whoever may use
+// the container engine can read the container's environment, password
+// included; such a user is root on the machine anyway.
 //
 // # Owned servers
 //
@@ -48,7 +77,11 @@
 // when it is missing. The library reads the variable itself, from the
 // process environment or ~/.testcontainers.properties (ryuk.disabled=true):
 // it cannot be set per call. TESTCONTAINERS_HOST_OVERRIDE is honoured when
-// set; otherwise, for a local engine, the container is reached on 127.0.0.1.
+// set (the engine's 127.0.0.1 must then be forwarded there); otherwise the
+// engine must be local, and the container is reached on 127.0.0.1. An engine
+// elsewhere (DOCKER_HOST=tcp://another-host, or the host's engine seen from
+// inside a container) is refused before anything starts: the port it would
+// publish is on its own loopback, out of reach.
 package provision
 
 import (
@@ -56,6 +89,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -191,17 +225,31 @@ type Server struct {
 	dsn  string
 	b    backend // nil for KindDSN
 	logf func(format string, args ...any)
+	// secrets are the passwords in dsn: the one generated for an owned
+	// server, the one in the DSN of a named server. They do not change
+	// on Restart.
+	secrets []string
 
 	closed bool
 }
 
-// DSN returns a superuser connection string for the server. It changes
-// after Restart for a container (the engine maps a new host port), so read
-// it again after a restart rather than keeping it.
+// DSN returns a superuser connection string for the server, with its
+// password (see Secrets). It changes after Restart for a container (the
+// engine maps a new host port), so read it again after a restart rather
+// than keeping it; the password stays the same.
 func (s *Server) DSN() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.dsn
+}
+
+// Secrets returns the passwords that DSN carries, so that a caller can
+// hide them in what it writes (logs, reports, certificates): for a
+// container or a cluster, the password generated for it; for a server
+// named by a DSN, that DSN's password, if it has one. The passwords stay
+// the same across Restart. The slice is a copy.
+func (s *Server) Secrets() []string {
+	return slices.Clone(s.secrets)
 }
 
 // Owned reports whether this process started the server (a container or a

@@ -5,10 +5,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/testcontainers/testcontainers-go"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -16,6 +16,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/moby/moby/client"
+	"github.com/testcontainers/testcontainers-go"
 )
 
 // childEnv makes the test binary act as a child process for the tests that
@@ -322,7 +323,7 @@ func crashAndRecover(t *testing.T, ctx context.Context, srv *Server, serverLog f
 	if err := conn.Ping(ctx); err == nil {
 		t.Fatal("the connection still works after Crash")
 	}
-	began, before := time.Now(), srv.DSN()
+	began, before, secrets := time.Now(), srv.DSN(), srv.Secrets()
 	if err := srv.Restart(ctx); err != nil {
 		t.Fatalf("Restart: %v", err)
 	}
@@ -334,6 +335,12 @@ func crashAndRecover(t *testing.T, ctx context.Context, srv *Server, serverLog f
 	if err := connect(t, ctx, srv.DSN()).QueryRow(ctx, "SELECT v FROM survivor").Scan(&v); err != nil || v != "committed" {
 		t.Fatalf("after the crash: %q, %v; want the committed row", v, err)
 	}
+	// The DSN got in with the password generated at the start; without
+	// it, no one does.
+	if !slices.Equal(srv.Secrets(), secrets) || len(secrets) != 1 {
+		t.Errorf("Secrets() changed on Restart, or does not hold the one generated password")
+	}
+	checkRefused(t, ctx, "a login without a password after the restart", srv.DSN(), "")
 	if err := srv.Restart(ctx); err == nil {
 		t.Error("Restart of a running server: no error")
 	}
