@@ -133,7 +133,8 @@ type Declaration struct {
 type Env struct {
 	// DSN connects to the database under test. It carries an
 	// application_name that tags the connection as this run's, so the harness
-	// can find (and kill) exactly the connections it owns. Use it unchanged.
+	// can find (and kill) exactly the connections it owns: those with the
+	// tag and the DSN's role (see docs/safety.md). Use it unchanged.
 	DSN string
 	// Schema is a schema created for this spec. The implementation creates
 	// its own tables here; it is dropped when the spec ends.

@@ -10,7 +10,8 @@ import (
 )
 
 // CancelSleeping cancels the statement of every client backend whose
-// application_name starts with prefix and that sleeps in pg_sleep
+// application_name starts with prefix, whose user is db's current_user and
+// that sleeps in pg_sleep
 // (wait_event PgSleep), as a [Sleep] fault does, and returns their pids.
 // The cancelled statement fails with SQLSTATE 57014 (query_canceled) and
 // its transaction is rolled back: it is how the harness makes a
@@ -18,7 +19,8 @@ import (
 // when the sleep runs out. A [Sleep] fault at [AtCommit] sleeps inside the
 // COMMIT, which then fails.
 //
-// prefix is checked as [TerminateBackends] checks it. Cancelling is a
+// prefix is checked as [TerminateBackends] checks it, and as there only
+// the backends of db's current_user are cancelled. Cancelling is a
 // signal: the statements end shortly after CancelSleeping returns, not
 // before.
 func CancelSleeping(ctx context.Context, db ledger.DB, applicationNamePrefix string) ([]int, error) {
@@ -31,6 +33,7 @@ func CancelSleeping(ctx context.Context, db ledger.DB, applicationNamePrefix str
 WHERE backend_type = 'client backend'
   AND pid <> pg_backend_pid()
   AND wait_event = 'PgSleep'
+  AND usename = current_user
   AND starts_with(application_name, $1::text)
 ORDER BY pid`, applicationNamePrefix)
 	if err != nil {

@@ -12,13 +12,14 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/harmless-dev/harmless/faults"
+	"github.com/harmless-dev/harmless/internal/pgtest"
 )
 
 // TestCancelSleepingFailsTheSleepingTransaction holds a delivery in a sleep
 // fault, cancels it, and checks that it fails where it slept, rolls back,
 // keeps its connection, and that nothing else was cancelled: a tagged
-// connection that does not sleep, another run's sleeping connection and an
-// untagged one.
+// connection that does not sleep, another run's sleeping connection, an
+// untagged one, and one of another role that carries the run's prefix.
 func TestCancelSleepingFailsTheSleepingTransaction(t *testing.T) {
 	for _, point := range points {
 		t.Run(string(point), func(t *testing.T) {
@@ -31,7 +32,10 @@ func TestCancelSleepingFailsTheSleepingTransaction(t *testing.T) {
 			if _, err := idle.Exec(t.Context(), "BEGIN"); err != nil {
 				t.Fatal(err)
 			}
-			others := []*pgx.Conn{connect(t, "harmless-faults-test-"+unique(t)), connect(t, "")}
+			// Another run's connection, an untagged one, and one of another
+			// role that carries this run's prefix: the prefix is whatever a
+			// client says, so it alone does not make a connection the run's.
+			others := []*pgx.Conn{connect(t, "harmless-faults-test-"+unique(t)), connect(t, ""), connectAs(t, pgtest.NewRole(t), run+"-w3")}
 			asleep := make(chan error, len(others))
 			for _, c := range others {
 				go func() {
@@ -49,7 +53,7 @@ func TestCancelSleepingFailsTheSleepingTransaction(t *testing.T) {
 				at, err := deliver(t.Context(), conn, fx.effect(nil), d)
 				done <- result{at, err}
 			}()
-			waitSleeping(t, fx, conn, others[0], others[1])
+			waitSleeping(t, fx, append([]*pgx.Conn{conn}, others...)...)
 			pids, err := faults.CancelSleeping(t.Context(), fx.pool, run)
 			if err != nil {
 				t.Fatal(err)
@@ -69,9 +73,11 @@ func TestCancelSleepingFailsTheSleepingTransaction(t *testing.T) {
 					t.Errorf("connection %d died", c.PgConn().PID())
 				}
 			}
+			ended := 0
 			select {
 			case err := <-asleep:
-				t.Errorf("a sleep of another run or of an untagged connection ended: %v", err)
+				ended++
+				t.Errorf("a sleep of another run, of an untagged connection or of another role ended: %v", err)
 			default:
 			}
 			// End the other sleeps, and wait for them: their connections
@@ -81,7 +87,7 @@ func TestCancelSleepingFailsTheSleepingTransaction(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			for range others {
+			for range len(others) - ended {
 				<-asleep
 			}
 		})

@@ -55,6 +55,9 @@
 //
 // [TerminateBackends] terminates the backends whose application_name starts
 // with a prefix of this run (the harness tags every connection it hands
-// out), and waits until they are gone. It refuses prefixes that could reach
-// connections the run does not own.
+// out) and whose user is the caller's role, and waits until they are gone;
+// [CancelSleeping] cancels those that sleep in a [Sleep] fault. Both refuse
+// prefixes that could reach connections the run does not own, and neither
+// touches a backend of another role, whatever its application_name says:
+// anyone can choose one.
 package faults

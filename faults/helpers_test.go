@@ -135,7 +135,18 @@ func delivery(ns, id string, attempt int) adapters.Delivery {
 // that is not empty.
 func connect(t *testing.T, applicationName string) *pgx.Conn {
 	t.Helper()
-	cfg, err := pgx.ParseConfig(pgtest.DSN(t))
+	return connectTo(t, pgtest.DSN(t), applicationName)
+}
+
+// connectAs is connect as role r.
+func connectAs(t *testing.T, r pgtest.Role, applicationName string) *pgx.Conn {
+	t.Helper()
+	return connectTo(t, r.As(t, pgtest.DSN(t)), applicationName)
+}
+
+func connectTo(t *testing.T, dsn, applicationName string) *pgx.Conn {
+	t.Helper()
+	cfg, err := pgx.ParseConfig(dsn)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -24,13 +24,17 @@ const maxApplicationName = 63
 const pollInterval = 10 * time.Millisecond
 
 // TerminateBackends terminates every client backend whose application_name
-// starts with prefix, except the backend running the query, and waits until
-// they are gone from pg_stat_activity. It returns the pids it terminated.
+// starts with prefix and whose user is db's current_user, except the
+// backend running the query, and waits until they are gone from
+// pg_stat_activity. It returns the pids it terminated.
 //
 // prefix is matched literally (no LIKE wildcards). It must start with
 // [RunPrefix] and say more than that: the bare RunPrefix would reach other
-// runs' connections. If ctx ends before the backends are gone, the pids are
-// returned with an error.
+// runs' connections. An application_name is chosen by whoever connects, so
+// the prefix alone proves nothing: a backend of another role that carries
+// it is not the run's and is left alone, even when db could terminate it
+// (as a superuser can). If ctx ends before the backends are gone, the pids
+// are returned with an error.
 func TerminateBackends(ctx context.Context, db ledger.DB, applicationNamePrefix string) ([]int, error) {
 	prefix := applicationNamePrefix
 	if err := checkPrefix(prefix); err != nil {
@@ -41,6 +45,7 @@ func TerminateBackends(ctx context.Context, db ledger.DB, applicationNamePrefix 
 FROM pg_stat_activity
 WHERE backend_type = 'client backend'
   AND pid <> pg_backend_pid()
+  AND usename = current_user
   AND starts_with(application_name, $1::text)`, prefix)
 	if err != nil {
 		return nil, fmt.Errorf("terminate backends named %q*: %w", prefix, err)

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/harmless-dev/harmless/faults"
+	"github.com/harmless-dev/harmless/internal/pgtest"
 )
 
 func TestTerminateBackendsKillsOnlyTaggedConnections(t *testing.T) {
@@ -93,5 +94,29 @@ func TestTerminateBackendsRefusesForeignPrefixes(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("TerminateBackends(%q) = %v, %v; want an error saying %q", tt.prefix, pids, err, tt.want)
 		}
+	}
+}
+
+// TestTerminateBackendsSparesOtherRoles: an application_name is whatever a
+// client says it is. A connection of another role that carries the run's
+// prefix is not the run's, and is not terminated, though the caller, a
+// superuser, could.
+func TestTerminateBackendsSparesOtherRoles(t *testing.T) {
+	pool := setup(t).pool
+	run := "harmless-faults-test-" + unique(t)
+	victim := connect(t, run+"-w1")
+	other := pgtest.NewRole(t)
+	faker := connectAs(t, other, run+"-w2")
+
+	pids, err := faults.TerminateBackends(t.Context(), pool, run)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []int{int(victim.PgConn().PID())}; !slices.Equal(pids, want) {
+		t.Errorf("terminated %v, want %v: only the connection of the caller's role", pids, want)
+	}
+	wantDead(t, pool, victim, victim.PgConn().PID(), victim.Ping(t.Context()))
+	if !alive(t, faker) {
+		t.Errorf("the connection of role %s carrying the run's prefix was terminated", other.Name)
 	}
 }

@@ -35,6 +35,7 @@ func RulesPage() string {
 	b.WriteString("<!-- Generated from package fixtures by `go generate ./...`. Do not edit. -->\n\n")
 	b.WriteString("Every rule has a stable id, a level and a reason. MUST rules decide certification: a run is CERTIFIED when every MUST rule ran and passed, PARTIAL when no rule failed but some MUST rules did not run (not-supported where the run was made, or left out by a filter), and NOT CERTIFIED when a rule failed. Each spec carries the Ginkgo labels `fixture:<fixture id>` and `rule:<rule id>`, so `--label-filter` selects either.\n\n")
 	b.WriteString("The quotations are from the pattern this harness checks, *Make duplicate delivery harmless*.\n\n")
+	b.WriteString("What a run creates and drops on a database you name, and the privileges it needs there: [safety.md](safety.md).\n\n")
 	for _, f := range fixtures.Catalog() {
 		fmt.Fprintf(&b, "## Fixture `%s`\n\n%s\n\n", f.ID, f.Doc)
 		if page, ok := FixturePage(f.ID); ok {

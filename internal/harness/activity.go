@@ -35,7 +35,7 @@ func (s *Spec) Activity(ctx context.Context) (Activity, error) {
 	count(*) FILTER (WHERE wait_event_type = 'Lock'),
 	count(*) FILTER (WHERE wait_event = 'PgSleep')
 FROM pg_stat_activity
-WHERE backend_type = 'client backend' AND starts_with(application_name, $1::text)`,
+WHERE backend_type = 'client backend' AND usename = current_user AND starts_with(application_name, $1::text)`,
 		s.AppNamePrefix()).Scan(&a.Connections, &a.LockWaits, &a.Sleeping)
 	if err != nil {
 		return Activity{}, fmt.Errorf("read what the connections of spec %s are doing: %w", s.name, err)

@@ -158,7 +158,7 @@ func (s *Spec) afterRestart(ctx context.Context) error {
 func (s *Spec) SleepingInFaults(ctx context.Context) (int, error) {
 	var n int
 	err := s.run.admin.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
-WHERE wait_event_type = 'Timeout' AND wait_event = 'PgSleep' AND starts_with(application_name, $1)`,
+WHERE wait_event_type = 'Timeout' AND wait_event = 'PgSleep' AND usename = current_user AND starts_with(application_name, $1)`,
 		s.AppNamePrefix()).Scan(&n)
 	if err != nil {
 		return 0, fmt.Errorf("count the deliveries sleeping in a fault: %w", err)

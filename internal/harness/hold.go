@@ -81,7 +81,7 @@ func (h *WriteHold) String() string { return strings.Join(h.tables, ", ") }
 func (h *WriteHold) Waiting(ctx context.Context) (int, error) {
 	var n int
 	err := h.spec.run.admin.QueryRow(ctx, `SELECT count(DISTINCT l.pid) FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
-WHERE NOT l.granted AND l.relation = ANY($1::oid[]) AND starts_with(a.application_name, $2)`,
+WHERE NOT l.granted AND l.relation = ANY($1::oid[]) AND a.usename = current_user AND starts_with(a.application_name, $2)`,
 		h.oids, h.spec.AppNamePrefix()).Scan(&n)
 	if err != nil {
 		return 0, fmt.Errorf("count the deliveries waiting for the hold on %s: %w", h, err)

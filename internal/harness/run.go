@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -50,9 +49,6 @@ type Run struct {
 	open  map[*Spec]struct{} // the specs not closed yet
 	fired map[string]int64   // firings by fault kind, see FaultsFired
 }
-
-// schemaPattern matches the schemas of harness runs; group 1 is the run id.
-var schemaPattern = regexp.MustCompile(`^harmless_([0-9a-f]{8})_`)
 
 // Start provisions the database, opens the run's keeper connection and drops
 // the leftovers of runs that are no longer alive.
@@ -101,10 +97,31 @@ func Start(ctx context.Context, opts Options) (_ *Run, err error) {
 	if r.admin, err = pgxpool.NewWithConfig(ctx, adminCfg); err != nil {
 		return nil, fmt.Errorf("connect to %s database: %w", r.server.Kind, err)
 	}
+	if err := r.canCreateSchemas(ctx); err != nil {
+		return nil, err
+	}
 	if err := r.dropLeftovers(ctx); err != nil {
 		return nil, err
 	}
 	return r, nil
+}
+
+// canCreateSchemas checks the one privilege the harness needs beyond
+// connecting: CREATE on the database, for the schema of each spec. Without
+// it every spec would fail alike; this says so once, before any runs.
+func (r *Run) canCreateSchemas(ctx context.Context) error {
+	var can bool
+	var role, database string
+	err := r.admin.QueryRow(ctx, `SELECT has_database_privilege(current_database(), 'CREATE'), current_user, current_database()`).
+		Scan(&can, &role, &database)
+	if err != nil {
+		return fmt.Errorf("check the privileges of the harness's role: %w", err)
+	}
+	if !can {
+		return fmt.Errorf("role %q may not create schemas in database %q, and harmless creates one per spec: grant it with GRANT CREATE ON DATABASE %s TO %s (see docs/safety.md)",
+			role, database, pgx.Identifier{database}.Sanitize(), pgx.Identifier{role}.Sanitize())
+	}
+	return nil
 }
 
 // toCurrentServer sends a new connection of the admin pool to the server's
@@ -134,34 +151,49 @@ func (r *Run) AppNamePrefix() string { return "harmless-" + r.id + "-" }
 
 func (r *Run) appName(part string) string { return r.AppNamePrefix() + part }
 
-// dropLeftovers drops schemas of runs whose keeper connection is gone.
+// dropLeftovers drops the schemas of runs that are gone: the harness's own
+// schemas (see [schemaFacts.ownership]) of another run whose keeper
+// connection is no longer there, as a run killed before it could clean up
+// leaves them. Every other schema whose name starts with harmless_ is left
+// in place, with the reason logged.
 func (r *Run) dropLeftovers(ctx context.Context) error {
-	rows, err := r.admin.Query(ctx, `SELECT nspname FROM pg_namespace WHERE nspname LIKE 'harmless\_%'`)
+	rows, err := r.admin.Query(ctx, schemaFactsSQL+`WHERE starts_with(n.nspname, 'harmless_') ORDER BY n.nspname`)
 	if err != nil {
 		return fmt.Errorf("list leftover schemas: %w", err)
 	}
-	schemas, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	schemas, err := pgx.CollectRows(rows, pgx.RowToStructByName[schemaFacts])
 	if err != nil {
 		return fmt.Errorf("list leftover schemas: %w", err)
 	}
 	for _, schema := range schemas {
-		m := schemaPattern.FindStringSubmatch(schema)
-		if m == nil || m[1] == r.id {
+		id, notOurs := schema.ownership()
+		switch {
+		case notOurs != "":
+			r.opts.Logf("left schema %s in place: %s", schema.Name, notOurs)
+			continue
+		case id == r.id:
 			continue
 		}
 		var alive bool
 		err := r.admin.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE application_name = $1)`,
-			"harmless-"+m[1]+"-keeper").Scan(&alive)
+			"harmless-"+id+"-keeper").Scan(&alive)
 		if err != nil {
-			return fmt.Errorf("check run %s: %w", m[1], err)
+			return fmt.Errorf("check run %s: %w", id, err)
 		}
 		if alive {
+			r.opts.Logf("left schema %s in place: its run %s is still alive", schema.Name, id)
 			continue
 		}
-		if _, err := r.admin.Exec(ctx, `DROP SCHEMA IF EXISTS `+pgx.Identifier{schema}.Sanitize()+` CASCADE`); err != nil {
-			return fmt.Errorf("drop leftover schema %s: %w", schema, err)
+		existed, err := dropOwnSchema(ctx, r.admin, schema.Name)
+		var refused *notOursError
+		switch {
+		case errors.As(err, &refused):
+			r.opts.Logf("left schema %s in place: %s", schema.Name, refused.reason)
+		case err != nil:
+			return fmt.Errorf("drop leftover schema of run %s: %w", id, err)
+		case existed:
+			r.opts.Logf("dropped leftover schema %s of run %s, which is gone", schema.Name, id)
 		}
-		r.opts.Logf("dropped leftover schema %s of a run that is gone", schema)
 	}
 	return nil
 }

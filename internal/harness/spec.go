@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -36,6 +37,7 @@ type Spec struct {
 	budget budget // see StartBudget
 
 	mu        sync.Mutex
+	created   bool // the spec created its schema and has not dropped it
 	instances map[int]adapters.Implementation
 	attempts  map[eventKey]int
 	history   []Attempt
@@ -55,18 +57,40 @@ func (s *Spec) install(ctx context.Context) error {
 	}
 	s.instances = map[int]adapters.Implementation{}
 	s.attempts = map[eventKey]int{}
-	admin := s.run.admin
-	if _, err := admin.Exec(ctx, `CREATE SCHEMA `+pgx.Identifier{s.schema}.Sanitize()); err != nil {
-		return fmt.Errorf("create schema %s: %w", s.schema, err)
-	}
-	if err := ledger.Install(ctx, admin, s.schema); err != nil {
+	// One transaction: the schema never exists half installed, nor without
+	// the marker by which a later run tells it from a user's schema of a
+	// similar name.
+	err := pgx.BeginFunc(ctx, s.run.admin, func(tx pgx.Tx) error {
+		quoted := pgx.Identifier{s.schema}.Sanitize()
+		if _, err := tx.Exec(ctx, `CREATE SCHEMA `+quoted); err != nil {
+			return fmt.Errorf("create schema %s: %w", s.schema, err)
+		}
+		// COMMENT takes no parameters: the marker is quoted as a literal.
+		marker := schemaMarker(s.run.id, s.name)
+		if _, err := tx.Exec(ctx, `COMMENT ON SCHEMA `+quoted+` IS `+quoteLiteral(marker)); err != nil {
+			return fmt.Errorf("mark schema %s as harmless's: %w", s.schema, err)
+		}
+		if err := ledger.Install(ctx, tx, s.schema); err != nil {
+			return err
+		}
+		if err := faults.Install(ctx, tx, s.schema); err != nil {
+			return fmt.Errorf("install fault points: %w", err)
+		}
+		return nil
+	})
+	if err != nil {
 		return err
 	}
-	if err := faults.Install(ctx, admin, s.schema); err != nil {
-		return fmt.Errorf("install fault points: %w", err)
-	}
+	s.mu.Lock()
+	s.created = true
+	s.mu.Unlock()
 	return nil
 }
+
+// quoteLiteral quotes s as an SQL string literal. It is for the harness's
+// markers, made of letters, digits and spaces only: what it does not handle
+// (a backslash with standard_conforming_strings off) never occurs there.
+func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
 
 // Clock returns the clock the spec's instances get and, when the adapter
 // accepts the harness's clock, the manual clock behind it (else nil).
@@ -239,7 +263,8 @@ func (s *Spec) Purge(ctx context.Context, n int, cutoff time.Time) (int64, error
 
 // Close closes the spec's instances, kills any connection they left behind,
 // adds the firings of the faults the spec armed to the run's counts (see
-// [Run.FaultsFired]) and drops the spec's schema.
+// [Run.FaultsFired]) and drops the spec's schema, if it is still the
+// harness's (see [dropOwnSchema]).
 func (s *Spec) Close(ctx context.Context) error {
 	s.run.forget(s)
 	s.stopBudget()
@@ -264,8 +289,25 @@ func (s *Spec) Close(ctx context.Context) error {
 	if err := s.tally(ctx); err != nil {
 		errs = append(errs, err)
 	}
-	if _, err := s.run.admin.Exec(ctx, `DROP SCHEMA IF EXISTS `+pgx.Identifier{s.schema}.Sanitize()+` CASCADE`); err != nil {
-		errs = append(errs, fmt.Errorf("drop schema %s: %w", s.schema, err))
+	// Only a schema this spec created, and only while it still carries the
+	// marker and belongs to the harness's role: a schema of that name that
+	// already existed (CREATE SCHEMA failed on it) is someone else's.
+	s.mu.Lock()
+	created := s.created
+	s.mu.Unlock()
+	if created {
+		var notOurs *notOursError
+		_, err := dropOwnSchema(ctx, s.run.admin, s.schema)
+		switch {
+		case errors.As(err, &notOurs):
+			errs = append(errs, fmt.Errorf("left schema %s in place: %s", s.schema, notOurs.reason))
+		case err != nil:
+			errs = append(errs, err)
+		default:
+			s.mu.Lock()
+			s.created = false
+			s.mu.Unlock()
+		}
 	}
 	return errors.Join(errs...)
 }

@@ -407,8 +407,20 @@ func cleanLeftoverClusters(ctx context.Context, st settings) {
 		if fi, err := os.Lstat(dir); err != nil || !fi.IsDir() {
 			continue
 		}
-		o, bin := clusterOwner(dir)
+		o, bin, marked := clusterOwner(dir)
 		if !o.dead() {
+			continue
+		}
+		if !marked {
+			// No owner file: either a run killed between creating the
+			// directory and writing the file, which left it empty, or a
+			// directory that is not harmless's at all. Only the empty one
+			// is removed.
+			if err := os.Remove(dir); err == nil {
+				st.logf("removed empty leftover cluster directory %s of dead process %d", dir, o.pid)
+			} else if !errors.Is(err, fs.ErrNotExist) {
+				st.logf("left %s in place: it has no owner file and is not empty, so it is not a cluster of harmless's", dir)
+			}
 			continue
 		}
 		if bin == "" {
@@ -428,20 +440,19 @@ func cleanLeftoverClusters(ctx context.Context, st settings) {
 	}
 }
 
-// clusterOwner reads the owner of a cluster directory from its owner file,
-// or, while that is not written yet, from the pid in its name.
-func clusterOwner(dir string) (owner, string) {
+// clusterOwner reads the owner of a cluster directory from its owner file
+// (marked), or, while that is not written yet, from the pid in its name.
+func clusterOwner(dir string) (o owner, bin string, marked bool) {
 	b, err := os.ReadFile(filepath.Join(dir, ownerFile))
 	if err != nil {
 		rest := strings.TrimPrefix(filepath.Base(dir), clusterDirPrefix)
 		pid, _ := strconv.Atoi(strings.SplitN(rest, "-", 2)[0])
-		return owner{pid: pid}, ""
+		return owner{pid: pid}, "", false
 	}
-	var bin string
 	for line := range bytes.Lines(b) {
 		if v, ok := bytes.CutPrefix(bytes.TrimSpace(line), []byte("bin=")); ok {
 			bin = string(v)
 		}
 	}
-	return parseOwner(b), bin
+	return parseOwner(b), bin, true
 }

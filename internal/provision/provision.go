@@ -66,7 +66,10 @@
 // time, host): containers by the labels dev.harmless.owner-*, clusters by
 // their directory name harmless-pg-<pid>-* and an owner file inside. A run
 // that is killed cannot clean up, so Open removes the containers and
-// clusters whose owner is no longer alive before it starts anything.
+// clusters whose owner is no longer alive before it starts anything. A
+// directory named like a cluster's but without an owner file is removed only
+// when it is empty (a run killed before it wrote the file leaves it so):
+// otherwise it is not harmless's.
 //
 // # Environment for testcontainers-go
 //

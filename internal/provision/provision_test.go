@@ -358,7 +358,7 @@ func TestClusterCrashRestart(t *testing.T) {
 	if filepath.Dir(c.dir) != filepath.Clean(os.TempDir()) || !strings.HasPrefix(filepath.Base(c.dir), fmt.Sprintf("harmless-pg-%d-", os.Getpid())) {
 		t.Errorf("cluster directory %s, want %s/harmless-pg-%d-*", c.dir, os.TempDir(), os.Getpid())
 	}
-	if o, _ := clusterOwner(c.dir); o != self() {
+	if o, _, _ := clusterOwner(c.dir); o != self() {
 		t.Errorf("owner file says %+v, want %+v", o, self())
 	}
 
@@ -406,6 +406,16 @@ func TestLeftoverClustersOfDeadRunsAreRemoved(t *testing.T) {
 	if err := os.Mkdir(early, 0o700); err != nil {
 		t.Fatal(err)
 	}
+	// A directory of a dead process's pid without an owner file, but not
+	// empty: not harmless's, whatever its name says. It must stay.
+	foreign := filepath.Join(os.TempDir(), fmt.Sprintf("%s%d-notes", clusterDirPrefix, deadPID(t)))
+	if err := os.Mkdir(foreign, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(foreign) })
+	if err := os.WriteFile(filepath.Join(foreign, "notes.txt"), []byte("mine\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	// A directory of a live process (this one), which must stay.
 	live, err := os.MkdirTemp("", fmt.Sprintf("%s%d-", clusterDirPrefix, os.Getpid()))
 	if err != nil {
@@ -430,6 +440,9 @@ func TestLeftoverClustersOfDeadRunsAreRemoved(t *testing.T) {
 	}
 	if _, err := os.Stat(live); err != nil {
 		t.Errorf("the directory of a live process was touched: %v", err)
+	}
+	if b, err := os.ReadFile(filepath.Join(foreign, "notes.txt")); err != nil || string(b) != "mine\n" {
+		t.Errorf("a directory named like a cluster's, without an owner file and not empty, was touched: %q, %v", b, err)
 	}
 	if err := pingOnce(ctx, leftover.DSN()); err == nil {
 		t.Errorf("the leftover server at %s still accepts connections", leftover.DSN())
