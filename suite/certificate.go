@@ -21,6 +21,7 @@ import (
 
 	"github.com/harmless-dev/harmless/adapters"
 	"github.com/harmless-dev/harmless/fixtures"
+	"github.com/harmless-dev/harmless/internal/redact"
 )
 
 // Verdict is a rule's result in a certificate.
@@ -343,7 +344,27 @@ func (s *state) certificate(report ginkgo.Report) Certificate {
 	}
 	cert.Certified = cert.Status == StatusCertified
 	cert.Verified = verify(cert.Declared, cert.Rules)
-	return cert
+	return cert.masked(s.secrets)
+}
+
+// masked returns the certificate with secrets masked in every text that
+// can quote one: the setup error (a driver's error may quote the DSN), the
+// rules' messages (a child's stderr, a failure's evidence) and the
+// protocol's command. Every report (JSON, JUnit, Markdown, the terminal)
+// is written from the certificate, so this is where they are all masked.
+func (c Certificate) masked(secrets *redact.Redactor) Certificate {
+	c.Error = secrets.String(c.Error)
+	c.Interrupted = secrets.String(c.Interrupted)
+	if c.Protocol != nil {
+		p := *c.Protocol
+		p.Command, p.Implementation = secrets.String(p.Command), secrets.String(p.Implementation)
+		c.Protocol = &p
+	}
+	c.Rules = slices.Clone(c.Rules)
+	for i, r := range c.Rules {
+		c.Rules[i].Message = secrets.String(r.Message)
+	}
+	return c
 }
 
 // interruption says why the run of report was interrupted (a signal), or

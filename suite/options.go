@@ -21,6 +21,7 @@ type config struct {
 	logf            func(format string, args ...any)
 	onCertificate   []func(Certificate)
 	onFixture       []func(FixtureProgress)
+	onSecret        []func(string)
 	seed            uint64
 	seedSet         bool
 	protocol        *Protocol
@@ -90,6 +91,18 @@ func WithRounds(plain, overlapping int) Option {
 // WithLogf sends the suite's progress lines to logf.
 func WithLogf(logf func(format string, args ...any)) Option {
 	return func(c *config) { c.logf = logf; c.provision.Logf = logf }
+}
+
+// WithSecrets calls fn with each secret the suite learns, as it learns it:
+// the password of the DSN it was given (WithDSN, $HARMLESS_DSN,
+// $DATABASE_URL, and $PGPASSWORD or a password file when the DSN has none),
+// and of the DSN of the server it provisioned. The suite masks them in what
+// it reports (the certificate, its log lines, its failure messages); fn
+// lets a caller mask them in output of its own, such as Ginkgo's report.
+// Secrets are plain strings; a short one (under 4 bytes) is passed on but
+// not masked, since masking it would garble every report.
+func WithSecrets(fn func(secret string)) Option {
+	return func(c *config) { c.onSecret = append(c.onSecret, fn) }
 }
 
 // WithCertificate calls fn with the certificate once the suite has run.

@@ -171,9 +171,12 @@ func (sc *scenario) noteRule(id string, check func() (problems []string, note st
 		// a part, which could neither prove the rule nor, with its
 		// deliveries cut short, fairly fail it on its own terms.
 		if p := sc.budgetProblem(); p != "" {
-			return judgement{problems: []string{p}, unplayed: true}
+			return judgement{problems: []string{sc.s.secrets.String(p)}, unplayed: true}
 		}
 		problems, note := check()
-		return judgement{problems: problems, note: note}
+		for i, p := range problems {
+			problems[i] = sc.s.secrets.String(p)
+		}
+		return judgement{problems: problems, note: sc.s.secrets.String(note)}
 	})
 }

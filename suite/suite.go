@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"math/rand/v2"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -17,6 +18,7 @@ import (
 	"github.com/harmless-dev/harmless/adapters"
 	"github.com/harmless-dev/harmless/fixtures"
 	"github.com/harmless-dev/harmless/internal/harness"
+	"github.com/harmless-dev/harmless/internal/redact"
 )
 
 // Version is the suite's version, recorded in every certificate.
@@ -82,7 +84,11 @@ func reportRules(t *testing.T, cert Certificate) {
 // (var _ = suite.Register(...)), before RunSpecs. It returns true so it can be
 // used that way.
 func Register(adapter adapters.Adapter, opts ...Option) bool {
-	s := &state{adapter: adapter, cfg: newConfig(opts)}
+	s := &state{adapter: adapter, cfg: newConfig(opts), secrets: redact.New()}
+	s.maskLogs()
+	for _, dsn := range []string{s.cfg.provision.DSN, os.Getenv("HARMLESS_DSN"), os.Getenv("DATABASE_URL")} {
+		s.addDSN(dsn)
+	}
 	BeforeSuite(s.start, NodeTimeout(setupTimeout))
 	AfterSuite(s.stop, NodeTimeout(s.cleanupTimeout()))
 	ReportAfterSuite("harmless certificate", s.report)
@@ -113,12 +119,38 @@ type state struct {
 	setupErr error
 	seed     uint64
 	fixture  fixtureRun // the fixture running now, for WithFixtureProgress
+	// secrets are masked in everything the suite reports: its log lines,
+	// failure messages and the certificate.
+	secrets *redact.Redactor
+}
+
+// maskLogs makes the suite's log lines, and those of the harness and the
+// provisioning it passes its logf to, mask the run's secrets.
+func (s *state) maskLogs() {
+	mask := func(logf func(string, ...any)) func(string, ...any) {
+		if logf == nil {
+			return nil
+		}
+		return func(format string, args ...any) { logf("%s", s.secrets.String(fmt.Sprintf(format, args...))) }
+	}
+	s.cfg.logf = mask(s.cfg.logf)
+	s.cfg.provision.Logf = mask(s.cfg.provision.Logf)
+}
+
+// addDSN learns the passwords of dsn as secrets, and passes them on to
+// WithSecrets.
+func (s *state) addDSN(dsn string) {
+	for _, secret := range s.secrets.AddDSN(dsn) {
+		for _, fn := range s.cfg.onSecret {
+			fn(secret)
+		}
+	}
 }
 
 func (s *state) start(ctx SpecContext) {
 	s.setupErr = s.setUp(ctx)
 	if s.setupErr != nil {
-		Fail(s.setupErr.Error())
+		Fail(s.secrets.String(s.setupErr.Error()))
 	}
 }
 
@@ -142,6 +174,8 @@ func (s *state) setUp(ctx context.Context) error {
 		return fmt.Errorf("%w: %w", ErrSetup, err)
 	}
 	s.run = run
+	// A provisioned server's DSN may hold a password it generated.
+	s.addDSN(run.Server().DSN())
 	s.kind = string(run.Server().Kind)
 	if s.database, err = run.ServerVersion(ctx); err != nil {
 		return fmt.Errorf("%w: %w", ErrSetup, err)
@@ -248,6 +282,9 @@ func (s *state) fixtureDone() {
 		}
 	}
 	p.Duration = end.Sub(p.Started)
+	for i, r := range p.Rules {
+		p.Rules[i].Message = s.secrets.String(r.Message)
+	}
 	for _, fn := range s.cfg.onFixture {
 		fn(p)
 	}

@@ -28,6 +28,7 @@ import (
 
 	"github.com/harmless-dev/harmless/adapters"
 	"github.com/harmless-dev/harmless/adapters/exec/protocol"
+	"github.com/harmless-dev/harmless/internal/redact"
 )
 
 // Name is the adapter's name in reports.
@@ -153,7 +154,7 @@ func Probe(ctx context.Context, cfg Config) (adapters.Adapter, Info, error) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, cfg.startTimeout())
 	defer cancel()
-	proc, err := launch(cfg, 0, "the probe process")
+	proc, err := launch(cfg, 0, "the probe process", nil)
 	if err != nil {
 		return adapters.Adapter{}, Info{}, err
 	}
@@ -178,11 +179,12 @@ func Probe(ctx context.Context, cfg Config) (adapters.Adapter, Info, error) {
 	return adapter, info, nil
 }
 
-// launch starts one child process of cfg.
-func launch(cfg Config, instance int, label string) (*process, error) {
+// launch starts one child process of cfg; the quotes of its stderr mask
+// secrets (nil: none).
+func launch(cfg Config, instance int, label string, secrets *redact.Redactor) (*process, error) {
 	env := append(os.Environ(), "HARMLESS_PROTOCOL="+strconv.Itoa(protocol.Version), "HARMLESS_INSTANCE="+strconv.Itoa(instance))
 	env = append(env, cfg.Env...)
-	return startProcess(cfg.Command, cfg.Dir, env, label)
+	return startProcess(cfg.Command, cfg.Dir, env, label, secrets)
 }
 
 // handshake sends hello and checks the answer.

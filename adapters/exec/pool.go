@@ -9,6 +9,7 @@ import (
 
 	"github.com/harmless-dev/harmless/adapters"
 	"github.com/harmless-dev/harmless/adapters/exec/protocol"
+	"github.com/harmless-dev/harmless/internal/redact"
 )
 
 // pool is one implementation instance: the child processes of one worker.
@@ -20,6 +21,9 @@ type pool struct {
 	info  Info
 	env   adapters.Env
 	setup protocol.SetupParams
+	// secrets holds the password of the DSN the children are given: the
+	// quotes of their stderr mask it.
+	secrets *redact.Redactor
 
 	mu       sync.Mutex
 	procs    []*member
@@ -39,10 +43,11 @@ type member struct {
 
 func newPool(ctx context.Context, cfg Config, info Info, env adapters.Env) (*pool, error) {
 	p := &pool{
-		cfg:   cfg,
-		info:  info,
-		env:   env,
-		freed: make(chan struct{}),
+		cfg:     cfg,
+		info:    info,
+		env:     env,
+		freed:   make(chan struct{}),
+		secrets: redact.New(),
 		setup: protocol.SetupParams{
 			Instance: env.Instance,
 			DSN:      env.DSN,
@@ -50,6 +55,7 @@ func newPool(ctx context.Context, cfg Config, info Info, env adapters.Env) (*poo
 			Effect:   protocol.EffectSpec{SQL: env.Effect.SQL()},
 		},
 	}
+	p.secrets.AddDSN(env.DSN)
 	for _, param := range env.Effect.Params() {
 		p.setup.Effect.Params = append(p.setup.Effect.Params, protocol.EffectParam{Name: param.Name, Type: param.Type})
 	}
@@ -70,7 +76,7 @@ func (p *pool) grow(ctx context.Context) (*member, error) {
 	p.started++
 	label := fmt.Sprintf("process %d of instance %d", p.started, p.env.Instance)
 	p.mu.Unlock()
-	proc, err := launch(p.cfg, p.env.Instance, label)
+	proc, err := launch(p.cfg, p.env.Instance, label, p.secrets)
 	if err != nil {
 		return nil, err
 	}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/harmless-dev/harmless/adapters/exec/protocol"
+	"github.com/harmless-dev/harmless/internal/redact"
 )
 
 // ErrProcessFailed marks a request that failed because its child process
@@ -52,7 +53,7 @@ type process struct {
 }
 
 // startProcess starts command as a child with its own process group.
-func startProcess(command, dir string, env []string, label string) (*process, error) {
+func startProcess(command, dir string, env []string, label string, secrets *redact.Redactor) (*process, error) {
 	stdinR, stdinW, err := os.Pipe()
 	if err != nil {
 		return nil, fmt.Errorf("start %s: %w", label, err)
@@ -66,7 +67,7 @@ func startProcess(command, dir string, env []string, label string) (*process, er
 	p := &process{
 		label:      label,
 		stdin:      stdinW,
-		stderr:     newStderrQuote(),
+		stderr:     newStderrQuote(secrets),
 		pending:    map[uint64]chan protocol.Response{},
 		abandoned:  map[uint64]bool{},
 		failed:     make(chan struct{}),

@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+
+	"github.com/harmless-dev/harmless/internal/redact"
 )
 
 // What a child's stderr quote holds. harmless reads all of a child's stderr
@@ -53,9 +55,14 @@ var reportStart = regexp.MustCompile(`^(?:panic: |fatal error: |Traceback \(most
 // line, or an indented line (a stack frame, an object's property) other
 // than Node.js's caret under the source line it quotes. A runtime's first
 // line (reportStart) at the start of a line always starts a new report.
+//
+// The secrets of the DSN the child was given are masked in each line before
+// it is kept: a child that prints its connection string and crashes must
+// not put the password into the reports that quote it.
 type stderrQuote struct {
+	secrets *redact.Redactor
 	mu      sync.Mutex
-	line    []byte // the line being written, cut at lineBytes
+	line    []byte // the line being written, cut at lineBytes and the longest secret
 	cut     bool   // bytes of the line being written were dropped
 	n       int    // non-blank lines completed
 	last    []numbered
@@ -80,19 +87,25 @@ const (
 	startLine                    // matches crashStart
 )
 
-func newStderrQuote() *stderrQuote { return &stderrQuote{} }
+// newStderrQuote returns a quote that masks secrets (nil: none).
+func newStderrQuote(secrets *redact.Redactor) *stderrQuote {
+	return &stderrQuote{secrets: secrets}
+}
 
 // Write reads b, line by line.
 func (q *stderrQuote) Write(b []byte) (int, error) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
+	// A line is kept beyond lineBytes by the longest secret, so that a
+	// secret across the cut is still masked whole before the line is cut.
+	keep := lineBytes + q.secrets.MaxLen()
 	for rest := b; len(rest) > 0; {
 		i := bytes.IndexByte(rest, '\n')
 		chunk := rest
 		if i >= 0 {
 			chunk = rest[:i]
 		}
-		if room := lineBytes - len(q.line); len(chunk) > room {
+		if room := keep - len(q.line); len(chunk) > room {
 			q.line = append(q.line, chunk[:max(room, 0)]...)
 			q.cut = true
 		} else {
@@ -109,10 +122,7 @@ func (q *stderrQuote) Write(b []byte) (int, error) {
 
 // endLine files the line just completed. The caller holds q.mu.
 func (q *stderrQuote) endLine() {
-	raw := strings.ToValidUTF8(strings.TrimRight(string(q.line), " \t\r"), "�")
-	if q.cut {
-		raw += "…"
-	}
+	raw := q.text(q.line, q.cut)
 	q.line, q.cut = q.line[:0], false
 	text := strings.TrimSpace(raw)
 	if text == "" {
@@ -145,6 +155,20 @@ func (q *stderrQuote) endLine() {
 	}
 }
 
+// text is a line as kept: secrets masked, cut at lineBytes, with "…" where
+// it was cut, and without trailing blanks.
+func (q *stderrQuote) text(line []byte, cut bool) string {
+	s := q.secrets.String(string(line))
+	if len(s) > lineBytes {
+		s, cut = s[:lineBytes], true
+	}
+	s = strings.ToValidUTF8(strings.TrimRight(s, " \t\r"), "�")
+	if cut {
+		s += "…"
+	}
+	return s
+}
+
 // Summary quotes the child's stderr on one line, for an error message that
 // reports read only the first line of: "" when stderr had nothing but blank
 // lines. It quotes the last lines and, when they do not include it, the
@@ -153,10 +177,7 @@ func (q *stderrQuote) Summary() string {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	last := q.last
-	if pending := strings.TrimSpace(strings.ToValidUTF8(string(q.line), "�")); pending != "" {
-		if q.cut {
-			pending += "…"
-		}
+	if pending := strings.TrimSpace(q.text(q.line, q.cut)); pending != "" {
 		last = append(last[:len(last):len(last)], numbered{q.n + 1, pending})
 		last = last[max(0, len(last)-endLines):]
 	}

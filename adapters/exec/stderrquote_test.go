@@ -5,12 +5,14 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/harmless-dev/harmless/internal/redact"
 )
 
 // quoteOf writes stderr to a new quote in chunks of size bytes, as a pipe
 // may deliver it, and returns the quote's summary.
 func quoteOf(stderr string, size int) string {
-	q := newStderrQuote()
+	q := newStderrQuote(nil)
 	for b := []byte(stderr); len(b) > 0; {
 		n := min(size, len(b))
 		_, _ = q.Write(b[:n])
@@ -130,5 +132,35 @@ func TestStderrQuoteIsBounded(t *testing.T) {
 	checkBounded(t, got)
 	if !strings.Contains(got, "Traceback (most recent call last): ⏎ yyy") {
 		t.Errorf("lines of 10 KiB are quoted as %s", got)
+	}
+}
+
+// TestStderrQuoteMasksSecrets quotes a child that prints its DSN, the
+// password across the place where a long line is cut and across the chunks
+// a pipe delivers, then crashes: the quote must never show the password,
+// nor a part of it, and still show the crash.
+func TestStderrQuoteMasksSecrets(t *testing.T) {
+	const password = "Zq7-secret-pw-9Xk"
+	secrets := redact.New()
+	secrets.AddDSN("postgres://harmless:" + password + "@127.0.0.1:5432/db")
+	const before = len("postgres://harmless:") // the line's bytes before the password, besides the padding
+	for _, pad := range []int{0, lineBytes - before - 8, lineBytes - before - len(password), lineBytes - before - len(password) + 1, lineBytes - before, lineBytes} {
+		stderr := "connecting\n" + strings.Repeat("x", pad) + "postgres://harmless:" + password + "@127.0.0.1:5432/db\n" +
+			"panic: cannot connect with password " + password + "\n\ngoroutine 1 [running]:\nmain.main()\n"
+		for _, size := range []int{1, 5, 4096} {
+			q := newStderrQuote(secrets)
+			for b := []byte(stderr); len(b) > 0; {
+				n := min(size, len(b))
+				_, _ = q.Write(b[:n])
+				b = b[n:]
+			}
+			got := q.Summary()
+			if strings.Contains(got, password[:6]) || strings.Contains(got, password[len(password)-6:]) {
+				t.Errorf("pad %d, chunks of %d: the quote shows the password: %s", pad, size, got)
+			}
+			if !strings.Contains(got, "panic: cannot connect with password "+redact.Mask) {
+				t.Errorf("pad %d, chunks of %d: the quote does not show the crash with the password masked: %s", pad, size, got)
+			}
+		}
 	}
 }

@@ -25,6 +25,7 @@ import (
 	"github.com/harmless-dev/harmless/adapters/exec"
 	"github.com/harmless-dev/harmless/fixtures"
 	"github.com/harmless-dev/harmless/internal/docgen"
+	"github.com/harmless-dev/harmless/internal/redact"
 	"github.com/harmless-dev/harmless/suite"
 )
 
@@ -235,7 +236,68 @@ func randomSeed() uint64 {
 	return seed & (1<<53 - 1)
 }
 
+// certify runs the suite. Everything it writes, to stdout and stderr, its
+// own lines, the suite's and Ginkgo's, passes through writers that mask the
+// run's secrets (see package internal/redact): the passwords of the DSNs it
+// may use, known before anything is printed, and those the suite learns.
+// The reports written to files are masked in the certificate they are
+// made from.
 func certify(args []string, stdout, stderr io.Writer) int {
+	m := newMasker(stdout, stderr)
+	defer m.flush()
+	for _, dsn := range []string{os.Getenv("HARMLESS_DSN"), os.Getenv("DATABASE_URL")} {
+		m.addDSN(dsn)
+	}
+	// Before the flags are parsed, since an error about them may quote
+	// them: the value of --dsn, and any argument that is a DSN (a stray
+	// one is quoted as unexpected).
+	for _, arg := range args {
+		if v, ok := strings.CutPrefix(strings.TrimLeft(arg, "-"), "dsn="); ok {
+			arg = v
+		}
+		m.addDSN(arg)
+	}
+	return m.certify(args)
+}
+
+// masker holds certify's output streams, which mask the run's secrets.
+type masker struct {
+	secrets        *redact.Redactor
+	stdout, stderr *redact.Writer
+	// rawStdout and rawStderr are the streams themselves, to tell whether
+	// they are terminals.
+	rawStdout, rawStderr io.Writer
+	short                bool // whether a secret too short to mask was reported
+}
+
+func newMasker(stdout, stderr io.Writer) *masker {
+	secrets := redact.New()
+	return &masker{secrets: secrets, stdout: secrets.Writer(stdout), stderr: secrets.Writer(stderr), rawStdout: stdout, rawStderr: stderr}
+}
+
+// add masks secret from now on, or, once, warns that it is too short to be.
+func (m *masker) add(secret string) {
+	if !m.secrets.Add(secret) && secret != "" && !m.short {
+		m.short = true
+		fmt.Fprintf(m.stderr, "harmless certify: warning: a password of the database is shorter than %d bytes, too short to mask: output that quotes it shows it\n", redact.MinLen)
+	}
+}
+
+// addDSN masks the passwords of dsn.
+func (m *masker) addDSN(dsn string) {
+	for _, secret := range redact.Passwords(dsn) {
+		m.add(secret)
+	}
+}
+
+// flush passes on what the masking writers hold back.
+func (m *masker) flush() {
+	_ = m.stdout.Flush()
+	_ = m.stderr.Flush()
+}
+
+func (m *masker) certify(args []string) int {
+	stdout, stderr := m.stdout, m.stderr
 	f, err := parseCertify(args, stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		return exitCertified
@@ -253,7 +315,10 @@ func certify(args []string, stdout, stderr io.Writer) int {
 		f.seed = randomSeed()
 	}
 
-	out := newPrinter(stdout, stderr, f.level(), os.Getenv)
+	// Colour depends on the streams themselves, which the masking writers
+	// hide.
+	out := newPrinter(m.rawStdout, m.rawStderr, f.level(), os.Getenv)
+	out.stdout, out.stderr = stdout, stderr
 	out.jsonPath = f.jsonPath
 	var cert *suite.Certificate
 	opts = append(opts, suiteOptions(f)...)
@@ -261,6 +326,7 @@ func certify(args []string, stdout, stderr io.Writer) int {
 		suite.WithLogf(out.logf),
 		suite.WithFixtureProgress(out.fixture),
 		suite.WithCertificate(func(c suite.Certificate) { cert = &c }),
+		suite.WithSecrets(m.add),
 	)
 	gomega.RegisterFailHandler(ginkgo.Fail)
 	suite.Register(adapter, opts...)

@@ -89,6 +89,11 @@ const (
 	// ErrorClasses answers each delivery with the error class named by its
 	// event id (transient, invalid_input, payload_conflict, unsupported).
 	ErrorClasses = "error-classes"
+	// LeakDSN writes, at its first delivery, the DSN it was given and the
+	// password it would connect with (which pgx may take from $PGPASSWORD)
+	// to stderr, then crashes with status 3: a careless child, whose
+	// stderr the reports quote.
+	LeakDSN = "leak-dsn"
 	// SetupTransientLater serves the reference, but answers the setup of
 	// every process of an instance but the first with the error class
 	// transient, as a process started while the server restarts would. It
@@ -158,6 +163,7 @@ type child struct {
 	instance    int
 
 	mu     sync.Mutex
+	dsn    string // the DSN setup gave
 	store  *reference.Store
 	pool   *pgxpool.Pool
 	effect protocol.EffectSpec
@@ -293,7 +299,7 @@ func (c *child) setup(p protocol.SetupParams) error {
 		return err
 	}
 	c.mu.Lock()
-	c.pool, c.store, c.effect = pool, store, p.Effect
+	c.pool, c.store, c.effect, c.dsn = pool, store, p.Effect, p.DSN
 	c.mu.Unlock()
 	return nil
 }
@@ -320,6 +326,17 @@ func (c *child) deliver(req protocol.IncomingRequest) {
 	switch c.mode {
 	case CrashOnDeliver:
 		fmt.Fprintln(os.Stderr, LastWords)
+		os.Exit(3)
+	case LeakDSN:
+		c.mu.Lock()
+		dsn := c.dsn
+		c.mu.Unlock()
+		var password string
+		if cfg, err := pgx.ParseConfig(dsn); err == nil {
+			password = cfg.Password
+		}
+		fmt.Fprintf(os.Stderr, "execchild: connecting to %s\n", dsn)
+		fmt.Fprintf(os.Stderr, "panic: cannot deliver %s with password %q\n", p.EventID, password)
 		os.Exit(3)
 	case StrayGrandchild:
 		grandchild := exec.Command("sleep", "300")
