@@ -23,7 +23,11 @@ import (
 const interruptLimit = 2 * time.Minute
 
 var (
-	runIDLine   = regexp.MustCompile(`, run ([0-9a-f]{8}), seed `)
+	runIDLine = regexp.MustCompile(`, run ([0-9a-f]{8}), seed `)
+	// rulePassed matches the progress line of a rule that passed, e.g.
+	// "[   1.9s] PASSED  ambiguous-commit / ...", and not Ginkgo's own
+	// "[BeforeSuite] PASSED", which comes before any rule.
+	rulePassed  = regexp.MustCompile(`^\[\s*[0-9.]+s\] PASSED `)
 	clusterLine = regexp.MustCompile(`starting throwaway cluster in (\S+)`)
 )
 
@@ -35,7 +39,10 @@ type interrupted struct {
 }
 
 // interruptCertify runs certify with -v and args, sends sig once the first
-// spec has passed, and returns what the run left.
+// rule has passed, and returns what the run left. That is in the middle of
+// the first fixture's Ordered container, whose cleanup Ginkgo skips when
+// the signal arrives between two of its specs: the run must clean up all
+// the same.
 func interruptCertify(t *testing.T, bin string, sig syscall.Signal, args ...string) interrupted {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "c.json")
@@ -51,7 +58,7 @@ func interruptCertify(t *testing.T, bin string, sig syscall.Signal, args ...stri
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	// Read stderr line by line; signal once a spec has passed, so that the
+	// Read stderr line by line; signal once a rule has passed, so that the
 	// run is in the middle of its fixtures.
 	var stderr strings.Builder
 	lines := bufio.NewScanner(stderrPipe)
@@ -61,7 +68,7 @@ func interruptCertify(t *testing.T, bin string, sig syscall.Signal, args ...stri
 	for lines.Scan() {
 		line := lines.Text()
 		stderr.WriteString(line + "\n")
-		if !signalled && strings.Contains(line, "PASSED ") {
+		if !signalled && rulePassed.MatchString(line) {
 			if err := cmd.Process.Signal(sig); err != nil {
 				t.Fatal(err)
 			}
@@ -70,7 +77,7 @@ func interruptCertify(t *testing.T, bin string, sig syscall.Signal, args ...stri
 	}
 	err = cmd.Wait()
 	if !signalled {
-		t.Fatalf("no spec passed, so no signal was sent (%v)\nstdout:\n%s\nstderr:\n%s", err, stdout.String(), stderr.String())
+		t.Fatalf("no rule passed, so no signal was sent (%v)\nstdout:\n%s\nstderr:\n%s", err, stdout.String(), stderr.String())
 	}
 	t.Logf("the run ended %s after the signal", time.Since(signalledAt).Round(time.Millisecond))
 	var exit *exec.ExitError

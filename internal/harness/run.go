@@ -207,10 +207,19 @@ func (r *Run) ServerVersion(ctx context.Context) (string, error) {
 	return v, nil
 }
 
-// Close drops nothing it does not own: each spec drops its own schema. It
-// closes the run's connections and releases the server.
+// Close closes the specs still open, then the run's connections, and
+// releases the server. Specs are normally closed one by one as they end;
+// one still open here was cut off, e.g. by an interrupt arriving between
+// two specs of a Ginkgo Ordered container, which skips the rest of the
+// container and with it the cleanup registered by its BeforeAll.
 func (r *Run) Close(ctx context.Context) error {
 	var errs []error
+	for _, s := range r.openSpecs() {
+		r.opts.Logf("closing spec %s, which was left open", s.name)
+		if err := s.Close(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("close spec %s: %w", s.name, err))
+		}
+	}
 	if r.admin != nil {
 		r.admin.Close()
 	}

@@ -249,3 +249,34 @@ func TestStartFailsWithoutADatabase(t *testing.T) {
 		t.Errorf("Start ran into the test's deadline: %v", err)
 	}
 }
+
+// TestRunCloseClosesTheSpecsLeftOpen: a spec whose own cleanup never ran
+// (an interrupt between two specs of a Ginkgo Ordered container skips it)
+// is closed by Run.Close: its schema dropped, its connections ended.
+func TestRunCloseClosesTheSpecsLeftOpen(t *testing.T) {
+	t.Parallel()
+	run, err := harness.Start(t.Context(), harness.Options{DeliveryTimeout: ampleTimeout, Provision: provision.Options{DSN: pgtest.DSN(t)}})
+	if err != nil {
+		t.Fatalf("start run: %v", err)
+	}
+	adapter, built := leakyAdapter(t)
+	spec, err := run.NewSpec(t.Context(), adapter)
+	if err != nil {
+		t.Fatalf("new spec: %v", err)
+	}
+	if a := spec.Deliver(t.Context(), 1, event("1")); !a.Acked() {
+		t.Fatalf("delivery ended %s", a.Result())
+	}
+	if err := run.Close(t.Context()); err != nil {
+		t.Fatalf("close the run: %v", err)
+	}
+	db := pgtest.Pool(t)
+	if schemaExists(t, db, spec.Schema()) {
+		t.Errorf("schema %s of a spec left open survived Run.Close", spec.Schema())
+	}
+	for _, l := range built() {
+		if backendAlive(t, db, l.pid()) {
+			t.Errorf("the connection (pid %d) of a spec left open survived Run.Close", l.pid())
+		}
+	}
+}
