@@ -117,8 +117,11 @@ INSERT INTO %[1]s.invoices VALUES (1, 42.50)`, schema, sql))
 		t.Fatal(err)
 	}
 	leftover := spec.Schema()
-	if err := gone.Close(t.Context()); err != nil {
-		t.Fatal(err)
+	// Its connections are cut, and it closes nothing (Run.Close would
+	// close its spec).
+	gone.Admin().Close()
+	if _, err := db.Exec(t.Context(), `SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE starts_with(application_name, $1)`, gone.AppNamePrefix()); err != nil {
+		t.Fatalf("cut the dead run's connections: %v", err)
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()

@@ -111,7 +111,7 @@ func lookAlikes(other string) []lookAlike {
 	}
 }
 
-// keeperGone waits until the keeper of run, closed, leaves
+// keeperGone waits until the keeper of run, closed or cut, leaves
 // pg_stat_activity.
 func keeperGone(t *testing.T, db *pgxpool.Pool, run *harness.Run) {
 	t.Helper()
@@ -120,6 +120,18 @@ func keeperGone(t *testing.T, db *pgxpool.Pool, run *harness.Run) {
 		err := db.QueryRow(t.Context(), `SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE application_name = $1)`, run.AppNamePrefix()+"keeper").Scan(&alive)
 		return err == nil && !alive
 	})
+}
+
+// die ends run as a killed process would: its connections are cut and it
+// closes nothing (Run.Close would close its specs). It returns once the
+// run's keeper has left pg_stat_activity.
+func die(t *testing.T, db *pgxpool.Pool, run *harness.Run) {
+	t.Helper()
+	run.Admin().Close()
+	if _, err := db.Exec(t.Context(), `SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE starts_with(application_name, $1)`, run.AppNamePrefix()); err != nil {
+		t.Fatalf("cut the connections of run %s: %v", run.ID(), err)
+	}
+	keeperGone(t, db, run)
 }
 
 // TestStartDropsOnlyTheHarnesssOwnLeftovers: on a database of its own,
@@ -161,10 +173,7 @@ func TestStartDropsOnlyTheHarnesssOwnLeftovers(t *testing.T) {
 	}
 	live := startOn(t, dsn, nil)
 	liveSpec := newSpec(t, live, adapterOf("live", fake{}))
-	if err := gone.Close(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-	keeperGone(t, db, gone)
+	die(t, db, gone)
 
 	var log logLines
 	startOn(t, dsn, log.logf)
