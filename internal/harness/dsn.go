@@ -9,8 +9,19 @@ import (
 // dropping any earlier value of key. It leaves the rest of the URL as it
 // was, byte for byte: re-encoding it would turn "%20" into "+", which libpq
 // and pgx read as a literal plus, not a space.
+//
+// The URL is split as libpq and pgx split it, not as net/url does: an '@'
+// before the first '/' ends the user information, even after a '?', so
+// the query starts at the first '?' after that '@'
+// ("postgres://?@h?x=1" is user "?", host h).
 func setURLParam(dsn, key, value string) string {
-	base, query, _ := strings.Cut(dsn, "?")
+	scheme, rest, _ := strings.Cut(dsn, "://")
+	prefix := scheme + "://"
+	if i := strings.IndexAny(rest, "@/"); i >= 0 && rest[i] == '@' {
+		prefix, rest = prefix+rest[:i+1], rest[i+1:]
+	}
+	base, query, _ := strings.Cut(rest, "?")
+	base = prefix + base
 	var params []string
 	for _, p := range strings.Split(query, "&") {
 		k, _, _ := strings.Cut(p, "=")
