@@ -176,12 +176,6 @@ type Adapter struct {
 	Declares Declaration
 	// New builds one instance.
 	New Factory
-	// OutOfProcess reports that the implementation runs in another process
-	// (see package adapters/exec) and runs [Effect.SQL] through its own
-	// driver instead of calling [Effect.Apply]. Go-level effect hooks cannot
-	// reach it, so the fault variants that need them are reported
-	// not-supported; every database-side and wire-level fault still applies.
-	OutOfProcess bool
 }
 
 // Validate reports an error when the adapter cannot be used.

@@ -46,7 +46,7 @@
 // # Go-level hooks
 //
 // In-process Go implementations can also be failed before the INSERT is
-// sent: [Hooks.Effect] is an [adapters.EffectHook] that returns an error
+// sent: [Hooks.Effect], run by the effect before its INSERT, returns an error
 // wrapping [ErrInjected], panics with an [InjectedPanic], or cancels the
 // delivery's context (stored with [WithCancel]) so that the effect's Exec
 // fails. [HookFault.Fired] is the evidence.

@@ -15,6 +15,7 @@ import (
 
 	"github.com/harmless-dev/harmless/adapters"
 	"github.com/harmless-dev/harmless/faults"
+	"github.com/harmless-dev/harmless/internal/effect"
 	"github.com/harmless-dev/harmless/internal/ledger"
 	"github.com/harmless-dev/harmless/internal/pgtest"
 )
@@ -69,7 +70,7 @@ func (fx fixture) arm(t *testing.T, p faults.Plan) *faults.Fault {
 	return f
 }
 
-func (fx fixture) effect(hook adapters.EffectHook) adapters.Effect {
+func (fx fixture) effect(hook effect.Hook) adapters.Effect {
 	return ledger.Effect(fx.schema, hook)
 }
 

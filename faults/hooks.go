@@ -84,7 +84,7 @@ func (f *HookFault) Fired() int64 { return f.fired.Load() }
 func (f *HookFault) String() string { return f.plan.String() }
 
 // Hooks holds the armed Go-level faults of one spec. Create it with
-// [NewHooks] and pass [Hooks.Effect] to [adapters.NewEffect]. It is safe for
+// [NewHooks]; the harness runs [Hooks.Effect] in the effect it builds. It is safe for
 // concurrent use.
 type Hooks struct {
 	mu     sync.Mutex
@@ -113,9 +113,10 @@ func (h *Hooks) Arm(p HookPlan) *HookFault {
 	return f
 }
 
-// Effect is the [adapters.EffectHook]. Every armed fault matching d fires,
-// in the order they were armed, until one returns an error or panics: it
-// counts the firing, then acts as its [HookAction] says.
+// Effect is the hook the harness's effect runs before its INSERT. Every
+// armed fault matching d fires, in the order they were armed, until one
+// returns an error or panics: it counts the firing, then acts as its
+// [HookAction] says.
 func (h *Hooks) Effect(ctx context.Context, d adapters.Delivery) error {
 	h.mu.Lock()
 	var matching []*HookFault

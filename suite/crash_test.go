@@ -16,6 +16,7 @@ import (
 	"github.com/harmless-dev/harmless/adapters/builtin"
 	"github.com/harmless-dev/harmless/adapters/reference"
 	"github.com/harmless-dev/harmless/fixtures"
+	"github.com/harmless-dev/harmless/internal/matrix"
 	"github.com/harmless-dev/harmless/internal/provision"
 )
 
@@ -264,7 +265,7 @@ func TestCrashRecovery(t *testing.T) {
 	for name, c := range crashCases {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			if row, err := fixtures.MatrixRowOf(name); err == nil {
+			if row, err := matrix.RowOf(name); err == nil {
 				checkAgainstMatrix(t, row, c)
 			}
 			runCrashCase(t, name, c, provision.KindCluster)
@@ -344,13 +345,13 @@ func skipWithoutServer(t *testing.T, kind provision.Kind, setupErr string) {
 
 // checkAgainstMatrix fails the test when a built-in adapter's case does not
 // say what the verdict matrix says of it on crash-recovery.
-func checkAgainstMatrix(t *testing.T, row fixtures.MatrixRow, c crashCase) {
+func checkAgainstMatrix(t *testing.T, row matrix.Row, c crashCase) {
 	t.Helper()
 	fails := false
 	for _, e := range c.want {
 		fails = fails || e.verdict == VerdictFail
 	}
-	if want := row.Expect(fixtures.CrashRecovery) == fixtures.MustFail; fails != want {
+	if want := row.Expect(fixtures.CrashRecovery) == matrix.MustFail; fails != want {
 		t.Errorf("the case of %s fails crash-recovery: %t; the verdict matrix says %t", row.Adapter, fails, want)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/harmless-dev/harmless/faults"
 	"github.com/harmless-dev/harmless/faults/pgproxy"
 	"github.com/harmless-dev/harmless/fixtures"
+	"github.com/harmless-dev/harmless/internal/effect"
 	"github.com/harmless-dev/harmless/internal/harness"
 	"github.com/harmless-dev/harmless/internal/ledger"
 )
@@ -106,18 +107,21 @@ func (s *state) failureAfterMarker() {
 					history         []harness.Attempt
 					skip            string
 				)
-				if f.goHook && s.adapter.OutOfProcess {
-					skip = outOfProcess
-				}
 				// One instance to build; the failing delivery, its
 				// redeliveries until terminal and, after a killed
 				// connection, a new event until terminal.
 				sc := s.scenario(fixtures.FailureAfterMarker+" / "+f.name, 2+2*s.cfg.maxTries, 0)
 				BeforeAll(func(ctx SpecContext) {
-					if skip != "" {
-						return
-					}
 					spec := sc.begin(ctx)
+					// Only an instance knows where it applies the effect;
+					// one that cannot be built fails its first delivery
+					// below, as before.
+					if f.goHook {
+						if impl, err := spec.Instance(ctx, 1); err == nil && effect.IsRemote(impl) {
+							skip = outOfProcess
+							return
+						}
+					}
 					plan := f.arm(ctx, spec, ev)
 					what = plan.what
 					first = spec.Deliver(ctx, 1, ev)

@@ -18,6 +18,7 @@ import (
 	"github.com/harmless-dev/harmless/adapters/alternatives/databasesql"
 	"github.com/harmless-dev/harmless/adapters/alternatives/serializable"
 	"github.com/harmless-dev/harmless/adapters/builtin"
+	"github.com/harmless-dev/harmless/internal/effect"
 	"github.com/harmless-dev/harmless/internal/harness"
 	"github.com/harmless-dev/harmless/internal/ledger"
 	"github.com/harmless-dev/harmless/internal/pgtest"
@@ -50,7 +51,7 @@ type fixture struct {
 	schema  string
 	app     string // application_name of the instances' connections
 	clock   *harness.ManualClock
-	hook    atomic.Pointer[adapters.EffectHook]
+	hook    atomic.Pointer[effect.Hook]
 }
 
 var fixtures atomic.Int64
@@ -80,7 +81,7 @@ func newFixture(t *testing.T, adapter adapters.Adapter) *fixture {
 }
 
 // setHook makes fn run at the start of every effect; nil removes it.
-func (f *fixture) setHook(fn adapters.EffectHook) { f.hook.Store(&fn) }
+func (f *fixture) setHook(fn effect.Hook) { f.hook.Store(&fn) }
 
 func (f *fixture) runHook(ctx context.Context, d adapters.Delivery) error {
 	if fn := f.hook.Load(); fn != nil && *fn != nil {

@@ -12,6 +12,7 @@ import (
 	"github.com/harmless-dev/harmless/adapters"
 	"github.com/harmless-dev/harmless/adapters/builtin"
 	"github.com/harmless-dev/harmless/adapters/reference"
+	"github.com/harmless-dev/harmless/internal/effect"
 	"github.com/harmless-dev/harmless/internal/ledger"
 	"github.com/harmless-dev/harmless/internal/pgtest"
 )
@@ -45,7 +46,7 @@ type world struct {
 	schema    string
 	instances map[int]adapters.Implementation
 	// hook, when set, runs inside every effect.
-	hook adapters.EffectHook
+	hook effect.Hook
 }
 
 var schemas atomic.Int64
@@ -147,7 +148,7 @@ func event(namespace, id, payload string) adapters.Event {
 
 // failAttempt returns a hook that fails the given attempt with err, or
 // panics when err is nil.
-func failAttempt(attempt int, err error) adapters.EffectHook {
+func failAttempt(attempt int, err error) effect.Hook {
 	return func(_ context.Context, d adapters.Delivery) error {
 		switch {
 		case d.Attempt != attempt:

@@ -169,9 +169,8 @@ func Probe(ctx context.Context, cfg Config) (adapters.Adapter, Info, error) {
 	}
 	info.Command = cfg.Command
 	adapter := adapters.Adapter{
-		Name:         Name,
-		Declares:     info.Declares,
-		OutOfProcess: true,
+		Name:     Name,
+		Declares: info.Declares,
 		New: func(ctx context.Context, env adapters.Env) (adapters.Implementation, error) {
 			return newPool(ctx, cfg, info, env)
 		},

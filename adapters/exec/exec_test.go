@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"database/sql"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -19,6 +20,7 @@ import (
 
 	"github.com/harmless-dev/harmless/adapters"
 	"github.com/harmless-dev/harmless/adapters/exec/protocol"
+	"github.com/harmless-dev/harmless/internal/effect"
 	"github.com/harmless-dev/harmless/internal/execchild"
 	"github.com/harmless-dev/harmless/internal/ledger"
 	"github.com/harmless-dev/harmless/internal/pgtest"
@@ -100,8 +102,8 @@ func deliver(t *testing.T, impl adapters.Implementation, id string, timeout time
 
 func TestProbeReportsTheHandshake(t *testing.T) {
 	adapter, info := probe(t, execchild.Reference, Config{HarnessVersion: "test"})
-	if adapter.Name != Name || !adapter.OutOfProcess {
-		t.Errorf("adapter %q, out of process %t; want %q, true", adapter.Name, adapter.OutOfProcess, Name)
+	if adapter.Name != Name {
+		t.Errorf("adapter %q, want %q", adapter.Name, Name)
 	}
 	want := adapters.Declaration{ConflictPolicy: adapters.RejectConflicts, RedeliveryWindow: 24 * time.Hour, AcceptsClock: true}
 	if adapter.Declares != want || info.Declares != want {
@@ -114,6 +116,9 @@ func TestProbeReportsTheHandshake(t *testing.T) {
 
 func TestReferenceChildDeliversPurgesAndCloses(t *testing.T) {
 	impl, e := start(t, execchild.Reference, Config{})
+	if !effect.IsRemote(impl) {
+		t.Error("the instance does not say it applies the effect in another process; the harness would arm Go hooks that cannot reach it")
+	}
 	for i, want := range []adapters.Outcome{adapters.Applied, adapters.Duplicate, adapters.Duplicate} {
 		got, err := deliver(t, impl, "1", testTimeout)
 		if err != nil || got != want {
@@ -395,6 +400,31 @@ func TestOneAtATimeChild(t *testing.T) {
 	_, _, err = Probe(ctx, Config{Command: execchild.CommandMaxInFlight(execchild.Reference, 0)})
 	if !errors.Is(err, ErrHandshake) || !strings.Contains(err.Error(), execchild.EnvMaxInFlight) {
 		t.Errorf("probe with max_in_flight 0: %v; want ErrHandshake naming %s", err, execchild.EnvMaxInFlight)
+	}
+}
+
+// stubEffect is an effect the harness did not build.
+type stubEffect struct{}
+
+func (stubEffect) Apply(context.Context, pgx.Tx, adapters.Delivery) error     { return nil }
+func (stubEffect) ApplySQL(context.Context, *sql.Tx, adapters.Delivery) error { return nil }
+
+// TestForeignEffectIsRefused checks that an instance built with an effect
+// the harness did not build fails clearly, before any child starts: the
+// child needs the effect's statement, which only the harness's effect has.
+func TestForeignEffectIsRefused(t *testing.T) {
+	adapter, _ := probe(t, execchild.Reference, Config{})
+	e := env(t)
+	e.Effect = stubEffect{}
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	impl, err := adapter.New(ctx, e)
+	if err == nil {
+		_ = impl.Close(ctx)
+		t.Fatal("new instance with a foreign effect succeeded; want an error")
+	}
+	if !strings.Contains(err.Error(), "not built by the harmless harness") {
+		t.Errorf("new instance: %v; want it to say the effect was not built by the harness", err)
 	}
 }
 

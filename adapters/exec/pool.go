@@ -9,6 +9,7 @@ import (
 
 	"github.com/harmless-dev/harmless/adapters"
 	"github.com/harmless-dev/harmless/adapters/exec/protocol"
+	"github.com/harmless-dev/harmless/internal/effect"
 	"github.com/harmless-dev/harmless/internal/redact"
 )
 
@@ -17,10 +18,11 @@ import (
 // process when every slot is taken, so a child that handles one request at
 // a time still sees real concurrency.
 type pool struct {
-	cfg   Config
-	info  Info
-	env   adapters.Env
-	setup protocol.SetupParams
+	cfg    Config
+	info   Info
+	env    adapters.Env
+	effect effect.Effect // the harness's effect behind env.Effect
+	setup  protocol.SetupParams
 	// secrets holds the password of the DSN the children are given: the
 	// quotes of their stderr mask it.
 	secrets *redact.Redactor
@@ -42,21 +44,28 @@ type member struct {
 }
 
 func newPool(ctx context.Context, cfg Config, info Info, env adapters.Env) (*pool, error) {
+	// The child runs the effect's statement itself, so the pool needs the
+	// statement, which only the harness's own effect carries.
+	eff, ok := effect.Of(env.Effect)
+	if !ok {
+		return nil, fmt.Errorf("%s: the environment's effect (%T) was not built by the harmless harness; an exec adapter runs only under it", Name, env.Effect)
+	}
 	p := &pool{
 		cfg:     cfg,
 		info:    info,
 		env:     env,
+		effect:  eff,
 		freed:   make(chan struct{}),
 		secrets: redact.New(),
 		setup: protocol.SetupParams{
 			Instance: env.Instance,
 			DSN:      env.DSN,
 			Schema:   env.Schema,
-			Effect:   protocol.EffectSpec{SQL: env.Effect.SQL()},
+			Effect:   protocol.EffectSpec{SQL: eff.SQL()},
 		},
 	}
 	p.secrets.AddDSN(env.DSN)
-	for _, param := range env.Effect.Params() {
+	for _, param := range effect.Params() {
 		p.setup.Effect.Params = append(p.setup.Effect.Params, protocol.EffectParam{Name: param.Name, Type: param.Type})
 	}
 	// The first process starts now, so a child that cannot start fails the
@@ -216,6 +225,11 @@ func (p *pool) call(ctx context.Context, method string, params, result any) erro
 	return err
 }
 
+// AppliesEffectRemotely reports that the child processes run the effect's
+// statement themselves: the harness's Go hook in the effect cannot reach
+// them (see [effect.Remote]).
+func (p *pool) AppliesEffectRemotely() bool { return true }
+
 // Deliver sends one delivery to a child process.
 func (p *pool) Deliver(ctx context.Context, d adapters.Delivery) (adapters.Outcome, error) {
 	params := protocol.DeliverParams{
@@ -223,7 +237,7 @@ func (p *pool) Deliver(ctx context.Context, d adapters.Delivery) (adapters.Outco
 		EventID:    []byte(d.ID),
 		Payload:    d.Payload,
 		Attempt:    d.Attempt,
-		EffectArgs: p.env.Effect.Args(d),
+		EffectArgs: p.effect.Args(d),
 		Now:        p.now(),
 	}
 	var outcome adapters.Outcome

@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/harmless-dev/harmless/fixtures"
+	"github.com/harmless-dev/harmless/internal/matrix"
 	"github.com/harmless-dev/harmless/internal/pgtest"
 	"github.com/harmless-dev/harmless/suite"
 )
@@ -97,7 +98,7 @@ func TestCatchRates(t *testing.T) {
 	dsn := pgtest.DSN(t)
 	for _, adapter := range strings.Split(*catchRateAdapters, ",") {
 		t.Run(adapter, func(t *testing.T) {
-			row, err := fixtures.MatrixRowOf(adapter)
+			row, err := matrix.RowOf(adapter)
 			if err != nil {
 				t.Fatal(err)
 			}

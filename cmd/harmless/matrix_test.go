@@ -9,13 +9,14 @@ import (
 	"github.com/harmless-dev/harmless/adapters/builtin"
 	"github.com/harmless-dev/harmless/fixtures"
 	"github.com/harmless-dev/harmless/internal/docgen"
+	"github.com/harmless-dev/harmless/internal/matrix"
 )
 
 // TestMatrixCoversEveryAdapter: the matrix has exactly one row per built-in
 // adapter, and every broken adapter is caught by at least one fixture.
 func TestMatrixCoversEveryAdapter(t *testing.T) {
 	var inMatrix []string
-	for _, row := range fixtures.Matrix() {
+	for _, row := range matrix.Rows() {
 		inMatrix = append(inMatrix, row.Adapter)
 		if strings.HasPrefix(row.Adapter, "broken-") && len(row.MustFail) == 0 {
 			t.Errorf("broken adapter %s must fail some fixture", row.Adapter)
@@ -43,7 +44,7 @@ func TestMatrixCommandPrintsTheGeneratedTable(t *testing.T) {
 	if stdout.String() != docgen.MatrixTable() {
 		t.Errorf("harmless matrix printed:\n%s", stdout.String())
 	}
-	for _, row := range fixtures.Matrix() {
+	for _, row := range matrix.Rows() {
 		if !strings.Contains(stdout.String(), "`"+row.Adapter+"`") {
 			t.Errorf("the matrix lacks adapter %s", row.Adapter)
 		}

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/harmless-dev/harmless/fixtures"
+	"github.com/harmless-dev/harmless/internal/matrix"
 )
 
 // Markers delimit the generated rule table in README.md.
@@ -120,11 +121,11 @@ func MatrixTable() string {
 		b.WriteString("---|")
 	}
 	b.WriteString("---|\n")
-	for _, row := range fixtures.Matrix() {
+	for _, row := range matrix.Rows() {
 		fmt.Fprintf(&b, "| `%s` |", row.Adapter)
 		for _, f := range fixtures.Catalog() {
 			cell := "pass"
-			if row.Expect(f.ID) == fixtures.MustFail {
+			if row.Expect(f.ID) == matrix.MustFail {
 				cell = "**FAIL**"
 			}
 			fmt.Fprintf(&b, " %s |", cell)

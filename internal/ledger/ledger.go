@@ -14,7 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/harmless-dev/harmless/adapters"
+	"github.com/harmless-dev/harmless/internal/effect"
 )
 
 // TableName is the unqualified name of the ledger table in a spec's schema.
@@ -60,8 +60,8 @@ func Install(ctx context.Context, db DB, schema string) error {
 }
 
 // Effect returns the effect that inserts into schema's ledger, with hook.
-func Effect(schema string, hook adapters.EffectHook) adapters.Effect {
-	return adapters.NewEffect(Table(schema), hook)
+func Effect(schema string, hook effect.Hook) effect.Effect {
+	return effect.New(Table(schema), hook)
 }
 
 // Entries returns the committed effects of one event, oldest first.

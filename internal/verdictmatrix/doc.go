@@ -1,5 +1,6 @@
-// Package verdictmatrix holds the test that proves the verdict matrix
-// (fixtures.Matrix): it certifies every built-in adapter with the real
+// Package verdictmatrix proves the verdict matrix (package internal/matrix):
+// [Compare] judges a certificate against an adapter's row, and the
+// package's test certifies every built-in adapter with the real
 // harmless command on a throwaway cluster the run owns, so that every rule
 // runs, crash-recovery included, and compares each certificate with the
 // adapter's row. Correct adapters must be certified; broken ones must fail

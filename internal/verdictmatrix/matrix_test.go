@@ -15,6 +15,7 @@ import (
 
 	"github.com/harmless-dev/harmless/adapters/alternatives/slow"
 	"github.com/harmless-dev/harmless/fixtures"
+	"github.com/harmless-dev/harmless/internal/matrix"
 	"github.com/harmless-dev/harmless/suite"
 )
 
@@ -54,7 +55,7 @@ func TestVerdictMatrix(t *testing.T) {
 		t.Skip("certifies every built-in adapter, which takes minutes")
 	}
 	bin := build(t)
-	rows := fixtures.Matrix()
+	rows := matrix.Rows()
 	// One certification per adapter, and one per fixture for the slow
 	// adapter, whose whole run would take longer than all the others.
 	type job struct {
@@ -107,7 +108,7 @@ func TestVerdictMatrix(t *testing.T) {
 			}
 			t.Logf("certified in %s, in %d run(s)", took.Round(100*time.Millisecond), len(mine))
 			cert := merge(mine)
-			for _, diff := range suite.CompareMatrix(cert, row) {
+			for _, diff := range Compare(cert, row) {
 				t.Error(diff)
 			}
 			if len(mine) == 1 {

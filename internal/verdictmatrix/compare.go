@@ -1,13 +1,15 @@
-package suite
+package verdictmatrix
 
 import (
 	"fmt"
 	"strings"
 
 	"github.com/harmless-dev/harmless/fixtures"
+	"github.com/harmless-dev/harmless/internal/matrix"
+	"github.com/harmless-dev/harmless/suite"
 )
 
-// CompareMatrix compares a certificate with the verdict matrix's row for its
+// Compare compares a certificate with the verdict matrix's row for its
 // adapter and returns every difference, each naming the adapter, the
 // fixture and the rule. No difference means the suite judged the adapter as
 // the matrix demands.
@@ -16,29 +18,29 @@ import (
 // skipped) in a fixture the adapter must pass is a difference, so the
 // certificate must come from a run of every rule on a server the harness
 // owns.
-func CompareMatrix(cert Certificate, row fixtures.MatrixRow) []string {
+func Compare(cert suite.Certificate, row matrix.Row) []string {
 	var diffs []string
 	if cert.Error != "" {
 		return []string{fmt.Sprintf("adapter %s: the run did not start: %s", cert.Adapter, cert.Error)}
 	}
-	byFixture := map[string][]RuleResult{}
+	byFixture := map[string][]suite.RuleResult{}
 	for _, r := range cert.Rules {
 		byFixture[r.Fixture] = append(byFixture[r.Fixture], r)
 	}
 	for _, f := range fixtures.Catalog() {
 		rules := byFixture[f.ID]
 		switch row.Expect(f.ID) {
-		case fixtures.MustPass:
+		case matrix.MustPass:
 			for _, r := range rules {
-				if r.Verdict != VerdictPass {
+				if r.Verdict != suite.VerdictPass {
 					diffs = append(diffs, fmt.Sprintf("adapter %s, fixture %s, rule %s: verdict %s, but the matrix says the fixture must pass: %s",
 						cert.Adapter, f.ID, r.ID, r.Verdict, firstLine(r.Message)))
 				}
 			}
-		case fixtures.MustFail:
+		case matrix.MustFail:
 			var failed []string
 			for _, r := range rules {
-				if r.Level == fixtures.Must && r.Verdict == VerdictFail {
+				if r.Level == fixtures.Must && r.Verdict == suite.VerdictFail {
 					failed = append(failed, r.ID)
 				}
 			}
@@ -52,11 +54,11 @@ func CompareMatrix(cert Certificate, row fixtures.MatrixRow) []string {
 			}
 		}
 	}
-	want := StatusCertified
+	want := suite.StatusCertified
 	if len(row.MustFail) > 0 {
-		want = StatusNotCertified
+		want = suite.StatusNotCertified
 	}
-	if cert.Status != want || cert.Certified != (want == StatusCertified) {
+	if cert.Status != want || cert.Certified != (want == suite.StatusCertified) {
 		diffs = append(diffs, fmt.Sprintf("adapter %s: status %s (certified %t), but the matrix says it must be %s", cert.Adapter, cert.Status, cert.Certified, want))
 	}
 	return diffs

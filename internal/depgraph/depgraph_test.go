@@ -1,0 +1,107 @@
+package depgraph
+
+import (
+	"bytes"
+	"fmt"
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+const module = "github.com/harmless-dev/harmless"
+
+// heavy are the import path prefixes of the container machinery that a
+// package for implementers must not link.
+var heavy = []string{
+	"github.com/testcontainers/",
+	"github.com/moby/",
+	"github.com/docker/",
+	"github.com/shirou/gopsutil",
+}
+
+// light lists the packages an implementer imports and what each must not
+// link beyond the container machinery.
+var light = []struct {
+	pkg    string
+	forbid []string // further import path prefixes it must not link
+}{
+	// The implementer's API: pgx for Effect.Apply's pgx.Tx, no pool.
+	{pkg: module + "/adapters", forbid: []string{"github.com/jackc/pgx/v5/pgxpool", "github.com/onsi/"}},
+	// The fixture catalogue is data: nothing outside the standard library.
+	{pkg: module + "/fixtures", forbid: []string{""}},
+}
+
+// deps returns the packages pkg links that are not in the standard library,
+// the module's own included.
+func deps(t *testing.T, pkg string) []string {
+	t.Helper()
+	goCmd, err := exec.LookPath("go")
+	if err != nil {
+		t.Fatalf("the go command is needed to list the import graph: %v", err)
+	}
+	var stdout, stderr bytes.Buffer
+	cmd := exec.CommandContext(t.Context(), goCmd, "list", "-deps", "-f", "{{if not .Standard}}{{.ImportPath}}{{end}}", pkg)
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("go list -deps %s: %v\n%s", pkg, err, stderr.String())
+	}
+	return strings.Fields(stdout.String())
+}
+
+// matching returns the packages of list whose path starts with one of
+// prefixes, leaving out the module's own packages when skipOwn is set.
+func matching(list []string, prefixes []string, skipOwn bool) []string {
+	var out []string
+	for _, p := range list {
+		if skipOwn && (p == module || strings.HasPrefix(p, module+"/")) {
+			continue
+		}
+		for _, prefix := range prefixes {
+			if strings.HasPrefix(p, prefix) {
+				out = append(out, p)
+				break
+			}
+		}
+	}
+	return out
+}
+
+// TestDetectorSeesTheContainerMachinery is the control: the package that
+// provisions by container does link testcontainers, so an empty answer
+// below means a light package, not a listing that found nothing.
+func TestDetectorSeesTheContainerMachinery(t *testing.T) {
+	list := deps(t, module+"/internal/provision")
+	for _, prefix := range []string{"github.com/testcontainers/", "github.com/moby/", "github.com/shirou/gopsutil"} {
+		if len(matching(list, []string{prefix}, true)) == 0 {
+			t.Errorf("go list -deps internal/provision shows nothing under %s; the import graph check cannot be trusted", prefix)
+		}
+	}
+}
+
+// TestImplementerPackagesAreLight checks that the packages an implementer
+// imports link none of the container machinery, and logs how many
+// non-standard packages each links (the module's own included), the figure
+// issue 12 measures.
+func TestImplementerPackagesAreLight(t *testing.T) {
+	for _, l := range light {
+		t.Run(strings.TrimPrefix(l.pkg, module+"/"), func(t *testing.T) {
+			list := deps(t, l.pkg)
+			own := len(list) - len(matching(list, []string{""}, true))
+			t.Logf("%s links %d non-standard packages (%d of them the module's own)", l.pkg, len(list), own)
+			if bad := matching(list, heavy, true); len(bad) > 0 {
+				t.Errorf("%s links the container machinery: %s", l.pkg, describe(bad))
+			}
+			if bad := matching(list, l.forbid, true); len(bad) > 0 {
+				t.Errorf("%s links what it must not: %s", l.pkg, describe(bad))
+			}
+		})
+	}
+}
+
+// describe lists at most ten packages.
+func describe(list []string) string {
+	if len(list) > 10 {
+		return fmt.Sprintf("%s and %d more", strings.Join(list[:10], ", "), len(list)-10)
+	}
+	return strings.Join(list, ", ")
+}
