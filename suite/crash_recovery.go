@@ -301,7 +301,7 @@ func (s *state) warmUp(ctx context.Context, spec *harness.Spec, fs []*inFlight) 
 		f.attempts = spec.DeliverUntilTerminal(ctx, f.worker, f.ev, s.cfg.maxTries)
 	})
 	_, limit := stallTiming(s.cfg.deliveryTimeout, 0)
-	atOnce, heldErr := awaitStall(ctx, gate.Waiting, fl, len(fs), stallSettleMin, limit)
+	atOnce, heldErr := awaitStall(ctx, gate.Waiting, fl, len(fs), stallSettleMin, 0, limit)
 	releaseErr := gate.Release(ctx)
 	fl.wait()
 	Expect(heldErr).NotTo(HaveOccurred(), "count the warm-up deliveries held at their effects")
@@ -384,7 +384,7 @@ func (s *state) crashInFlight(st stall) {
 				f.attempts = []harness.Attempt{spec.Deliver(ctx, f.worker, f.ev)}
 			})
 			settle, limit := stallTiming(s.cfg.deliveryTimeout, slowestWarmUp)
-			heldAtCrash, heldErr = awaitStall(ctx, held, fl, len(flying), settle, limit)
+			heldAtCrash, heldErr = awaitStall(ctx, held, fl, len(flying), settle, settle, limit)
 			waited = time.Since(began)
 			returnedAtCrash = fl.returned.Load()
 			rec = s.crashAndRestart(ctx)
@@ -419,11 +419,6 @@ func (s *state) crashInFlight(st stall) {
 			}
 			story := fmt.Sprintf("%d of %d in-flight deliveries were held by %s when the server crashed, %s after they started, %d had returned (%s); %s",
 				heldAtCrash, len(flying), what, waited.Round(time.Millisecond), returnedAtCrash, warmUpNote(len(settled), warmedAtOnce, slowestWarmUp), rec)
-			if heldAtCrash == 0 {
-				first := flying[0]
-				return []string{fmt.Sprintf("the planned stall did not fire, so the crash proves nothing: %s\n%s",
-					story, harness.DescribeEvent(first.ev, first.effects, first.history))}, ""
-			}
 			var problems []string
 			for _, f := range all {
 				var seen string
@@ -444,6 +439,13 @@ func (s *state) crashInFlight(st stall) {
 				problems[0] += "\n" + story
 				return problems, ""
 			}
+			// No delivery was in flight when the server crashed: every one
+			// had returned (an implementation that gives up waiting on a
+			// lock, say, and asks for redelivery), so the crash proved
+			// nothing about in-flight work, though nothing went wrong.
+			if heldAtCrash == 0 {
+				notSupported(fmt.Sprintf("the planned stall held no delivery when the server crashed, so this variant proves nothing: %s; all %d events have one effect", story, len(all)))
+			}
 			return nil, fmt.Sprintf("%s; %d events redelivered after the restart; all %d events have one effect", story, redelivered, len(all))
 		})
 	})
@@ -460,11 +462,18 @@ func ackedApplied(attempts []harness.Attempt) bool {
 }
 
 // awaitStall waits until each of the n deliveries of fl is held or has
-// returned; or until all have started, some are held, and their number has
-// not grown for settle or for twice as long as the first took to be held,
-// whichever is longer (on a loaded machine everything takes longer); or
-// until limit has passed. It returns how many were held then.
-func awaitStall(ctx context.Context, held func(context.Context) (int, error), fl *flight, n int, settle, limit time.Duration) (int, error) {
+// returned, and the number held has not changed for holdFor; or until all
+// have started, some are held, and their number has not changed for settle
+// or for twice as long as the first took to be held, whichever is longer
+// (on a loaded machine everything takes longer); or until limit has passed.
+// It returns how many were held then, at once when all have returned.
+//
+// holdFor lets the implementation's own timeouts act on the held
+// deliveries before the harness goes on, as they would in production,
+// where a crash does not come the instant a delivery blocks: one that
+// gives up waiting must then show what it does about it (an error, to be
+// redelivered; or an acknowledgement, which must be true).
+func awaitStall(ctx context.Context, held func(context.Context) (int, error), fl *flight, n int, settle, holdFor, limit time.Duration) (int, error) {
 	deadline := time.NewTimer(limit)
 	defer deadline.Stop()
 	tick := time.NewTicker(stallPoll)
@@ -474,7 +483,8 @@ func awaitStall(ctx context.Context, held func(context.Context) (int, error), fl
 	allStarted := false
 	for {
 		k, err := held(ctx)
-		if err != nil || k+int(fl.returned.Load()) >= n {
+		returned := int(fl.returned.Load())
+		if err != nil || returned >= n {
 			return k, err
 		}
 		if !allStarted && fl.started.Load() >= int64(n) {
@@ -489,6 +499,11 @@ func awaitStall(ctx context.Context, held func(context.Context) (int, error), fl
 				settle = max(settle, 2*time.Since(began))
 			}
 			last, since = k, time.Now()
+			if k+returned >= n && holdFor == 0 {
+				return k, nil
+			}
+		case k+returned >= n && time.Since(since) >= holdFor:
+			return k, nil
 		case k > 0 && allStarted && time.Since(since) >= settle:
 			return k, nil
 		}
