@@ -130,7 +130,7 @@ var installSQL string
 // The triggers run as the role that inserts the effect, which therefore
 // needs to read the plan table and advance the faults' sequences: the same
 // role as the harness's, as [adapters.Env] intends.
-func Install(ctx context.Context, db ledger.DB, schema string) error {
+func Install(ctx context.Context, db DB, schema string) error {
 	sql := strings.NewReplacer(
 		"{{schema}}", pgx.Identifier{schema}.Sanitize(),
 		"{{ledger}}", ledger.Table(schema),
@@ -157,7 +157,7 @@ type Fault struct {
 // they were armed, until one of them fails the transaction. Arm before
 // delivering: a transaction at REPEATABLE READ or SERIALIZABLE that started
 // earlier does not see the plan.
-func Arm(ctx context.Context, db ledger.DB, schema string, p Plan) (*Fault, error) {
+func Arm(ctx context.Context, db DB, schema string, p Plan) (*Fault, error) {
 	if err := p.validate(); err != nil {
 		return nil, fmt.Errorf("arm fault %s: invalid plan: %w", p, err)
 	}
@@ -189,7 +189,7 @@ VALUES ($1, $2, $3, $4, $5, $6, $7 * interval '1 microsecond', $8::regclass, $9)
 
 // Fired reports how many times the fault fired, counting firings whose
 // transaction rolled back or whose backend terminated.
-func (f *Fault) Fired(ctx context.Context, db ledger.DB) (int64, error) {
+func (f *Fault) Fired(ctx context.Context, db DB) (int64, error) {
 	n, err := queryOne[int64](ctx, db, "SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM "+f.evidence)
 	if err != nil {
 		return 0, fmt.Errorf("count firings of fault %s: %w", f, err)
@@ -204,7 +204,7 @@ func (f *Fault) Fired(ctx context.Context, db ledger.DB) (int64, error) {
 // Disarm returns no longer sees the plan, except in a transaction at
 // REPEATABLE READ or SERIALIZABLE that started earlier. Disarming a
 // disarmed fault does nothing.
-func (f *Fault) Disarm(ctx context.Context, db ledger.DB) error {
+func (f *Fault) Disarm(ctx context.Context, db DB) error {
 	if _, err := db.Exec(ctx, "DELETE FROM "+f.plans+" WHERE id = $1", f.id); err != nil {
 		return fmt.Errorf("disarm fault %s: %w", f, err)
 	}
@@ -225,7 +225,7 @@ func IsInjected(err error) bool {
 }
 
 // queryOne runs a query that returns exactly one row of one column.
-func queryOne[T any](ctx context.Context, db ledger.DB, sql string, args ...any) (T, error) {
+func queryOne[T any](ctx context.Context, db DB, sql string, args ...any) (T, error) {
 	rows, err := db.Query(ctx, sql, args...)
 	if err != nil {
 		var zero T

@@ -8,8 +8,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-
-	"github.com/harmless-dev/harmless/internal/ledger"
 )
 
 // RunPrefix is how every application_name of the harness's connections
@@ -35,7 +33,7 @@ const pollInterval = 10 * time.Millisecond
 // it is not the run's and is left alone, even when db could terminate it
 // (as a superuser can). If ctx ends before the backends are gone, the pids
 // are returned with an error.
-func TerminateBackends(ctx context.Context, db ledger.DB, applicationNamePrefix string) ([]int, error) {
+func TerminateBackends(ctx context.Context, db DB, applicationNamePrefix string) ([]int, error) {
 	prefix := applicationNamePrefix
 	if err := checkPrefix(prefix); err != nil {
 		return nil, fmt.Errorf("terminate backends: %w", err)
@@ -96,7 +94,7 @@ func checkPrefix(prefix string) error {
 
 // waitGone polls pg_stat_activity until none of the backends (pid and start
 // time, so that a reused pid is not mistaken for its victim) is left.
-func waitGone(ctx context.Context, db ledger.DB, pids []int, starts []time.Time) error {
+func waitGone(ctx context.Context, db DB, pids []int, starts []time.Time) error {
 	ticker := time.NewTicker(pollInterval)
 	defer ticker.Stop()
 	for {
