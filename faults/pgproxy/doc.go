@@ -57,9 +57,9 @@
 // connection break, the cut is already counted. A cut closes both sides;
 // the server's backend then rolls back whatever it had not committed and
 // exits on its own time, possibly still holding locks for a moment.
-// [Fault.WaitGone] (or [WaitGone] with [Fault.PIDs]) waits until the cut
-// backends have left pg_stat_activity; a fixture must do so before it goes
-// on.
+// [Fault.PIDs] names the cut backends; a fixture waits until they have
+// left pg_stat_activity (package faults' Backends and WaitGone) before it
+// goes on. The proxy itself holds no database connection.
 //
 // # Safety
 //

@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/goleak"
 
+	"github.com/harmless-dev/harmless/faults"
 	"github.com/harmless-dev/harmless/faults/pgproxy"
 	"github.com/harmless-dev/harmless/internal/pgtest"
 )
@@ -199,7 +200,11 @@ func (e env) waitGone(t testing.TB, f *pgproxy.Fault) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), testTimeout)
 	defer cancel()
-	if err := f.WaitGone(ctx, e.direct); err != nil {
+	backends, err := faults.Backends(ctx, e.direct, f.PIDs()...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := faults.WaitGone(ctx, e.direct, backends...); err != nil {
 		t.Fatal(err)
 	}
 	for _, pid := range f.PIDs() {

@@ -238,8 +238,7 @@ func (f *Fault) Firings() []Firing {
 }
 
 // PIDs returns the backend process ids of the connections the fault cut,
-// in firing order (none for a [Delay] fault). Wait for them with
-// [Fault.WaitGone] or [WaitGone].
+// in firing order (none for a [Delay] fault).
 func (f *Fault) PIDs() []int {
 	if f.rule.Action != Cut {
 		return nil

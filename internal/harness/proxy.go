@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/harmless-dev/harmless/faults"
 	"github.com/harmless-dev/harmless/faults/pgproxy"
 )
 
@@ -75,7 +76,18 @@ func (s *Spec) serverDSN() (string, error) {
 }
 
 // WaitCut waits until the server backends of the connections fault cut are
-// gone, so that what follows does not race their rollback.
+// gone, so that what follows does not race their rollback: a cut backend
+// ends on its own time and may hold locks (an event's marker row) until
+// then. It pins the backends by pid and start time first (see
+// [faults.Backends]), so a pid the system reuses meanwhile is not waited
+// for.
 func (s *Spec) WaitCut(ctx context.Context, fault *pgproxy.Fault) error {
-	return fault.WaitGone(ctx, s.run.admin)
+	backends, err := faults.Backends(ctx, s.run.admin, fault.PIDs()...)
+	if err != nil {
+		return fmt.Errorf("wait for the backends cut by %s: %w", fault, err)
+	}
+	if err := faults.WaitGone(ctx, s.run.admin, backends...); err != nil {
+		return fmt.Errorf("wait for the backends cut by %s: %w", fault, err)
+	}
+	return nil
 }
