@@ -110,6 +110,10 @@ func describe(namespace, id string, attempt int) string {
 	return ev.String() + " attempt " + strconv.Itoa(attempt)
 }
 
+// Kind is the kind of a fault armed with the plan (see [Armed]): "db:"
+// action "@" point, e.g. "db:raise@commit".
+func (p Plan) Kind() string { return fmt.Sprintf("db:%s@%s", p.Action, p.Point) }
+
 // String describes the plan, e.g. "raise at commit for ns/42 attempt 1".
 func (p Plan) String() string {
 	action := string(p.Action)
@@ -145,6 +149,7 @@ func Install(ctx context.Context, db DB, schema string) error {
 
 // Fault is one armed database-side fault.
 type Fault struct {
+	db       DB // the fault was armed through; Fired and Disarm run on it
 	id       int64
 	plan     Plan
 	plans    string // quoted, schema-qualified plan table
@@ -157,6 +162,10 @@ type Fault struct {
 // they were armed, until one of them fails the transaction. Arm before
 // delivering: a transaction at REPEATABLE READ or SERIALIZABLE that started
 // earlier does not see the plan.
+//
+// The fault keeps db: [Fault.Fired] and [Fault.Disarm] run on it, so it
+// must stay usable as long as the fault is (a pool, not a transaction that
+// ends first).
 func Arm(ctx context.Context, db DB, schema string, p Plan) (*Fault, error) {
 	if err := p.validate(); err != nil {
 		return nil, fmt.Errorf("arm fault %s: invalid plan: %w", p, err)
@@ -168,6 +177,7 @@ func Arm(ctx context.Context, db DB, schema string, p Plan) (*Fault, error) {
 		return nil, fmt.Errorf("arm fault %s: number it: %w", p, err)
 	}
 	f := &Fault{
+		db:       db,
 		id:       id,
 		plan:     p,
 		plans:    plans,
@@ -189,8 +199,8 @@ VALUES ($1, $2, $3, $4, $5, $6, $7 * interval '1 microsecond', $8::regclass, $9)
 
 // Fired reports how many times the fault fired, counting firings whose
 // transaction rolled back or whose backend terminated.
-func (f *Fault) Fired(ctx context.Context, db DB) (int64, error) {
-	n, err := queryOne[int64](ctx, db, "SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM "+f.evidence)
+func (f *Fault) Fired(ctx context.Context) (int64, error) {
+	n, err := queryOne[int64](ctx, f.db, "SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM "+f.evidence)
 	if err != nil {
 		return 0, fmt.Errorf("count firings of fault %s: %w", f, err)
 	}
@@ -204,12 +214,15 @@ func (f *Fault) Fired(ctx context.Context, db DB) (int64, error) {
 // Disarm returns no longer sees the plan, except in a transaction at
 // REPEATABLE READ or SERIALIZABLE that started earlier. Disarming a
 // disarmed fault does nothing.
-func (f *Fault) Disarm(ctx context.Context, db DB) error {
-	if _, err := db.Exec(ctx, "DELETE FROM "+f.plans+" WHERE id = $1", f.id); err != nil {
+func (f *Fault) Disarm(ctx context.Context) error {
+	if _, err := f.db.Exec(ctx, "DELETE FROM "+f.plans+" WHERE id = $1", f.id); err != nil {
 		return fmt.Errorf("disarm fault %s: %w", f, err)
 	}
 	return nil
 }
+
+// Kind is the kind of the fault's plan (see [Plan.Kind]).
+func (f *Fault) Kind() string { return f.plan.Kind() }
 
 // Plan returns the fault's plan.
 func (f *Fault) Plan() Plan { return f.plan }

@@ -278,7 +278,7 @@ func TestDisarm(t *testing.T) {
 	if _, err := deliver(t.Context(), fx.pool, fx.effect(nil), delivery("ns", "42", 1)); !faults.IsInjected(err) {
 		t.Fatalf("before Disarm: got %v, want the injected fault", err)
 	}
-	if err := disarmed.Disarm(t.Context(), fx.pool); err != nil {
+	if err := disarmed.Disarm(t.Context()); err != nil {
 		t.Fatalf("Disarm: %v", err)
 	}
 	d := delivery("ns", "42", 2)
@@ -288,7 +288,7 @@ func TestDisarm(t *testing.T) {
 	fx.wantEffects(t, d, 1)
 	fx.wantFired(t, disarmed, 1)
 
-	if err := disarmed.Disarm(t.Context(), fx.pool); err != nil {
+	if err := disarmed.Disarm(t.Context()); err != nil {
 		t.Errorf("Disarm of a disarmed fault: %v", err)
 	}
 	if _, err := deliver(t.Context(), fx.pool, fx.effect(nil), delivery("ns", "43", 1)); !faults.IsInjected(err) {
@@ -318,7 +318,7 @@ func TestDisarmLeavesASleepingTransactionAsleep(t *testing.T) {
 		}
 	}()
 	waitSleeping(t, fx, conn)
-	if err := f.Disarm(t.Context(), fx.pool); err != nil {
+	if err := f.Disarm(t.Context()); err != nil {
 		t.Fatalf("Disarm: %v", err)
 	}
 	if !sleeping(t, fx.pool, pid) {

@@ -235,3 +235,13 @@ func sqlState(err error) string {
 	}
 	return ""
 }
+
+// fired is how often f fired.
+func fired(t testing.TB, f *pgproxy.Fault) int64 {
+	t.Helper()
+	n, err := f.Fired(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}

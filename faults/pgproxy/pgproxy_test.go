@@ -204,8 +204,8 @@ func (e env) cutCommit(t *testing.T, at pgproxy.Point, commit func(*pgx.Conn) er
 		t.Fatal("the client saw its commit succeed through a cut")
 	}
 	t.Logf("the client's COMMIT: %v", err)
-	if f.Fired() != 1 || !slices.Equal(f.PIDs(), []int{pid}) {
-		t.Errorf("fired %d times on %v, want once on [%d]", f.Fired(), f.PIDs(), pid)
+	if fired(t, f) != 1 || !slices.Equal(f.PIDs(), []int{pid}) {
+		t.Errorf("fired %d times on %v, want once on [%d]", fired(t, f), f.PIDs(), pid)
 	}
 	e.waitGone(t, f)
 }
@@ -284,8 +284,8 @@ func TestCommitOfNoTransactionDoesNotFireAfterCommitComplete(t *testing.T) {
 	if err := conn.Ping(t.Context()); err != nil {
 		t.Fatalf("the connection was cut: %v", err)
 	}
-	if f.Fired() != 0 {
-		t.Errorf("fired %d times, want 0", f.Fired())
+	if fired(t, f) != 0 {
+		t.Errorf("fired %d times, want 0", fired(t, f))
 	}
 }
 
@@ -304,8 +304,8 @@ func TestCutAfterStatement(t *testing.T) {
 	if err == nil {
 		t.Fatal("the delivery succeeded through a cut")
 	}
-	if f.Fired() != 1 {
-		t.Errorf("fired %d times, want 1", f.Fired())
+	if fired(t, f) != 1 {
+		t.Errorf("fired %d times, want 1", fired(t, f))
 	}
 	e.waitGone(t, f)
 	var called bool
@@ -343,8 +343,8 @@ func TestDelayHoldsTheCommit(t *testing.T) {
 	if took := time.Since(start); took < d {
 		t.Errorf("commit took %s, want at least the delay %s", took, d)
 	}
-	if f.Fired() != 1 || f.PIDs() != nil {
-		t.Errorf("fired %d times, cut %v; want once, no cut", f.Fired(), f.PIDs())
+	if fired(t, f) != 1 || f.PIDs() != nil {
+		t.Errorf("fired %d times, cut %v; want once, no cut", fired(t, f), f.PIDs())
 	}
 	if ids := e.rows(t); !slices.Equal(ids, []int{1}) {
 		t.Errorf("rows %v, want [1]", ids)
@@ -379,7 +379,7 @@ func TestScopes(t *testing.T) {
 			if err := e.insertAndCommit(t, bystander, i); err != nil {
 				t.Fatal(err)
 			}
-			if f.Fired() != 0 {
+			if fired(t, f) != 0 {
 				t.Fatalf("fired on the bystander")
 			}
 			if err := e.insertAndCommit(t, victim, i+1); err != nil {
@@ -417,8 +417,8 @@ func TestTimesLimitsFirings(t *testing.T) {
 	if err := e.insertAndCommit(t, e.connect(t, "-2"), 2); err != nil {
 		t.Fatalf("the second commit, after the rule's one firing: %v", err)
 	}
-	if f.Fired() != 1 || len(f.Firings()) != 1 {
-		t.Errorf("fired %d times, want 1", f.Fired())
+	if fired(t, f) != 1 || len(f.Firings()) != 1 {
+		t.Errorf("fired %d times, want 1", fired(t, f))
 	}
 	e.waitGone(t, f)
 	if ids := e.rows(t); !slices.Equal(ids, []int{2}) {
@@ -433,8 +433,8 @@ func TestDisarm(t *testing.T) {
 	if err := e.insertAndCommit(t, e.connect(t, ""), 1); err != nil {
 		t.Fatalf("commit after Disarm: %v", err)
 	}
-	if f.Fired() != 0 {
-		t.Errorf("fired %d times after Disarm", f.Fired())
+	if fired(t, f) != 0 {
+		t.Errorf("fired %d times after Disarm", fired(t, f))
 	}
 }
 
@@ -460,7 +460,7 @@ func TestCloseEndsEverything(t *testing.T) {
 	}
 	committed := make(chan error, 1)
 	go func() { committed <- tx.Commit(context.Background()) }()
-	eventually(t, "the delay to hold the commit", func() bool { return f.Fired() == 1 })
+	eventually(t, "the delay to hold the commit", func() bool { return fired(t, f) == 1 })
 
 	closed := make(chan error, 1)
 	go func() { closed <- e.proxy.Close() }()

@@ -1,6 +1,7 @@
 package pgproxy
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strings"
@@ -147,6 +148,14 @@ func (r Rule) validate() error {
 	return nil
 }
 
+// Kind is the kind of a fault armed with the rule, as package faults'
+// Armed names it: "proxy:" action "@" point with its words joined by
+// hyphens, e.g. "proxy:cut@after-commit-complete". The statement number
+// of an [AfterStatement] rule is not part of the kind.
+func (r Rule) Kind() string {
+	return fmt.Sprintf("proxy:%s@%s", r.Action, strings.ReplaceAll(string(r.At), " ", "-"))
+}
+
 // String describes the rule, e.g. "cut after statement 1 on every
 // connection, at most once".
 func (r Rule) String() string {
@@ -227,8 +236,12 @@ func (f *Fault) String() string { return f.rule.String() }
 
 // Fired reports how many times the fault has fired. A firing counts before
 // the fault acts: once a client has seen the effect of a cut, the cut is
-// counted.
-func (f *Fault) Fired() int { return int(f.fired.Load()) }
+// counted. It reads a counter in memory and never fails; ctx and the error
+// are there to make a Fault one of package faults' Armed.
+func (f *Fault) Fired(context.Context) (int64, error) { return f.fired.Load(), nil }
+
+// Kind is the kind of the fault's rule (see [Rule.Kind]).
+func (f *Fault) Kind() string { return f.rule.Kind() }
 
 // Firings returns the fault's firings so far, in order.
 func (f *Fault) Firings() []Firing {

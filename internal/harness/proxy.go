@@ -35,7 +35,7 @@ func (s *Spec) UseProxy(ctx context.Context) (*Proxy, error) {
 	if err != nil {
 		return nil, fmt.Errorf("proxy to %s: %w", upstream, err)
 	}
-	s.proxy = &Proxy{Proxy: proxy, spec: s}
+	s.proxy = &Proxy{proxy: proxy, spec: s}
 	return s.proxy, nil
 }
 
@@ -54,7 +54,7 @@ func (s *Spec) followServer(dsn string) error {
 	if err != nil {
 		return err
 	}
-	return proxy.SetUpstream(upstream)
+	return proxy.proxy.SetUpstream(upstream)
 }
 
 // upstreamOf is the host:port a proxy reaches the server at dsn on.
@@ -72,7 +72,7 @@ func (s *Spec) serverDSN() (string, error) {
 	if s.proxy == nil {
 		return s.run.server.DSN(), nil
 	}
-	return s.proxy.DSN(s.run.server.DSN())
+	return s.proxy.proxy.DSN(s.run.server.DSN())
 }
 
 // WaitCut waits until the server backends of the connections fault cut are
