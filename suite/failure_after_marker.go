@@ -170,7 +170,7 @@ func (s *state) failureAfterMarker() {
 						return nil
 					}
 					problems := []string{fmt.Sprintf("fault %s fired %s; then the redelivery ended %s (expected Applied) and the ledger holds %d effects (expected 1)\n%s",
-						what, timesFired(fired), last.Result(), len(effects), harness.DescribeEvent(ev, effects, history))}
+						what, harness.Times(fired), last.Result(), len(effects), harness.DescribeEvent(ev, effects, history))}
 					return problems
 				})
 				if f.kills {
