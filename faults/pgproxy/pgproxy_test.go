@@ -592,6 +592,7 @@ func TestDSN(t *testing.T) {
 		{"postgresql://alice@h1:1,h2:2/shop?target_session_attrs=any", "alice", "", "shop", ""},
 		{"postgres://alice@/shop?host=/var/run/postgresql&port=5433&application_name=y", "alice", "", "shop", "y"},
 		{"postgres://alice@h", "alice", "", "", ""},
+		{"postgres://?@h?application_name=q", "?", "", "", "q"},
 		{"host=db.example port=6543 user=alice password='s p\\'a\\\\ce' dbname=shop application_name=z", "alice", "s p'a\\ce", "shop", "z"},
 		{"user=alice hostaddr=10.0.0.1 dbname = shop sslmode=prefer", "alice", "", "shop", ""},
 		{"host=a,b port=1,2 user=alice dbname=shop", "alice", "", "shop", ""},
@@ -612,6 +613,13 @@ func TestDSN(t *testing.T) {
 		if cfg.User != tt.user || cfg.Password != tt.password || cfg.Database != tt.database || cfg.RuntimeParams["application_name"] != tt.app {
 			t.Errorf("DSN(%q) = %q: user %q password %q database %q application_name %q", tt.in, got, cfg.User, cfg.Password, cfg.Database, cfg.RuntimeParams["application_name"])
 		}
+	}
+	// The URL's other parameters stay byte for byte: re-encoded, "%20"
+	// would become "+", which libpq reads as a plus.
+	in := "postgres://alice@h:1/shop?application_name=a%20b&host=other&options=-c%20x%3Dy"
+	want := "postgres://alice@" + p.Addr() + "/shop?application_name=a%20b&options=-c%20x%3Dy"
+	if got, err := p.DSN(in); err != nil || got != want {
+		t.Errorf("DSN(%q) = %q, %v; want %q", in, got, err, want)
 	}
 	for _, in := range []string{
 		"postgres://h/db?sslmode=require",
