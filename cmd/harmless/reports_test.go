@@ -382,7 +382,7 @@ func TestReportsAreDocumented(t *testing.T) {
 		names = append(names, faults.HookPlan{Action: action}.Kind())
 	}
 	for _, point := range []pgproxy.Point{pgproxy.BeforeCommit, pgproxy.AfterCommitComplete, pgproxy.AfterStatement} {
-		for _, action := range []pgproxy.Action{pgproxy.Cut, pgproxy.Delay} {
+		for _, action := range []pgproxy.Action{pgproxy.Cut} {
 			names = append(names, pgproxy.Rule{At: point, Action: action}.Kind())
 		}
 	}

@@ -64,9 +64,9 @@ type env struct {
 	appPrefix string // application_name prefix of the test's connections
 }
 
-func newProxy(t testing.TB, upstream string, opts ...pgproxy.Option) *pgproxy.Proxy {
+func newProxy(t testing.TB, upstream string) *pgproxy.Proxy {
 	t.Helper()
-	p, err := pgproxy.New(upstream, opts...)
+	p, err := pgproxy.New(upstream)
 	if err != nil {
 		t.Fatal(err)
 	}

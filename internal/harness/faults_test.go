@@ -24,7 +24,7 @@ func TestFaultKinds(t *testing.T) {
 		{faults.HookPlan{Action: faults.HookPanic}.Kind(), "hook:panic"},
 		{pgproxy.Rule{At: pgproxy.BeforeCommit, Action: pgproxy.Cut}.Kind(), "proxy:cut@before-commit"},
 		{pgproxy.Rule{At: pgproxy.AfterCommitComplete, Action: pgproxy.Cut}.Kind(), "proxy:cut@after-commit-complete"},
-		{pgproxy.Rule{At: pgproxy.AfterStatement, N: 3, Action: pgproxy.Delay, Delay: time.Second}.Kind(), "proxy:delay@after-statement"},
+		{pgproxy.Rule{At: pgproxy.AfterStatement, N: 3, Action: pgproxy.Cut}.Kind(), "proxy:cut@after-statement"},
 		{harness.ServerCrashKind, "server:crash"},
 	} {
 		if tc.got != tc.want {
