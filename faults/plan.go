@@ -230,6 +230,20 @@ func (f *Fault) Plan() Plan { return f.plan }
 // String describes the fault, e.g. "raise at commit for ns/42 attempt 1".
 func (f *Fault) String() string { return f.plan.String() }
 
+// CountArmed reports how many faults [Arm] armed in schema, disarmed or
+// not: one evidence sequence each, which Disarm leaves in place. Sequences
+// are created by DDL, which is transactional and comes back exactly from a
+// crash of the server, so the count does too. An Arm that failed after
+// creating its sequence counts as well.
+func CountArmed(ctx context.Context, db DB, schema string) (int, error) {
+	n, err := queryOne[int64](ctx, db, `SELECT count(*) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+WHERE n.nspname = $1 AND c.relkind = 'S' AND c.relname LIKE 'harmless\_fault\_%\_fired'`, schema)
+	if err != nil {
+		return 0, fmt.Errorf("count the faults armed in schema %q: %w", schema, err)
+	}
+	return int(n), nil
+}
+
 // IsInjected reports whether err, possibly wrapped, is the error raised by a
 // [Raise] fault.
 func IsInjected(err error) bool {

@@ -29,7 +29,9 @@ import (
 //
 // The spec hands out no way to arm a fault that bypasses the count: its
 // [Hooks] and [Proxy] keep the underlying [faults.Hooks] and
-// [pgproxy.Proxy] to themselves, and their Arm records what it arms.
+// [pgproxy.Proxy] to themselves, and their Arm records what it arms. A
+// database-side fault armed with faults.Arm directly in the spec's schema
+// is noticed: [Spec.Close] then fails (see [faults.CountArmed]).
 const (
 	// ServerCrashKind counts the crashes of [Run.CrashServer].
 	ServerCrashKind = "server:crash"
@@ -194,14 +196,32 @@ WHERE wait_event_type = 'Timeout' AND wait_event = 'PgSleep' AND usename = curre
 }
 
 // tally adds the firings of every fault the spec armed to the run's counts.
-// The spec's instances are closed by then, so nothing fires any more.
+// The spec's instances are closed by then, so nothing fires any more. It
+// fails when the spec's schema holds database-side faults armed around
+// [Spec.Arm] (with faults.Arm directly): their firings would go uncounted.
 func (s *Spec) tally(ctx context.Context) error {
+	s.faultsMu.Lock()
+	tallied := s.tallied
+	s.faultsMu.Unlock()
+	if tallied {
+		return nil // closed before: the run has the counts
+	}
 	counts, err := s.faultsSoFar(ctx)
 	if err != nil {
 		return err
 	}
+	inSchema, err := faults.CountArmed(ctx, s.run.admin, s.schema)
+	if err != nil {
+		return err
+	}
 	s.faultsMu.Lock()
-	s.dbFaults, s.armed = nil, nil
+	recorded, failed := len(s.dbFaults), s.failedArms
+	s.faultsMu.Unlock()
+	if inSchema > recorded+failed {
+		return fmt.Errorf("the spec's schema holds %d database-side faults, but %d were armed through Spec.Arm (and %d attempts failed): faults armed around it are not counted", inSchema, recorded, failed)
+	}
+	s.faultsMu.Lock()
+	s.dbFaults, s.armed, s.failedArms, s.tallied = nil, nil, 0, true
 	s.faultsMu.Unlock()
 	s.run.addFired(counts)
 	return nil

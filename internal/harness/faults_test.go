@@ -6,6 +6,7 @@ import (
 	"maps"
 	"reflect"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -190,5 +191,25 @@ func TestNoArmingAroundTheCount(t *testing.T) {
 				t.Errorf("%s has exported field %s", typ, f.Name)
 			}
 		}
+	}
+}
+
+// TestArmingAroundSpecArmFailsClose: a database-side fault armed with
+// faults.Arm directly in the spec's schema would fire uncounted, so the
+// spec's Close says so rather than report a tally without it.
+func TestArmingAroundSpecArmFailsClose(t *testing.T) {
+	ctx := t.Context()
+	r := startRun(t, ampleTimeout)
+	spec, err := r.NewSpec(ctx, reference.Adapter())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev := event("around")
+	armDB(t, spec, ev, faults.AtEffect, faults.Raise)
+	if _, err := faults.Arm(ctx, r.Admin(), spec.Schema(), faults.Plan{Namespace: ev.Namespace, ID: ev.ID, Point: faults.AtCommit, Action: faults.Raise}); err != nil {
+		t.Fatal(err)
+	}
+	if err := spec.Close(ctx); err == nil || !strings.Contains(err.Error(), "2 database-side faults, but 1 were armed through Spec.Arm") {
+		t.Errorf("Close of a spec with a fault armed around Spec.Arm: %v; want an error saying so", err)
 	}
 }

@@ -35,6 +35,10 @@ type Spec struct {
 	faultsMu sync.Mutex
 	armed    []faults.Armed
 	dbFaults []*dbFault
+	// failedArms counts the calls of Arm that failed: each may have left
+	// an evidence sequence (see faults.CountArmed).
+	failedArms int
+	tallied    bool // the run has the counts
 
 	budget budget // see StartBudget
 
@@ -114,10 +118,14 @@ func (s *Spec) Adapter() adapters.Adapter { return s.adapter }
 func (s *Spec) Hooks() *Hooks { return s.hooks }
 
 // Arm plans a database-side fault in the spec's schema. The run counts its
-// firings when the spec closes (see [Run.FaultsFired]).
+// firings when the spec closes (see [Run.FaultsFired]). It is the only way
+// to arm one: Close fails when the schema holds a fault it did not arm.
 func (s *Spec) Arm(ctx context.Context, p faults.Plan) (*faults.Fault, error) {
 	f, err := faults.Arm(ctx, s.run.admin, s.schema, p)
 	if err != nil {
+		s.faultsMu.Lock()
+		s.failedArms++
+		s.faultsMu.Unlock()
 		return nil, err
 	}
 	d := &dbFault{fault: f}
