@@ -5,8 +5,6 @@ import (
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
-
-	"github.com/harmless-dev/harmless/internal/ledger"
 )
 
 // CancelSleeping cancels the statement of every client backend whose
@@ -23,7 +21,7 @@ import (
 // the backends of db's current_user are cancelled. Cancelling is a
 // signal: the statements end shortly after CancelSleeping returns, not
 // before.
-func CancelSleeping(ctx context.Context, db ledger.DB, applicationNamePrefix string) ([]int, error) {
+func CancelSleeping(ctx context.Context, db DB, applicationNamePrefix string) ([]int, error) {
 	if err := checkPrefix(applicationNamePrefix); err != nil {
 		return nil, fmt.Errorf("cancel sleeping backends: %w", err)
 	}

@@ -43,6 +43,14 @@
 // itself rolled back the transaction that fired it, and even when the backend
 // terminated.
 //
+// Every armed fault, whatever injects it, is [Armed]: it tells its kind
+// ("db:raise@commit", "hook:panic", "proxy:cut@before-commit") and how often
+// it fired, and the harness counts every fault it arms through that one
+// interface.
+//
+// Functions that reach the database take a [DB]: a *pgxpool.Pool, a
+// *pgx.Conn or a pgx.Tx.
+//
 // # Go-level hooks
 //
 // In-process Go implementations can also be failed before the INSERT is
@@ -55,7 +63,9 @@
 //
 // [TerminateBackends] terminates the backends whose application_name starts
 // with a prefix of this run (the harness tags every connection it hands
-// out) and whose user is the caller's role, and waits until they are gone;
+// out) and whose user is the caller's role, and waits until they are gone
+// ([WaitGone], which names a backend by pid and start time, so that a pid
+// the system reuses is not mistaken for its victim);
 // [CancelSleeping] cancels those that sleep in a [Sleep] fault. Both refuse
 // prefixes that could reach connections the run does not own, and neither
 // touches a backend of another role, whatever its application_name says:

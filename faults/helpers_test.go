@@ -77,7 +77,7 @@ func (fx fixture) effect(hook effect.Hook) adapters.Effect {
 // wantFired checks how often a database-side fault fired.
 func (fx fixture) wantFired(t *testing.T, f *faults.Fault, want int64) {
 	t.Helper()
-	got, err := f.Fired(t.Context(), fx.pool)
+	got, err := f.Fired(t.Context())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -67,6 +67,10 @@ func (p HookPlan) String() string {
 	return fmt.Sprintf("%s in effect hook for %s", p.Action, describe(p.Namespace, p.ID, p.Attempt))
 }
 
+// Kind is the kind of a fault armed with the plan (see [Armed]): "hook:"
+// action, e.g. "hook:cancel".
+func (p HookPlan) Kind() string { return "hook:" + string(p.Action) }
+
 func (p HookPlan) matches(d adapters.Delivery) bool {
 	return p.Namespace == d.Namespace && p.ID == d.ID && (p.Attempt == 0 || p.Attempt == d.Attempt)
 }
@@ -77,8 +81,12 @@ type HookFault struct {
 	fired atomic.Int64
 }
 
-// Fired reports how many times the fault fired.
-func (f *HookFault) Fired() int64 { return f.fired.Load() }
+// Fired reports how many times the fault fired. It reads a counter in
+// memory and never fails; ctx is there to make a HookFault [Armed].
+func (f *HookFault) Fired(context.Context) (int64, error) { return f.fired.Load(), nil }
+
+// Kind is the kind of the fault's plan (see [HookPlan.Kind]).
+func (f *HookFault) Kind() string { return f.plan.Kind() }
 
 // String describes the fault, e.g. "error in effect hook for ns/42 attempt 1".
 func (f *HookFault) String() string { return f.plan.String() }

@@ -15,7 +15,7 @@ import (
 
 func wantHookFired(t *testing.T, f *faults.HookFault, want int64) {
 	t.Helper()
-	if got := f.Fired(); got != want {
+	if got, err := f.Fired(t.Context()); err != nil || got != want {
 		t.Errorf("%s fired %d times, want %d", f, got, want)
 	}
 }

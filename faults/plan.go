@@ -110,6 +110,10 @@ func describe(namespace, id string, attempt int) string {
 	return ev.String() + " attempt " + strconv.Itoa(attempt)
 }
 
+// Kind is the kind of a fault armed with the plan (see [Armed]): "db:"
+// action "@" point, e.g. "db:raise@commit".
+func (p Plan) Kind() string { return fmt.Sprintf("db:%s@%s", p.Action, p.Point) }
+
 // String describes the plan, e.g. "raise at commit for ns/42 attempt 1".
 func (p Plan) String() string {
 	action := string(p.Action)
@@ -130,7 +134,7 @@ var installSQL string
 // The triggers run as the role that inserts the effect, which therefore
 // needs to read the plan table and advance the faults' sequences: the same
 // role as the harness's, as [adapters.Env] intends.
-func Install(ctx context.Context, db ledger.DB, schema string) error {
+func Install(ctx context.Context, db DB, schema string) error {
 	sql := strings.NewReplacer(
 		"{{schema}}", pgx.Identifier{schema}.Sanitize(),
 		"{{ledger}}", ledger.Table(schema),
@@ -145,6 +149,7 @@ func Install(ctx context.Context, db ledger.DB, schema string) error {
 
 // Fault is one armed database-side fault.
 type Fault struct {
+	db       DB // the fault was armed through; Fired and Disarm run on it
 	id       int64
 	plan     Plan
 	plans    string // quoted, schema-qualified plan table
@@ -157,7 +162,11 @@ type Fault struct {
 // they were armed, until one of them fails the transaction. Arm before
 // delivering: a transaction at REPEATABLE READ or SERIALIZABLE that started
 // earlier does not see the plan.
-func Arm(ctx context.Context, db ledger.DB, schema string, p Plan) (*Fault, error) {
+//
+// The fault keeps db: [Fault.Fired] and [Fault.Disarm] run on it, so it
+// must stay usable as long as the fault is (a pool, not a transaction that
+// ends first).
+func Arm(ctx context.Context, db DB, schema string, p Plan) (*Fault, error) {
 	if err := p.validate(); err != nil {
 		return nil, fmt.Errorf("arm fault %s: invalid plan: %w", p, err)
 	}
@@ -168,6 +177,7 @@ func Arm(ctx context.Context, db ledger.DB, schema string, p Plan) (*Fault, erro
 		return nil, fmt.Errorf("arm fault %s: number it: %w", p, err)
 	}
 	f := &Fault{
+		db:       db,
 		id:       id,
 		plan:     p,
 		plans:    plans,
@@ -189,8 +199,8 @@ VALUES ($1, $2, $3, $4, $5, $6, $7 * interval '1 microsecond', $8::regclass, $9)
 
 // Fired reports how many times the fault fired, counting firings whose
 // transaction rolled back or whose backend terminated.
-func (f *Fault) Fired(ctx context.Context, db ledger.DB) (int64, error) {
-	n, err := queryOne[int64](ctx, db, "SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM "+f.evidence)
+func (f *Fault) Fired(ctx context.Context) (int64, error) {
+	n, err := queryOne[int64](ctx, f.db, "SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM "+f.evidence)
 	if err != nil {
 		return 0, fmt.Errorf("count firings of fault %s: %w", f, err)
 	}
@@ -204,18 +214,35 @@ func (f *Fault) Fired(ctx context.Context, db ledger.DB) (int64, error) {
 // Disarm returns no longer sees the plan, except in a transaction at
 // REPEATABLE READ or SERIALIZABLE that started earlier. Disarming a
 // disarmed fault does nothing.
-func (f *Fault) Disarm(ctx context.Context, db ledger.DB) error {
-	if _, err := db.Exec(ctx, "DELETE FROM "+f.plans+" WHERE id = $1", f.id); err != nil {
+func (f *Fault) Disarm(ctx context.Context) error {
+	if _, err := f.db.Exec(ctx, "DELETE FROM "+f.plans+" WHERE id = $1", f.id); err != nil {
 		return fmt.Errorf("disarm fault %s: %w", f, err)
 	}
 	return nil
 }
+
+// Kind is the kind of the fault's plan (see [Plan.Kind]).
+func (f *Fault) Kind() string { return f.plan.Kind() }
 
 // Plan returns the fault's plan.
 func (f *Fault) Plan() Plan { return f.plan }
 
 // String describes the fault, e.g. "raise at commit for ns/42 attempt 1".
 func (f *Fault) String() string { return f.plan.String() }
+
+// CountArmed reports how many faults [Arm] armed in schema, disarmed or
+// not: one evidence sequence each, which Disarm leaves in place. Sequences
+// are created by DDL, which is transactional and comes back exactly from a
+// crash of the server, so the count does too. An Arm that failed after
+// creating its sequence counts as well.
+func CountArmed(ctx context.Context, db DB, schema string) (int, error) {
+	n, err := queryOne[int64](ctx, db, `SELECT count(*) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+WHERE n.nspname = $1 AND c.relkind = 'S' AND c.relname LIKE 'harmless\_fault\_%\_fired'`, schema)
+	if err != nil {
+		return 0, fmt.Errorf("count the faults armed in schema %q: %w", schema, err)
+	}
+	return int(n), nil
+}
 
 // IsInjected reports whether err, possibly wrapped, is the error raised by a
 // [Raise] fault.
@@ -225,7 +252,7 @@ func IsInjected(err error) bool {
 }
 
 // queryOne runs a query that returns exactly one row of one column.
-func queryOne[T any](ctx context.Context, db ledger.DB, sql string, args ...any) (T, error) {
+func queryOne[T any](ctx context.Context, db DB, sql string, args ...any) (T, error) {
 	rows, err := db.Query(ctx, sql, args...)
 	if err != nil {
 		var zero T

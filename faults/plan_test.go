@@ -278,7 +278,7 @@ func TestDisarm(t *testing.T) {
 	if _, err := deliver(t.Context(), fx.pool, fx.effect(nil), delivery("ns", "42", 1)); !faults.IsInjected(err) {
 		t.Fatalf("before Disarm: got %v, want the injected fault", err)
 	}
-	if err := disarmed.Disarm(t.Context(), fx.pool); err != nil {
+	if err := disarmed.Disarm(t.Context()); err != nil {
 		t.Fatalf("Disarm: %v", err)
 	}
 	d := delivery("ns", "42", 2)
@@ -288,13 +288,42 @@ func TestDisarm(t *testing.T) {
 	fx.wantEffects(t, d, 1)
 	fx.wantFired(t, disarmed, 1)
 
-	if err := disarmed.Disarm(t.Context(), fx.pool); err != nil {
+	if err := disarmed.Disarm(t.Context()); err != nil {
 		t.Errorf("Disarm of a disarmed fault: %v", err)
 	}
 	if _, err := deliver(t.Context(), fx.pool, fx.effect(nil), delivery("ns", "43", 1)); !faults.IsInjected(err) {
 		t.Errorf("a fault that was not disarmed: got %v, want the injected fault", err)
 	}
 	fx.wantFired(t, other, 1)
+}
+
+// TestCountArmed counts every fault armed in a schema, a disarmed one too,
+// and only that schema's.
+func TestCountArmed(t *testing.T) {
+	fx, elsewhere := setup(t), setup(t)
+	count := func(schema string) int {
+		t.Helper()
+		n, err := faults.CountArmed(t.Context(), fx.pool, schema)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	if n := count(fx.schema); n != 0 {
+		t.Errorf("before Arm: %d faults, want 0", n)
+	}
+	disarmed := fx.arm(t, faults.Plan{Namespace: "ns", ID: "1", Point: faults.AtEffect, Action: faults.Raise})
+	fx.arm(t, faults.Plan{Namespace: "ns", ID: "2", Point: faults.AtCommit, Action: faults.Terminate})
+	elsewhere.arm(t, faults.Plan{Namespace: "ns", ID: "3", Point: faults.AtCommit, Action: faults.Raise})
+	if err := disarmed.Disarm(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if n := count(fx.schema); n != 2 {
+		t.Errorf("two faults armed, one disarmed: %d faults, want 2", n)
+	}
+	if n := count(elsewhere.schema); n != 1 {
+		t.Errorf("the other schema: %d faults, want 1", n)
+	}
 }
 
 // TestDisarmLeavesASleepingTransactionAsleep disarms a sleep fault while a
@@ -318,7 +347,7 @@ func TestDisarmLeavesASleepingTransactionAsleep(t *testing.T) {
 		}
 	}()
 	waitSleeping(t, fx, conn)
-	if err := f.Disarm(t.Context(), fx.pool); err != nil {
+	if err := f.Disarm(t.Context()); err != nil {
 		t.Fatalf("Disarm: %v", err)
 	}
 	if !sleeping(t, fx.pool, pid) {

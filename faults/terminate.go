@@ -8,8 +8,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-
-	"github.com/harmless-dev/harmless/internal/ledger"
 )
 
 // RunPrefix is how every application_name of the harness's connections
@@ -20,7 +18,7 @@ const RunPrefix = "harmless-"
 // application_name (NAMEDATALEN - 1).
 const maxApplicationName = 63
 
-// pollInterval is how often TerminateBackends looks for its victims.
+// pollInterval is how often WaitGone looks for the backends it waits for.
 const pollInterval = 10 * time.Millisecond
 
 // TerminateBackends terminates every client backend whose application_name
@@ -35,7 +33,7 @@ const pollInterval = 10 * time.Millisecond
 // it is not the run's and is left alone, even when db could terminate it
 // (as a superuser can). If ctx ends before the backends are gone, the pids
 // are returned with an error.
-func TerminateBackends(ctx context.Context, db ledger.DB, applicationNamePrefix string) ([]int, error) {
+func TerminateBackends(ctx context.Context, db DB, applicationNamePrefix string) ([]int, error) {
 	prefix := applicationNamePrefix
 	if err := checkPrefix(prefix); err != nil {
 		return nil, fmt.Errorf("terminate backends: %w", err)
@@ -60,18 +58,18 @@ WHERE backend_type = 'client backend'
 		return nil, fmt.Errorf("terminate backends named %q*: %w", prefix, err)
 	}
 	var pids []int
-	var starts []time.Time
+	var victims []Backend
 	for _, v := range found {
 		// Not terminated: the backend ended on its own meanwhile.
 		if v.Terminated {
 			pids = append(pids, int(v.PID))
-			starts = append(starts, v.BackendStart)
+			victims = append(victims, Backend{PID: int(v.PID), Start: v.BackendStart})
 		}
 	}
 	if len(pids) == 0 {
 		return nil, nil
 	}
-	if err := waitGone(ctx, db, pids, starts); err != nil {
+	if err := WaitGone(ctx, db, victims...); err != nil {
 		return pids, fmt.Errorf("terminate backends named %q*: %w", prefix, err)
 	}
 	return pids, nil
@@ -94,9 +92,57 @@ func checkPrefix(prefix string) error {
 	return nil
 }
 
-// waitGone polls pg_stat_activity until none of the backends (pid and start
-// time, so that a reused pid is not mistaken for its victim) is left.
-func waitGone(ctx context.Context, db ledger.DB, pids []int, starts []time.Time) error {
+// Backend names one server backend: its process id and its start time.
+// The operating system reuses a pid once the backend has gone; together
+// with backend_start it names one backend only, so that waiting for a
+// victim never waits for a newcomer that got its pid.
+type Backend struct {
+	PID   int
+	Start time.Time
+}
+
+// Backends pins the backends now in pg_stat_activity under pids, for a
+// caller that knows only their pids (the wire proxy learns nothing else
+// of the connections it cuts), so that [WaitGone] can tell them from later
+// backends with a reused pid. A pid no longer there is left out: its
+// backend is gone already.
+func Backends(ctx context.Context, db DB, pids ...int) ([]Backend, error) {
+	if len(pids) == 0 {
+		return nil, nil
+	}
+	// Inside a transaction, pg_stat_activity is a snapshot: drop it.
+	if _, err := db.Exec(ctx, "SELECT pg_stat_clear_snapshot()"); err != nil {
+		return nil, fmt.Errorf("look up backends %v: %w", pids, err)
+	}
+	rows, err := db.Query(ctx, `SELECT pid, backend_start AS start FROM pg_stat_activity
+WHERE pid = ANY($1::int4[]) AND backend_start IS NOT NULL ORDER BY pid`, pids)
+	if err != nil {
+		return nil, fmt.Errorf("look up backends %v: %w", pids, err)
+	}
+	found, err := pgx.CollectRows(rows, pgx.RowToStructByName[Backend])
+	if err != nil {
+		return nil, fmt.Errorf("look up backends %v: %w", pids, err)
+	}
+	return found, nil
+}
+
+// WaitGone polls pg_stat_activity through db (which must not be one of
+// them) until none of backends is left, matched by pid and start time, or
+// until ctx ends.
+//
+// A backend told to go (terminated, or its client connection cut) ends on
+// its own time: it notices, rolls back, and exits. Until then it may hold
+// locks, an event's marker row say, that the next delivery would wait on;
+// wait before going on.
+func WaitGone(ctx context.Context, db DB, backends ...Backend) error {
+	if len(backends) == 0 {
+		return nil
+	}
+	pids := make([]int32, len(backends))
+	starts := make([]time.Time, len(backends))
+	for i, b := range backends {
+		pids[i], starts[i] = int32(b.PID), b.Start
+	}
 	ticker := time.NewTicker(pollInterval)
 	defer ticker.Stop()
 	for {

@@ -1,9 +1,13 @@
 package faults_test
 
 import (
+	"context"
 	"slices"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/harmless-dev/harmless/faults"
 	"github.com/harmless-dev/harmless/internal/pgtest"
@@ -119,4 +123,70 @@ func TestTerminateBackendsSparesOtherRoles(t *testing.T) {
 	if !alive(t, faker) {
 		t.Errorf("the connection of role %s carrying the run's prefix was terminated", other.Name)
 	}
+}
+
+// TestWaitGoneMatchesPIDAndStart: a backend is named by its pid and its
+// start time, so a pid reused by a later backend is not waited for. A
+// live backend given with another start time stands for such a newcomer.
+func TestWaitGoneMatchesPIDAndStart(t *testing.T) {
+	pool := setup(t).pool
+	live := connect(t, "harmless-faults-test-"+unique(t))
+	pid := int(live.PgConn().PID())
+
+	// -1 is no backend's pid: it is left out.
+	backends, err := faults.Backends(t.Context(), pool, pid, -1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var start time.Time
+	if err := pool.QueryRow(t.Context(), "SELECT backend_start FROM pg_stat_activity WHERE pid = $1", pid).Scan(&start); err != nil {
+		t.Fatal(err)
+	}
+	if want := []faults.Backend{{PID: pid, Start: start}}; len(backends) != 1 || backends[0].PID != pid || !backends[0].Start.Equal(start) {
+		t.Fatalf("Backends(%d, -1) = %v, want %v", pid, backends, want)
+	}
+
+	// The live backend is there: WaitGone keeps polling until its context
+	// ends, here right after its first look.
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	once := cancelAfterQuery{DB: pool, cancel: cancel}
+	if err := faults.WaitGone(ctx, once, backends...); err == nil || !strings.Contains(err.Error(), "1 still there") {
+		t.Errorf("WaitGone on a live backend = %v, want an error saying it is still there", err)
+	}
+
+	// The same pid with another start time is another backend, gone.
+	newcomer := faults.Backend{PID: pid, Start: start.Add(-time.Second)}
+	if err := faults.WaitGone(t.Context(), pool, newcomer); err != nil {
+		t.Errorf("WaitGone(%v) on a pid whose backend started at %s = %v, want nil", newcomer, start, err)
+	}
+	if !alive(t, live) {
+		t.Error("the live connection died")
+	}
+}
+
+// cancelAfterQuery runs its queries on DB and cancels a context once a
+// query's rows are closed: a WaitGone given it looks once, then stops.
+type cancelAfterQuery struct {
+	faults.DB
+	cancel context.CancelFunc
+}
+
+func (c cancelAfterQuery) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+	rows, err := c.DB.Query(ctx, sql, args...)
+	if err != nil {
+		c.cancel()
+		return nil, err
+	}
+	return cancelOnClose{Rows: rows, cancel: c.cancel}, nil
+}
+
+type cancelOnClose struct {
+	pgx.Rows
+	cancel context.CancelFunc
+}
+
+func (r cancelOnClose) Close() {
+	r.Rows.Close()
+	r.cancel()
 }

@@ -19,7 +19,7 @@ import (
 type proxyCut struct {
 	ev      adapters.Event
 	fault   *pgproxy.Fault
-	fired   int
+	fired   int64
 	first   harness.Attempt
 	retries []harness.Attempt
 	effects []ledger.Entry
@@ -46,7 +46,8 @@ func (s *state) cutDelivery(ctx context.Context, spec *harness.Spec, ev adapters
 	})
 	Expect(err).NotTo(HaveOccurred())
 	c.first = spec.Deliver(ctx, 1, ev)
-	c.fired = c.fault.Fired()
+	c.fired, err = c.fault.Fired(ctx)
+	Expect(err).NotTo(HaveOccurred())
 	Expect(spec.WaitCut(ctx, c.fault)).To(Succeed(), "wait for the cut backend to end")
 	c.retries = spec.DeliverUntilTerminal(ctx, 1, ev, s.cfg.maxTries)
 	c.effects, err = spec.Effects(ctx, ev)

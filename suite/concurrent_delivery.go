@@ -210,7 +210,7 @@ func (s *state) lineUp(ev adapters.Event, n int) (order, workers []int) {
 func (r race) describe() string {
 	fault := "no fault was planned"
 	if r.sleep != nil {
-		fault = fmt.Sprintf("fault %s fired %s", r.sleep, timesFired(r.fired))
+		fault = fmt.Sprintf("fault %s fired %s", r.sleep, harness.Times(r.fired))
 	}
 	return harness.DescribeEvent(r.ev, r.effects, r.history) + "\n" + fault
 }
@@ -244,13 +244,6 @@ func (r race) overlapProblem() (problem string, retry bool) {
 		}
 	}
 	return "", false
-}
-
-func timesFired(n int64) string {
-	if n == 1 {
-		return "once"
-	}
-	return fmt.Sprintf("%d times", n)
 }
 
 // collect gathers the problems pick finds in each round. A round that

@@ -279,7 +279,7 @@ func (c conflictPlay) describe() string {
 		b.WriteString("\n" + c.note)
 	}
 	if c.sleep != nil {
-		fmt.Fprintf(&b, "\nfault %s fired %s", c.sleep, timesFired(c.fired))
+		fmt.Fprintf(&b, "\nfault %s fired %s", c.sleep, harness.Times(c.fired))
 	} else {
 		b.WriteString("\nno fault was planned")
 	}

@@ -431,11 +431,11 @@ func (p claimantPlay) describe() string {
 		fmt.Fprintf(&b, "\nfault %s never fired", p.sleep)
 	case len(p.cancelled) > 0:
 		fmt.Fprintf(&b, "\nfault %s fired %s; the harness cancelled it when %s: it saw %s, and %d contenders had answered",
-			p.sleep, timesFired(p.slept), p.watch.why, p.watch.seen, p.watch.answered)
+			p.sleep, harness.Times(p.slept), p.watch.why, p.watch.seen, p.watch.answered)
 	default:
-		fmt.Fprintf(&b, "\nfault %s fired %s and was no longer sleeping when the harness came to cancel it (%s)", p.sleep, timesFired(p.slept), p.watch.why)
+		fmt.Fprintf(&b, "\nfault %s fired %s and was no longer sleeping when the harness came to cancel it (%s)", p.sleep, harness.Times(p.slept), p.watch.why)
 	}
-	fmt.Fprintf(&b, "; fault %s fired %s", p.raise, timesFired(p.raised))
+	fmt.Fprintf(&b, "; fault %s fired %s", p.raise, harness.Times(p.raised))
 	if p.inconclusive != "" {
 		b.WriteString("\nthis play proves no overlap: " + p.inconclusive)
 	}

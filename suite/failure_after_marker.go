@@ -52,7 +52,7 @@ func dbFailure(point faults.Point, action faults.Action) func(context.Context, *
 func hookFailure(action faults.HookAction) func(context.Context, *harness.Spec, adapters.Event) planned {
 	return func(_ context.Context, spec *harness.Spec, ev adapters.Event) planned {
 		f := spec.Hooks().Arm(faults.HookPlan{Namespace: ev.Namespace, ID: ev.ID, Attempt: 1, Action: action})
-		return planned{what: f.String(), fired: func(context.Context) (int64, error) { return f.Fired(), nil }}
+		return planned{what: f.String(), fired: f.Fired}
 	}
 }
 
@@ -72,7 +72,7 @@ func proxyFailure(at pgproxy.Point, n int) func(context.Context, *harness.Spec, 
 		Expect(err).NotTo(HaveOccurred())
 		return planned{
 			what:   f.String(),
-			fired:  func(context.Context) (int64, error) { return int64(f.Fired()), nil },
+			fired:  f.Fired,
 			settle: func(ctx context.Context) error { return spec.WaitCut(ctx, f) },
 		}
 	}
@@ -170,7 +170,7 @@ func (s *state) failureAfterMarker() {
 						return nil
 					}
 					problems := []string{fmt.Sprintf("fault %s fired %s; then the redelivery ended %s (expected Applied) and the ledger holds %d effects (expected 1)\n%s",
-						what, timesFired(fired), last.Result(), len(effects), harness.DescribeEvent(ev, effects, history))}
+						what, harness.Times(fired), last.Result(), len(effects), harness.DescribeEvent(ev, effects, history))}
 					return problems
 				})
 				if f.kills {

@@ -32,7 +32,7 @@ type config struct {
 
 func newConfig(opts []Option) config {
 	c := config{
-		deliveryTimeout: harness.DefaultDeliveryTimeout,
+		deliveryTimeout: DefaultDeliveryTimeout,
 		maxTries:        harness.DefaultMaxTries,
 		contenders:      DefaultContenders,
 		plainRounds:     DefaultPlainRounds,
@@ -69,6 +69,10 @@ func WithImage(image string) Option { return func(c *config) { c.provision.Image
 func WithProvisioning(kind string) Option {
 	return func(c *config) { c.provision.Only = provision.Kind(kind) }
 }
+
+// DefaultDeliveryTimeout bounds one delivery unless [WithDeliveryTimeout]
+// says otherwise.
+const DefaultDeliveryTimeout = harness.DefaultDeliveryTimeout
 
 // WithDeliveryTimeout bounds one delivery; a delivery that takes longer is
 // recorded as hung.

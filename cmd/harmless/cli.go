@@ -134,7 +134,7 @@ func parseCertify(args []string, stderr io.Writer) (certifyFlags, error) {
 	fs.IntVar(&f.contenders, "contenders", suite.DefaultContenders, "concurrent deliveries per concurrent-delivery round")
 	fs.IntVar(&f.rounds, "rounds", suite.DefaultPlainRounds, "plain concurrent-delivery rounds")
 	fs.IntVar(&f.overlapRounds, "overlap-rounds", suite.DefaultOverlapRounds, "concurrent-delivery rounds with a database-side sleep after the claim")
-	fs.DurationVar(&f.deliveryTimeout, "delivery-timeout", 15*time.Second, "how long one delivery may take before it counts as hung; every fixture's time budget follows from it")
+	fs.DurationVar(&f.deliveryTimeout, "delivery-timeout", suite.DefaultDeliveryTimeout, "how long one delivery may take before it counts as hung; every fixture's time budget follows from it")
 	fs.Uint64Var(&f.seed, "seed", 0, "seed of the run's random choices, to repeat a run (default: random; the certificate records it)")
 	fs.BoolVar(&f.verbose, "v", false, "verbose: a line per spec and the suite's log on stderr, Ginkgo's verbose report on stdout")
 	fs.BoolVar(&f.quiet, "quiet", false, "print only the final verdict lines and errors")

@@ -375,15 +375,15 @@ func TestReportsAreDocumented(t *testing.T) {
 	}
 	for _, point := range []faults.Point{faults.AtEffect, faults.AtCommit} {
 		for _, action := range []faults.Action{faults.Raise, faults.Sleep, faults.Terminate} {
-			names = append(names, harness.DBFaultKind(faults.Plan{Point: point, Action: action}))
+			names = append(names, faults.Plan{Point: point, Action: action}.Kind())
 		}
 	}
 	for _, action := range []faults.HookAction{faults.HookError, faults.HookPanic, faults.HookCancel} {
-		names = append(names, harness.HookFaultKind(faults.HookPlan{Action: action}))
+		names = append(names, faults.HookPlan{Action: action}.Kind())
 	}
 	for _, point := range []pgproxy.Point{pgproxy.BeforeCommit, pgproxy.AfterCommitComplete, pgproxy.AfterStatement} {
-		for _, action := range []pgproxy.Action{pgproxy.Cut, pgproxy.Delay} {
-			names = append(names, harness.ProxyFaultKind(pgproxy.Rule{At: point, Action: action}))
+		for _, action := range []pgproxy.Action{pgproxy.Cut} {
+			names = append(names, pgproxy.Rule{At: point, Action: action}.Kind())
 		}
 	}
 	names = append(names, harness.ServerCrashKind, "--json", "--junit", "--markdown", "--seed", "--quiet", "`-q`", "`-v`", "NO_COLOR", stepSummaryEnv)

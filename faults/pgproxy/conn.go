@@ -28,16 +28,14 @@ const cancelWait = 10 * time.Second
 // conn is one client connection and, once the client has sent its
 // StartupMessage, its connection to the server.
 type conn struct {
-	id     ConnID
 	p      *Proxy
 	client net.Conn
-	done   chan struct{} // closed by cut
 
 	mu     sync.Mutex // guards the fields up to the blank line
 	server net.Conn
 	isCut  bool
-	meta   ConnInfo // without ID
-	key    []byte   // the backend's secret key, for cancel requests
+	meta   connInfo
+	key    []byte // the backend's secret key, for cancel requests
 
 	// serverToClient's state: the transaction status (ReadyForQuery's 'I',
 	// 'T', 'E') and the statements completed in the open transaction.
@@ -49,12 +47,10 @@ type conn struct {
 	commitStmts, commitPortals map[string]bool
 }
 
-func (c *conn) info() ConnInfo {
+func (c *conn) info() connInfo {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	i := c.meta
-	i.ID = c.id
-	return i
+	return c.meta
 }
 
 // owns reports whether a cancel request for (pid, key) is for this
@@ -74,7 +70,6 @@ func (c *conn) cut() {
 		return
 	}
 	c.isCut = true
-	close(c.done)
 	c.client.Close()
 	if c.server != nil {
 		c.server.Close()
@@ -144,7 +139,7 @@ func readStartup(r *bufio.Reader) ([]byte, pgproto3.FrontendMessage, error) {
 }
 
 func (c *conn) dial(addr string) (net.Conn, error) {
-	d := net.Dialer{Timeout: c.p.dialTimeout}
+	d := net.Dialer{Timeout: dialTimeout}
 	s, err := d.DialContext(c.p.ctx, "tcp", addr)
 	if err != nil {
 		return nil, err
@@ -384,13 +379,13 @@ func (c *conn) completed(tag []byte, w *bufio.Writer) bool {
 // at fires the armed rules that match point pt (and statement n) on this
 // connection. Each firing is recorded before it acts; before acting, what
 // was relayed so far is flushed to w's side. It reports whether the
-// connection was cut (by a rule, or by Close during a delay).
+// connection was cut.
 func (c *conn) at(pt Point, n int, w *bufio.Writer) bool {
 	rules := c.p.rules.Load()
 	if rules == nil {
 		return false
 	}
-	var info ConnInfo
+	var info connInfo
 	loaded := false
 	for _, f := range *rules {
 		r := f.rule
@@ -403,33 +398,13 @@ func (c *conn) at(pt Point, n int, w *bufio.Writer) bool {
 		if !r.Scope.matches(info) || !f.reserve() {
 			continue
 		}
-		f.record(Firing{Conn: info.ID, PID: info.PID, ApplicationName: info.ApplicationName, At: time.Now()})
+		f.record(info.PID)
 		// A failed flush means the connection is going; the next write says so.
 		_ = w.Flush()
-		switch r.Action {
-		case Cut:
-			c.cut()
-			return true
-		case Delay:
-			if !c.wait(r.Delay) {
-				return true
-			}
-		}
+		c.cut() // the only action
+		return true
 	}
 	return false
-}
-
-// wait waits for d, or until the connection is cut; it reports whether d
-// passed.
-func (c *conn) wait(d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-c.done:
-		return false
-	}
 }
 
 // readHeader reads a typed message's type and body length.

@@ -1,4 +1,4 @@
-// Package pgproxy is a PostgreSQL wire-protocol proxy that cuts or delays
+// Package pgproxy is a PostgreSQL wire-protocol proxy that cuts
 // connections at protocol points: before the client's COMMIT reaches the
 // server, after the server has committed but before the client hears of
 // it, or after the N-th statement of a transaction.
@@ -20,8 +20,8 @@
 //
 // # How
 //
-// [New] listens on the loopback and connects each client to the upstream
-// server. In the startup phase it reads the client's first message with
+// [New] listens on a free port of the IPv4 loopback ([Proxy.Addr]) and
+// connects each client to the upstream server. In the startup phase it reads the client's first message with
 // pgproto3's Backend: an SSLRequest or GSSEncRequest is answered 'N' (no
 // encryption) and the next message read; a CancelRequest is forwarded, on
 // a fresh connection, to the server of the backend it names; a
@@ -37,7 +37,7 @@
 //     WORK or TRANSACTION and AND [NO] CHAIN: pgx sends "commit" this way)
 //     and, for the extended protocol, Parse, Bind, Execute and Close, to
 //     know when a portal executes a COMMIT;
-//   - from the server, BackendKeyData (the backend's pid, for scopes, for
+//   - from the server, BackendKeyData (the backend's pid, for
 //     [Fault.PIDs] and to route cancel requests), CommandComplete (BEGIN,
 //     COMMIT, other statements) and ReadyForQuery (the transaction status
 //     'I', 'T' or 'E'), and ErrorResponse.
@@ -50,27 +50,33 @@
 //
 // # Rules
 //
-// [Proxy.Arm] arms a [Rule] (a [Scope], a [Point], an [Action], how many
-// [Rule.Times]) and returns a [Fault]. A fault that never fired proves
-// nothing, so each firing is counted ([Fault.Fired]) and recorded
-// ([Fault.Firings]) before the fault acts: when a client sees its
-// connection break, the cut is already counted. A cut closes both sides;
+// [Proxy.Arm] arms a [Rule] (a [Scope], a [Point], the action [Cut], how
+// many [Rule.Times]) and returns a [Fault]. A fault that never fired proves
+// nothing, so each firing is counted ([Fault.Fired]) and the cut backend's
+// pid recorded ([Fault.PIDs]) before the fault acts: when a client sees its
+// connection break, the cut is already counted. A Fault is one of package
+// faults' Armed, with its [Fault.Kind]. A cut closes both sides;
 // the server's backend then rolls back whatever it had not committed and
 // exits on its own time, possibly still holding locks for a moment.
-// [Fault.WaitGone] (or [WaitGone] with [Fault.PIDs]) waits until the cut
-// backends have left pg_stat_activity; a fixture must do so before it goes
-// on.
+// [Fault.PIDs] names the cut backends; a fixture waits until they have
+// left pg_stat_activity (package faults' Backends and WaitGone) before it
+// goes on. The proxy itself holds no database connection.
 //
 // # Safety
 //
-// The proxy listens only on a loopback address ([New] refuses any other),
-// so only processes on this machine reach it, and it reaches only the
+// The proxy listens only on the loopback, so only processes on this
+// machine reach it, and it reaches only the
 // upstream server it was given. It holds no credentials of its own and
 // does not terminate TLS: authentication passes through it untouched, and
 // [Proxy.DSN] refuses DSNs that require TLS rather than weaken them. It is
 // meant for tests on one machine, with throwaway data.
 // [Proxy.Close] closes the listener and every connection and returns once
-// every goroutine of the proxy has ended; a held [Delay] ends early.
+// every goroutine of the proxy has ended. Rules stay armed until then, or
+// until they have fired their [Rule.Times].
+//
+// The API is what the harness uses: a scope by application_name prefix,
+// cuts only. Delays, other scopes, disarming and a listing of the
+// connections had no user and were dropped.
 //
 // [Proxy.SetUpstream] points new connections at another address, so that
 // after a server restart on a new port the clients keep the proxy's

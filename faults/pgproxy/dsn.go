@@ -27,7 +27,7 @@ func (p *Proxy) DSN(upstreamDSN string) (string, error) {
 		return "", fmt.Errorf("pgproxy: %w", err)
 	}
 	var dsn string
-	if strings.HasPrefix(upstreamDSN, "postgres://") || strings.HasPrefix(upstreamDSN, "postgresql://") {
+	if connstr.IsURL(upstreamDSN) {
 		dsn, err = rewriteURL(upstreamDSN, host, port)
 	} else {
 		dsn, err = rewriteKeywords(upstreamDSN, host, port)
@@ -54,16 +54,7 @@ func checkTLS(key, value string) error {
 func isAddressKey(k string) bool { return k == "host" || k == "hostaddr" || k == "port" }
 
 func rewriteURL(dsn, host, port string) (string, error) {
-	scheme, rest, _ := strings.Cut(dsn, "://")
-	end := strings.IndexAny(rest, "/?#")
-	if end < 0 {
-		end = len(rest)
-	}
-	authority, tail := rest[:end], rest[end:]
-	userinfo := ""
-	if i := strings.LastIndexByte(authority, '@'); i >= 0 {
-		userinfo = authority[:i+1]
-	}
+	user, _, tail := connstr.SplitURL(dsn)
 
 	path, fragment, hasFragment := strings.Cut(tail, "#")
 	path, query, hasQuery := strings.Cut(path, "?")
@@ -72,25 +63,20 @@ func rewriteURL(dsn, host, port string) (string, error) {
 		if err != nil {
 			return "", fmt.Errorf("URL query: %w", err)
 		}
-		rewrite := false
 		for k, vs := range values {
 			for _, v := range vs {
 				if err := checkTLS(k, v); err != nil {
 					return "", err
 				}
 			}
-			if isAddressKey(k) {
-				delete(values, k)
-				rewrite = true
-			}
 		}
-		if rewrite {
-			query = values.Encode()
-		}
+		// Not values.Encode: it would rewrite every other parameter ("%20"
+		// as "+", which libpq reads as a plus).
+		query = connstr.DropQueryParams(query, "host", "hostaddr", "port")
 	}
 
 	var b strings.Builder
-	b.WriteString(scheme + "://" + userinfo + net.JoinHostPort(host, port) + path)
+	b.WriteString(user + net.JoinHostPort(host, port) + path)
 	if hasQuery && query != "" {
 		b.WriteString("?" + query)
 	}

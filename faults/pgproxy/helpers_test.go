@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/goleak"
 
+	"github.com/harmless-dev/harmless/faults"
 	"github.com/harmless-dev/harmless/faults/pgproxy"
 	"github.com/harmless-dev/harmless/internal/pgtest"
 )
@@ -63,9 +64,9 @@ type env struct {
 	appPrefix string // application_name prefix of the test's connections
 }
 
-func newProxy(t testing.TB, upstream string, opts ...pgproxy.Option) *pgproxy.Proxy {
+func newProxy(t testing.TB, upstream string) *pgproxy.Proxy {
 	t.Helper()
-	p, err := pgproxy.New(upstream, opts...)
+	p, err := pgproxy.New(upstream)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -199,7 +200,11 @@ func (e env) waitGone(t testing.TB, f *pgproxy.Fault) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), testTimeout)
 	defer cancel()
-	if err := f.WaitGone(ctx, e.direct); err != nil {
+	backends, err := faults.Backends(ctx, e.direct, f.PIDs()...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := faults.WaitGone(ctx, e.direct, backends...); err != nil {
 		t.Fatal(err)
 	}
 	for _, pid := range f.PIDs() {
@@ -229,4 +234,14 @@ func sqlState(err error) string {
 		return pgErr.Code
 	}
 	return ""
+}
+
+// fired is how often f fired.
+func fired(t testing.TB, f *pgproxy.Fault) int64 {
+	t.Helper()
+	n, err := f.Fired(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
 }

@@ -1,7 +1,6 @@
 package pgproxy
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -12,43 +11,19 @@ import (
 	"time"
 )
 
-// DefaultListenAddr is where a proxy listens unless [WithListenAddr] says
-// otherwise: a free port on the IPv4 loopback.
-const DefaultListenAddr = "127.0.0.1:0"
+// listenAddr is where a proxy listens: a free port on the IPv4 loopback,
+// so that only processes on this machine reach it.
+const listenAddr = "127.0.0.1:0"
 
-// DefaultDialTimeout bounds the connection to the upstream server unless
-// [WithDialTimeout] says otherwise.
-const DefaultDialTimeout = 10 * time.Second
+// dialTimeout bounds the connection to the upstream server.
+const dialTimeout = 10 * time.Second
 
 // acceptBackoff is how long the proxy waits after a failed accept that did
 // not come from Close.
 const acceptBackoff = 5 * time.Millisecond
 
-// Option configures [New].
-type Option func(*config)
-
-type config struct {
-	listen      string
-	dialTimeout time.Duration
-}
-
-// WithListenAddr makes the proxy listen on addr (host:port) instead of
-// [DefaultListenAddr]. The host must be a loopback address (127.0.0.0/8,
-// ::1) or "localhost"; New refuses any other.
-func WithListenAddr(addr string) Option {
-	return func(c *config) { c.listen = addr }
-}
-
-// WithDialTimeout bounds each connection to the upstream server, instead of
-// [DefaultDialTimeout].
-func WithDialTimeout(d time.Duration) Option {
-	return func(c *config) { c.dialTimeout = d }
-}
-
-// ConnInfo describes one client connection of a proxy.
-type ConnInfo struct {
-	// ID identifies the connection within its proxy.
-	ID ConnID
+// connInfo describes one client connection of a proxy.
+type connInfo struct {
 	// ApplicationName, User and Database are the parameters of the client's
 	// StartupMessage (empty until it arrives).
 	ApplicationName, User, Database string
@@ -62,13 +37,11 @@ type ConnInfo struct {
 // Proxy is a PostgreSQL wire-protocol proxy listening on the loopback. Its
 // methods are safe for concurrent use.
 type Proxy struct {
-	ln          net.Listener
-	dialTimeout time.Duration
-	ctx         context.Context // ends at Close; bounds dials
-	cancel      context.CancelFunc
-	wg          sync.WaitGroup // the accept loop and every connection's goroutines
-	nextID      atomic.Uint64
-	rules       atomic.Pointer[[]*Fault] // copy on write, under mu
+	ln     net.Listener
+	ctx    context.Context // ends at Close; bounds dials
+	cancel context.CancelFunc
+	wg     sync.WaitGroup           // the accept loop and every connection's goroutines
+	rules  atomic.Pointer[[]*Fault] // copy on write, under mu
 
 	mu       sync.Mutex
 	upstream string
@@ -79,58 +52,28 @@ type Proxy struct {
 	closeErr  error
 }
 
-// New starts a proxy to the PostgreSQL server at upstream (host:port). It
-// listens at once; stop it with [Proxy.Close].
-func New(upstream string, opts ...Option) (*Proxy, error) {
-	cfg := config{listen: DefaultListenAddr, dialTimeout: DefaultDialTimeout}
-	for _, o := range opts {
-		o(&cfg)
-	}
+// New starts a proxy to the PostgreSQL server at upstream (host:port),
+// listening on a free port of the IPv4 loopback ([Proxy.Addr]). It listens
+// at once; stop it with [Proxy.Close].
+func New(upstream string) (*Proxy, error) {
 	if err := checkUpstream(upstream); err != nil {
 		return nil, fmt.Errorf("pgproxy: %w", err)
 	}
-	if cfg.dialTimeout <= 0 {
-		return nil, fmt.Errorf("pgproxy: dial timeout %s: want more than zero", cfg.dialTimeout)
-	}
-	if err := checkLoopback(cfg.listen); err != nil {
-		return nil, fmt.Errorf("pgproxy: %w", err)
-	}
-	ln, err := net.Listen("tcp", cfg.listen)
+	ln, err := net.Listen("tcp", listenAddr)
 	if err != nil {
 		return nil, fmt.Errorf("pgproxy: listen: %w", err)
 	}
-	// "localhost" could resolve to anything: check what was bound.
-	if a, ok := ln.Addr().(*net.TCPAddr); !ok || !a.IP.IsLoopback() {
-		ln.Close()
-		return nil, fmt.Errorf("pgproxy: refusing to listen on %s: not a loopback address", ln.Addr())
-	}
 	ctx, cancel := context.WithCancel(context.Background())
 	p := &Proxy{
-		ln:          ln,
-		dialTimeout: cfg.dialTimeout,
-		ctx:         ctx,
-		cancel:      cancel,
-		upstream:    upstream,
-		conns:       make(map[*conn]struct{}),
+		ln:       ln,
+		ctx:      ctx,
+		cancel:   cancel,
+		upstream: upstream,
+		conns:    make(map[*conn]struct{}),
 	}
 	p.wg.Add(1)
 	go p.accept()
 	return p, nil
-}
-
-// checkLoopback accepts host:port with a loopback host.
-func checkLoopback(addr string) error {
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		return fmt.Errorf("listen address %q: %w", addr, err)
-	}
-	if host == "localhost" {
-		return nil
-	}
-	if ip := net.ParseIP(host); ip == nil || !ip.IsLoopback() {
-		return fmt.Errorf("refusing to listen on %q: the proxy listens only on a loopback address (127.0.0.1, ::1, localhost)", addr)
-	}
-	return nil
 }
 
 func checkUpstream(addr string) error {
@@ -170,13 +113,13 @@ func (p *Proxy) SetUpstream(addr string) error {
 
 // Arm validates r and arms it: from now on it fires at its point on every
 // connection in its scope, open or new, until it has fired r.Times times
-// or is disarmed. Rules fire in the order they were armed; at one point,
-// delays add up and the first cut ends the connection.
+// or the proxy closes. Rules fire in the order they were armed; at one
+// point, the first cut ends the connection.
 func (p *Proxy) Arm(r Rule) (*Fault, error) {
 	if err := r.validate(); err != nil {
 		return nil, fmt.Errorf("pgproxy: rule %s: %w", r, err)
 	}
-	f := &Fault{rule: r, proxy: p}
+	f := &Fault{rule: r}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	var rules []*Fault
@@ -186,30 +129,6 @@ func (p *Proxy) Arm(r Rule) (*Fault, error) {
 	rules = append(rules, f)
 	p.rules.Store(&rules)
 	return f, nil
-}
-
-// remove drops a disarmed fault from the rules.
-func (p *Proxy) remove(f *Fault) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	old := p.rules.Load()
-	if old == nil {
-		return
-	}
-	rules := slices.DeleteFunc(slices.Clone(*old), func(g *Fault) bool { return g == f })
-	p.rules.Store(&rules)
-}
-
-// Conns lists the open client connections, by ID.
-func (p *Proxy) Conns() []ConnInfo {
-	p.mu.Lock()
-	infos := make([]ConnInfo, 0, len(p.conns))
-	for c := range p.conns {
-		infos = append(infos, c.info())
-	}
-	p.mu.Unlock()
-	slices.SortFunc(infos, func(a, b ConnInfo) int { return cmp.Compare(a.ID, b.ID) })
-	return infos
 }
 
 // Close stops listening, cuts every connection, and returns once all the
@@ -247,8 +166,7 @@ func (p *Proxy) accept() {
 			}
 			continue
 		}
-		c := &conn{p: p, client: nc, done: make(chan struct{})}
-		c.id = ConnID(p.nextID.Add(1))
+		c := &conn{p: p, client: nc}
 		p.mu.Lock()
 		if p.closed {
 			p.mu.Unlock()

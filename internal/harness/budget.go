@@ -204,21 +204,5 @@ func (p Progress) String() string {
 func (s *Spec) faultsSoFar(ctx context.Context) (map[string]int64, error) {
 	s.faultsMu.Lock()
 	defer s.faultsMu.Unlock()
-	counts := map[string]int64{}
-	for _, d := range s.dbFaults {
-		n, err := s.dbFired(ctx, d)
-		if err != nil {
-			return nil, fmt.Errorf("count the firings of fault %s: %w", d.fault, err)
-		}
-		counts[DBFaultKind(d.fault.Plan())] += n
-	}
-	for _, a := range s.armed {
-		n, err := a.fired(ctx)
-		if err != nil {
-			return nil, fmt.Errorf("count the firings of a %s fault: %w", a.kind, err)
-		}
-		counts[a.kind] += n
-	}
-	maps.DeleteFunc(counts, func(_ string, n int64) bool { return n == 0 })
-	return counts, nil
+	return countByKind(ctx, s.armed)
 }

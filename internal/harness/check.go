@@ -15,7 +15,7 @@ import (
 // attempts, and how every delivery ended.
 func DescribeEvent(ev adapters.Event, effects []ledger.Entry, attempts []Attempt) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "event %s applied %s", ev, times(len(effects)))
+	fmt.Fprintf(&b, "event %s applied %s", ev, Times(len(effects)))
 	if len(effects) > 0 {
 		byAttempt := make([]int, len(effects))
 		for i, e := range effects {
@@ -118,7 +118,9 @@ const (
 	listAtMost = 8
 )
 
-func times(n int) string {
+// Times says how many times something happened, in words the harness's
+// messages share: "0 times", "once", "3 times".
+func Times[N ~int | ~int64](n N) string {
 	switch n {
 	case 0:
 		return "0 times"

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/harmless-dev/harmless/faults"
 )
 
 // Crash is a crash of the run's server that [Run.CrashServer] caused: pass
@@ -106,7 +108,11 @@ func (r *Run) CrashServer(ctx context.Context) (*Crash, error) {
 		return nil, err
 	}
 	c.At = time.Now()
-	r.addFired(map[string]int64{ServerCrashKind: 1})
+	crash, err := countByKind(ctx, []faults.Armed{serverCrash{}})
+	if err != nil {
+		return nil, err
+	}
+	r.addFired(crash)
 	return c, nil
 }
 

@@ -241,9 +241,8 @@ func panicError(p any) error {
 	return fmt.Errorf("%w: %v\n%s", ErrPanicked, p, stack)
 }
 
+// firstLine is s up to its first line break.
 func firstLine(s string) string {
-	if i := strings.IndexByte(s, '\n'); i >= 0 {
-		return s[:i]
-	}
-	return s
+	line, _, _ := strings.Cut(s, "\n")
+	return line
 }

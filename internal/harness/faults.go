@@ -4,46 +4,46 @@ import (
 	"context"
 	"fmt"
 	"maps"
-	"strings"
 
+	"github.com/harmless-dev/harmless/adapters"
 	"github.com/harmless-dev/harmless/faults"
 	"github.com/harmless-dev/harmless/faults/pgproxy"
 )
 
-// Kinds of faults, as [Run.FaultsFired] counts them. A kind names where a
-// fault is injected and what it does, never which event it targets, so the
-// names are stable from run to run:
+// Every fault the harness arms is a [faults.Armed]: it tells its kind and
+// how often it fired, and the run counts it by kind (see
+// [Run.FaultsFired]). A kind names where a fault is injected and what it
+// does, never which event it targets, so the names are stable from run to
+// run:
 //
 //   - "db:<action>@<point>": a database-side fault of package faults,
 //     e.g. "db:raise@effect", "db:sleep@effect", "db:terminate@commit"
-//     (see [DBFaultKind]);
+//     (see [faults.Plan.Kind]);
 //   - "hook:<action>": a Go-level hook in the effect, e.g. "hook:panic"
-//     (see [HookFaultKind]);
+//     (see [faults.HookPlan.Kind]);
 //   - "proxy:<action>@<point>": a rule of the wire proxy, the point's words
 //     joined by hyphens, e.g. "proxy:cut@before-commit",
 //     "proxy:cut@after-commit-complete", "proxy:cut@after-statement"
-//     (see [ProxyFaultKind]);
+//     (see [pgproxy.Rule.Kind]);
 //   - [ServerCrashKind]: a crash of the run's server.
+//
+// The spec hands out no way to arm a fault that bypasses the count: its
+// [Hooks] and [Proxy] keep the underlying [faults.Hooks] and
+// [pgproxy.Proxy] to themselves, and their Arm records what it arms. A
+// database-side fault armed with faults.Arm directly in the spec's schema
+// is noticed: [Spec.Close] then fails (see [faults.CountArmed]).
 const (
 	// ServerCrashKind counts the crashes of [Run.CrashServer].
 	ServerCrashKind = "server:crash"
 )
 
-// DBFaultKind is the kind of a database-side fault: "db:" action "@" point,
-// e.g. "db:raise@commit".
-func DBFaultKind(p faults.Plan) string { return fmt.Sprintf("db:%s@%s", p.Action, p.Point) }
-
-// HookFaultKind is the kind of a Go-level hook fault: "hook:" action, e.g.
-// "hook:cancel".
-func HookFaultKind(p faults.HookPlan) string { return "hook:" + string(p.Action) }
-
-// ProxyFaultKind is the kind of a rule of the wire proxy: "proxy:" action
-// "@" point with its words joined by hyphens, e.g.
-// "proxy:cut@after-commit-complete". The statement number of an
-// after-statement rule is not part of the kind.
-func ProxyFaultKind(r pgproxy.Rule) string {
-	return fmt.Sprintf("proxy:%s@%s", r.Action, strings.ReplaceAll(string(r.At), " ", "-"))
-}
+// Every kind of fault the harness arms is counted through faults.Armed.
+var (
+	_ faults.Armed = (*dbFault)(nil)
+	_ faults.Armed = (*faults.HookFault)(nil)
+	_ faults.Armed = (*pgproxy.Fault)(nil)
+	_ faults.Armed = serverCrash{}
+)
 
 // dbFault is a database-side fault a spec armed. Its evidence sequence does
 // not come through a crash of the server exactly: crash recovery restores
@@ -51,66 +51,95 @@ func ProxyFaultKind(r pgproxy.Rule) string {
 // sequences 32 values ahead) or behind it (the firing of a transaction that
 // rolled back is not flushed). So the firings are counted in two parts:
 // base, those up to the last crash, and the sequence's value now minus
-// offset, its value right after the last restart.
+// offset, its value right after the last restart. The spec's faultsMu
+// guards base and offset.
 type dbFault struct {
 	fault        *faults.Fault
 	base, offset int64
 }
 
+// Kind is the fault's kind.
+func (d *dbFault) Kind() string { return d.fault.Kind() }
+
+// Fired counts the firings of the fault, correcting for crashes of the
+// server.
+func (d *dbFault) Fired(ctx context.Context) (int64, error) {
+	raw, err := d.fault.Fired(ctx)
+	if err != nil {
+		return 0, err
+	}
+	return d.base + max(raw-d.offset, 0), nil
+}
+
+// serverCrash is one crash of the run's server: it fired once.
+type serverCrash struct{}
+
+func (serverCrash) Kind() string                         { return ServerCrashKind }
+func (serverCrash) Fired(context.Context) (int64, error) { return 1, nil }
+
 // Hooks are a spec's Go-level fault hooks: [faults.Hooks], whose Arm also
 // records the fault, so that the run counts its firings.
 type Hooks struct {
-	*faults.Hooks
-	spec *Spec
+	hooks *faults.Hooks
+	spec  *Spec
 }
 
 // Arm arms p as [faults.Hooks.Arm] does, and records the fault for
 // [Run.FaultsFired].
 func (h *Hooks) Arm(p faults.HookPlan) *faults.HookFault {
-	f := h.Hooks.Arm(p)
-	h.spec.record(HookFaultKind(p), func(context.Context) (int64, error) { return f.Fired(), nil })
+	f := h.hooks.Arm(p)
+	h.spec.record(f)
 	return f
 }
 
+// Effect is the [adapters.EffectHook] the spec's effect calls (see
+// [faults.Hooks.Effect]).
+func (h *Hooks) Effect(ctx context.Context, d adapters.Delivery) error {
+	return h.hooks.Effect(ctx, d)
+}
+
 // Proxy is a spec's wire proxy: a [pgproxy.Proxy] whose Arm also records
-// the fault, so that the run counts its firings.
+// the fault, so that the run counts its firings. The spec closes it, and
+// points it at the server after a restart.
 type Proxy struct {
-	*pgproxy.Proxy
-	spec *Spec
+	proxy *pgproxy.Proxy
+	spec  *Spec
 }
 
 // Arm arms r as [pgproxy.Proxy.Arm] does, and records the fault for
 // [Run.FaultsFired].
 func (p *Proxy) Arm(r pgproxy.Rule) (*pgproxy.Fault, error) {
-	f, err := p.Proxy.Arm(r)
+	f, err := p.proxy.Arm(r)
 	if err != nil {
 		return nil, err
 	}
-	p.spec.record(ProxyFaultKind(r), func(context.Context) (int64, error) { return int64(f.Fired()), nil })
+	p.spec.record(f)
 	return f, nil
 }
 
-// armed is a Go-level or proxy fault a spec armed: its kind and how to
-// count its firings.
-type armed struct {
-	kind  string
-	fired func(context.Context) (int64, error)
+// Upstream is the server address the proxy's new connections go to.
+func (p *Proxy) Upstream() string { return p.proxy.Upstream() }
+
+// countByKind counts the firings of armed by kind; kinds that did not fire
+// are left out.
+func countByKind(ctx context.Context, armed []faults.Armed) (map[string]int64, error) {
+	counts := map[string]int64{}
+	for _, f := range armed {
+		n, err := f.Fired(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("count the firings of fault %s: %w", f, err)
+		}
+		counts[f.Kind()] += n
+	}
+	maps.DeleteFunc(counts, func(_ string, n int64) bool { return n == 0 })
+	return counts, nil
 }
 
-// record notes a Go-level or proxy fault the spec armed.
-func (s *Spec) record(kind string, fired func(context.Context) (int64, error)) {
+// record notes a fault the spec armed, for the run's counts.
+func (s *Spec) record(f faults.Armed) {
 	s.faultsMu.Lock()
 	defer s.faultsMu.Unlock()
-	s.armed = append(s.armed, armed{kind: kind, fired: fired})
-}
-
-// dbFired counts the firings of d, correcting for crashes of the server.
-func (s *Spec) dbFired(ctx context.Context, d *dbFault) (int64, error) {
-	raw, err := d.fault.Fired(ctx, s.run.admin)
-	if err != nil {
-		return 0, err
-	}
-	return d.base + max(raw-d.offset, 0), nil
+	s.armed = append(s.armed, f)
 }
 
 // beforeCrash disarms the spec's database-side faults, so that none
@@ -121,12 +150,12 @@ func (s *Spec) beforeCrash(ctx context.Context) error {
 	s.faultsMu.Lock()
 	defer s.faultsMu.Unlock()
 	for _, d := range s.dbFaults {
-		if err := d.fault.Disarm(ctx, s.run.admin); err != nil {
+		if err := d.fault.Disarm(ctx); err != nil {
 			return err
 		}
 	}
 	for _, d := range s.dbFaults {
-		n, err := s.dbFired(ctx, d)
+		n, err := d.Fired(ctx)
 		if err != nil {
 			return err
 		}
@@ -141,7 +170,7 @@ func (s *Spec) afterRestart(ctx context.Context) error {
 	s.faultsMu.Lock()
 	defer s.faultsMu.Unlock()
 	for _, d := range s.dbFaults {
-		raw, err := d.fault.Fired(ctx, s.run.admin)
+		raw, err := d.fault.Fired(ctx)
 		if err != nil {
 			return err
 		}
@@ -167,14 +196,32 @@ WHERE wait_event_type = 'Timeout' AND wait_event = 'PgSleep' AND usename = curre
 }
 
 // tally adds the firings of every fault the spec armed to the run's counts.
-// The spec's instances are closed by then, so nothing fires any more.
+// The spec's instances are closed by then, so nothing fires any more. It
+// fails when the spec's schema holds database-side faults armed around
+// [Spec.Arm] (with faults.Arm directly): their firings would go uncounted.
 func (s *Spec) tally(ctx context.Context) error {
+	s.faultsMu.Lock()
+	tallied := s.tallied
+	s.faultsMu.Unlock()
+	if tallied {
+		return nil // closed before: the run has the counts
+	}
 	counts, err := s.faultsSoFar(ctx)
 	if err != nil {
 		return err
 	}
+	inSchema, err := faults.CountArmed(ctx, s.run.admin, s.schema)
+	if err != nil {
+		return err
+	}
 	s.faultsMu.Lock()
-	s.dbFaults, s.armed = nil, nil
+	recorded, failed := len(s.dbFaults), s.failedArms
+	s.faultsMu.Unlock()
+	if inSchema > recorded+failed {
+		return fmt.Errorf("the spec's schema holds %d database-side faults, but %d were armed through Spec.Arm (and %d attempts failed): faults armed around it are not counted", inSchema, recorded, failed)
+	}
+	s.faultsMu.Lock()
+	s.dbFaults, s.armed, s.failedArms, s.tallied = nil, nil, 0, true
 	s.faultsMu.Unlock()
 	s.run.addFired(counts)
 	return nil

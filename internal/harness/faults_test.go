@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"maps"
+	"reflect"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -16,13 +19,13 @@ import (
 
 func TestFaultKinds(t *testing.T) {
 	for _, tc := range []struct{ got, want string }{
-		{harness.DBFaultKind(faults.Plan{Point: faults.AtEffect, Action: faults.Raise}), "db:raise@effect"},
-		{harness.DBFaultKind(faults.Plan{Point: faults.AtCommit, Action: faults.Terminate}), "db:terminate@commit"},
-		{harness.DBFaultKind(faults.Plan{Point: faults.AtEffect, Action: faults.Sleep, Sleep: time.Second}), "db:sleep@effect"},
-		{harness.HookFaultKind(faults.HookPlan{Action: faults.HookPanic}), "hook:panic"},
-		{harness.ProxyFaultKind(pgproxy.Rule{At: pgproxy.BeforeCommit, Action: pgproxy.Cut}), "proxy:cut@before-commit"},
-		{harness.ProxyFaultKind(pgproxy.Rule{At: pgproxy.AfterCommitComplete, Action: pgproxy.Cut}), "proxy:cut@after-commit-complete"},
-		{harness.ProxyFaultKind(pgproxy.Rule{At: pgproxy.AfterStatement, N: 3, Action: pgproxy.Delay, Delay: time.Second}), "proxy:delay@after-statement"},
+		{faults.Plan{Point: faults.AtEffect, Action: faults.Raise}.Kind(), "db:raise@effect"},
+		{faults.Plan{Point: faults.AtCommit, Action: faults.Terminate}.Kind(), "db:terminate@commit"},
+		{faults.Plan{Point: faults.AtEffect, Action: faults.Sleep, Sleep: time.Second}.Kind(), "db:sleep@effect"},
+		{faults.HookPlan{Action: faults.HookPanic}.Kind(), "hook:panic"},
+		{pgproxy.Rule{At: pgproxy.BeforeCommit, Action: pgproxy.Cut}.Kind(), "proxy:cut@before-commit"},
+		{pgproxy.Rule{At: pgproxy.AfterCommitComplete, Action: pgproxy.Cut}.Kind(), "proxy:cut@after-commit-complete"},
+		{pgproxy.Rule{At: pgproxy.AfterStatement, N: 3, Action: pgproxy.Cut}.Kind(), "proxy:cut@after-statement"},
 		{harness.ServerCrashKind, "server:crash"},
 	} {
 		if tc.got != tc.want {
@@ -69,8 +72,8 @@ func TestFaultsFiredCountsWhatFired(t *testing.T) {
 
 	hooked := event("hooked")
 	hook := spec.Hooks().Arm(faults.HookPlan{Namespace: hooked.Namespace, ID: hooked.ID, Attempt: 1, Action: faults.HookError})
-	if a := spec.Deliver(ctx, 1, hooked); !errors.Is(a.Err, faults.ErrInjected) || hook.Fired() != 1 {
-		t.Fatalf("a delivery with a hook armed ended %s, the hook fired %d times; want the injected error, once", a.Result(), hook.Fired())
+	if a := spec.Deliver(ctx, 1, hooked); !errors.Is(a.Err, faults.ErrInjected) || fired(t, hook) != 1 {
+		t.Fatalf("a delivery with a hook armed ended %s, the hook fired %d times; want the injected error, once", a.Result(), fired(t, hook))
 	}
 
 	cut := event("cut")
@@ -78,8 +81,8 @@ func TestFaultsFiredCountsWhatFired(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if a := spec.Deliver(ctx, 1, cut); a.Acked() || cutFault.Fired() != 1 {
-		t.Fatalf("a delivery with a cut armed ended %s, the cut fired %d times; want an error, once", a.Result(), cutFault.Fired())
+	if a := spec.Deliver(ctx, 1, cut); a.Acked() || fired(t, cutFault) != 1 {
+		t.Fatalf("a delivery with a cut armed ended %s, the cut fired %d times; want an error, once", a.Result(), fired(t, cutFault))
 	}
 	if err := spec.WaitCut(ctx, cutFault); err != nil {
 		t.Fatal(err)
@@ -133,7 +136,7 @@ func TestFaultsFiredAcrossACrash(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	raw, err := f.Fired(ctx, r.Admin())
+	raw, err := f.Fired(ctx)
 	t.Logf("the fault's evidence sequence says %d (%v); the spec counts %d", raw, err, fired)
 	if fired != 1 {
 		t.Errorf("Fired after the restart: %d; want 1 (once before the crash, never after)", fired)
@@ -155,4 +158,58 @@ func armDB(t *testing.T, spec *harness.Spec, ev adapters.Event, point faults.Poi
 		t.Fatalf("arm %s %s: %v", action, point, err)
 	}
 	return f
+}
+
+// fired is how often f fired.
+func fired(t *testing.T, f faults.Armed) int64 {
+	t.Helper()
+	n, err := f.Fired(t.Context())
+	if err != nil {
+		t.Fatalf("count the firings of %s: %v", f.Kind(), err)
+	}
+	return n
+}
+
+// TestNoArmingAroundTheCount: a spec's hooks and proxy arm faults only
+// through methods that record them for Run.FaultsFired. Neither has a
+// method (a promoted one of the type it wraps, say) that arms without
+// recording or hands out the type it wraps.
+func TestNoArmingAroundTheCount(t *testing.T) {
+	for typ, want := range map[reflect.Type][]string{
+		reflect.TypeFor[*harness.Hooks](): {"Arm", "Effect"},
+		reflect.TypeFor[*harness.Proxy](): {"Arm", "Upstream"},
+	} {
+		var got []string
+		for m := range typ.Methods() {
+			got = append(got, m.Name)
+		}
+		if !slices.Equal(got, want) {
+			t.Errorf("%s has methods %v; want only %v", typ, got, want)
+		}
+		for f := range typ.Elem().Fields() {
+			if f.IsExported() {
+				t.Errorf("%s has exported field %s", typ, f.Name)
+			}
+		}
+	}
+}
+
+// TestArmingAroundSpecArmFailsClose: a database-side fault armed with
+// faults.Arm directly in the spec's schema would fire uncounted, so the
+// spec's Close says so rather than report a tally without it.
+func TestArmingAroundSpecArmFailsClose(t *testing.T) {
+	ctx := t.Context()
+	r := startRun(t, ampleTimeout)
+	spec, err := r.NewSpec(ctx, reference.Adapter())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev := event("around")
+	armDB(t, spec, ev, faults.AtEffect, faults.Raise)
+	if _, err := faults.Arm(ctx, r.Admin(), spec.Schema(), faults.Plan{Namespace: ev.Namespace, ID: ev.ID, Point: faults.AtCommit, Action: faults.Raise}); err != nil {
+		t.Fatal(err)
+	}
+	if err := spec.Close(ctx); err == nil || !strings.Contains(err.Error(), "2 database-side faults, but 1 were armed through Spec.Arm") {
+		t.Errorf("Close of a spec with a fault armed around Spec.Arm: %v; want an error saying so", err)
+	}
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/harmless-dev/harmless/faults"
 	"github.com/harmless-dev/harmless/faults/pgproxy"
 )
 
@@ -34,7 +35,7 @@ func (s *Spec) UseProxy(ctx context.Context) (*Proxy, error) {
 	if err != nil {
 		return nil, fmt.Errorf("proxy to %s: %w", upstream, err)
 	}
-	s.proxy = &Proxy{Proxy: proxy, spec: s}
+	s.proxy = &Proxy{proxy: proxy, spec: s}
 	return s.proxy, nil
 }
 
@@ -53,7 +54,7 @@ func (s *Spec) followServer(dsn string) error {
 	if err != nil {
 		return err
 	}
-	return proxy.SetUpstream(upstream)
+	return proxy.proxy.SetUpstream(upstream)
 }
 
 // upstreamOf is the host:port a proxy reaches the server at dsn on.
@@ -71,11 +72,22 @@ func (s *Spec) serverDSN() (string, error) {
 	if s.proxy == nil {
 		return s.run.server.DSN(), nil
 	}
-	return s.proxy.DSN(s.run.server.DSN())
+	return s.proxy.proxy.DSN(s.run.server.DSN())
 }
 
 // WaitCut waits until the server backends of the connections fault cut are
-// gone, so that what follows does not race their rollback.
+// gone, so that what follows does not race their rollback: a cut backend
+// ends on its own time and may hold locks (an event's marker row) until
+// then. It pins the backends by pid and start time first (see
+// [faults.Backends]), so a pid the system reuses meanwhile is not waited
+// for.
 func (s *Spec) WaitCut(ctx context.Context, fault *pgproxy.Fault) error {
-	return fault.WaitGone(ctx, s.run.admin)
+	backends, err := faults.Backends(ctx, s.run.admin, fault.PIDs()...)
+	if err != nil {
+		return fmt.Errorf("wait for the backends cut by %s: %w", fault, err)
+	}
+	if err := faults.WaitGone(ctx, s.run.admin, backends...); err != nil {
+		return fmt.Errorf("wait for the backends cut by %s: %w", fault, err)
+	}
+	return nil
 }

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -273,14 +272,9 @@ func WithApplicationName(dsn, name string) (string, error) {
 	if _, err := pgx.ParseConfig(dsn); err != nil {
 		return "", fmt.Errorf("invalid connection string: %w", err)
 	}
-	if strings.HasPrefix(dsn, "postgres://") || strings.HasPrefix(dsn, "postgresql://") {
-		return setURLParam(dsn, "application_name", name), nil
-	}
-	// Keyword/value form: read as pgx reads it and written back, so that no
-	// other setting changes (editing it as text is a trap, see connstr).
-	settings, err := connstr.Parse(dsn)
+	out, err := connstr.SetParam(dsn, "application_name", name)
 	if err != nil {
 		return "", fmt.Errorf("invalid connection string: %w", err)
 	}
-	return connstr.Format(connstr.Set(settings, "application_name", name)), nil
+	return out, nil
 }

@@ -29,10 +29,16 @@ type Spec struct {
 	manual  *ManualClock // the clock, when the adapter accepts the harness's
 	proxy   *Proxy       // between instances and server, once UseProxy was called
 
-	// faultsMu guards the faults the spec armed, counted when it closes.
+	// faultsMu guards the faults the spec armed, counted when it closes:
+	// every one in armed, the database-side ones in dbFaults too, to be
+	// disarmed and recounted around a crash.
 	faultsMu sync.Mutex
+	armed    []faults.Armed
 	dbFaults []*dbFault
-	armed    []armed
+	// failedArms counts the calls of Arm that failed: each may have left
+	// an evidence sequence (see faults.CountArmed).
+	failedArms int
+	tallied    bool // the run has the counts
 
 	budget budget // see StartBudget
 
@@ -47,7 +53,7 @@ type Spec struct {
 type eventKey struct{ namespace, id string }
 
 func (s *Spec) install(ctx context.Context) error {
-	s.hooks = &Hooks{Hooks: faults.NewHooks(), spec: s}
+	s.hooks = &Hooks{hooks: faults.NewHooks(), spec: s}
 	s.clock = adapters.SystemClock{}
 	if s.adapter.Declares.AcceptsClock {
 		// A round second far from the real time, so an implementation
@@ -112,22 +118,28 @@ func (s *Spec) Adapter() adapters.Adapter { return s.adapter }
 func (s *Spec) Hooks() *Hooks { return s.hooks }
 
 // Arm plans a database-side fault in the spec's schema. The run counts its
-// firings when the spec closes (see [Run.FaultsFired]).
+// firings when the spec closes (see [Run.FaultsFired]). It is the only way
+// to arm one: Close fails when the schema holds a fault it did not arm.
 func (s *Spec) Arm(ctx context.Context, p faults.Plan) (*faults.Fault, error) {
 	f, err := faults.Arm(ctx, s.run.admin, s.schema, p)
 	if err != nil {
+		s.faultsMu.Lock()
+		s.failedArms++
+		s.faultsMu.Unlock()
 		return nil, err
 	}
+	d := &dbFault{fault: f}
 	s.faultsMu.Lock()
 	defer s.faultsMu.Unlock()
-	s.dbFaults = append(s.dbFaults, &dbFault{fault: f})
+	s.dbFaults = append(s.dbFaults, d)
+	s.armed = append(s.armed, d)
 	return f, nil
 }
 
 // Disarm disarms a database-side fault (see [faults.Fault.Disarm]): it never
 // fires again, and its firings so far are still counted.
 func (s *Spec) Disarm(ctx context.Context, f *faults.Fault) error {
-	return f.Disarm(ctx, s.run.admin)
+	return f.Disarm(ctx)
 }
 
 // Fired reports how often a database-side fault fired. For a fault armed
@@ -138,10 +150,10 @@ func (s *Spec) Fired(ctx context.Context, f *faults.Fault) (int64, error) {
 	defer s.faultsMu.Unlock()
 	for _, d := range s.dbFaults {
 		if d.fault == f {
-			return s.dbFired(ctx, d)
+			return d.Fired(ctx)
 		}
 	}
-	return f.Fired(ctx, s.run.admin)
+	return f.Fired(ctx)
 }
 
 // Effects returns the ledger's effects of ev.
@@ -279,7 +291,7 @@ func (s *Spec) Close(ctx context.Context) error {
 		}
 	}
 	if s.proxy != nil {
-		if err := s.proxy.Close(); err != nil {
+		if err := s.proxy.proxy.Close(); err != nil {
 			errs = append(errs, fmt.Errorf("close the spec's proxy: %w", err))
 		}
 	}

@@ -2,12 +2,12 @@ package pgtest
 
 import (
 	"context"
-	"net/url"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/harmless-dev/harmless/internal/connstr"
 )
 
 // lockWaitDeadline bounds [WithoutLockWait]: far above what any setup
@@ -60,17 +60,14 @@ WHERE application_name = $1 AND wait_event_type = 'Lock'`, app).Scan(&waiting)
 	}
 }
 
-// NamedDSN is [DSN] with application_name set to app, which must be plain
-// ASCII without spaces or quotes, so that the connections made with it can
-// be found in pg_stat_activity, for instance by [WithoutLockWait].
+// NamedDSN is [DSN] with application_name set to app, so that the
+// connections made with it can be found in pg_stat_activity, for instance
+// by [WithoutLockWait].
 func NamedDSN(t testing.TB, app string) string {
 	t.Helper()
-	dsn := DSN(t)
-	switch {
-	case !strings.HasPrefix(dsn, "postgres://") && !strings.HasPrefix(dsn, "postgresql://"):
-		return dsn + " application_name=" + app // keyword/value: the last value counts
-	case strings.Contains(dsn, "?"):
-		return dsn + "&application_name=" + url.QueryEscape(app)
+	dsn, err := connstr.SetParam(DSN(t), "application_name", app)
+	if err != nil {
+		t.Fatalf("pgtest: name the connections %q: %v", app, err)
 	}
-	return dsn + "?application_name=" + url.QueryEscape(app)
+	return dsn
 }

@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"fmt"
 	"net/url"
-	"strings"
 	"testing"
 	"time"
 
@@ -110,7 +109,7 @@ func WithSettings(dsn string, set map[string]string) (string, error) {
 	if _, err := pgx.ParseConfig(dsn); err != nil {
 		return "", fmt.Errorf("invalid connection string: %w", err)
 	}
-	if strings.HasPrefix(dsn, "postgres://") || strings.HasPrefix(dsn, "postgresql://") {
+	if connstr.IsURL(dsn) {
 		u, err := url.Parse(dsn)
 		if err != nil {
 			return "", fmt.Errorf("invalid connection URL: %w", err)

@@ -33,8 +33,9 @@ func Compare(cert suite.Certificate, row matrix.Row) []string {
 		case matrix.MustPass:
 			for _, r := range rules {
 				if r.Verdict != suite.VerdictPass {
+					line, _, _ := strings.Cut(r.Message, "\n")
 					diffs = append(diffs, fmt.Sprintf("adapter %s, fixture %s, rule %s: verdict %s, but the matrix says the fixture must pass: %s",
-						cert.Adapter, f.ID, r.ID, r.Verdict, firstLine(r.Message)))
+						cert.Adapter, f.ID, r.ID, r.Verdict, line))
 				}
 			}
 		case matrix.MustFail:
@@ -62,9 +63,4 @@ func Compare(cert suite.Certificate, row matrix.Row) []string {
 		diffs = append(diffs, fmt.Sprintf("adapter %s: status %s (certified %t), but the matrix says it must be %s", cert.Adapter, cert.Status, cert.Certified, want))
 	}
 	return diffs
-}
-
-func firstLine(s string) string {
-	line, _, _ := strings.Cut(s, "\n")
-	return line
 }
