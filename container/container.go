@@ -157,8 +157,8 @@ func (c *pgContainer) Secrets() []string { return []string{c.password} }
 // ID is the container's ID at the engine, for whoever wants to look at it
 // there (its log, its state): not part of Server, reach it with a type
 // assertion to interface{ ID() string }.
-func (c *pgContainer) ID() string { return c.ctr.GetContainerID() }
-func (c *pgContainer) Version() string   { return c.version }
+func (c *pgContainer) ID() string      { return c.ctr.GetContainerID() }
+func (c *pgContainer) Version() string { return c.version }
 
 // Start starts a throwaway PostgreSQL server in a container from image and
 // returns it once it accepts connections; logf receives progress lines and
