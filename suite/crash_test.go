@@ -15,6 +15,7 @@ import (
 	"github.com/harmless-dev/harmless/adapters"
 	"github.com/harmless-dev/harmless/adapters/builtin"
 	"github.com/harmless-dev/harmless/adapters/reference"
+	"github.com/harmless-dev/harmless/container"
 	"github.com/harmless-dev/harmless/fixtures"
 	"github.com/harmless-dev/harmless/internal/matrix"
 	"github.com/harmless-dev/harmless/internal/provision"
@@ -250,7 +251,9 @@ func (c *oneConn) Close(ctx context.Context) error { return c.conn.Close(ctx) }
 func TestCrashChild(t *testing.T) {
 	runChildSuite(t, crashChildEnv, "TestCrashRecovery", func(name string) (adapters.Adapter, []Option, bool) {
 		c, ok := crashCases[name]
-		return c.adapter, nil, ok
+		// The suite links no container engine: a test that wants one
+		// passes it, as a user's would.
+		return c.adapter, []Option{WithContainers(container.Start)}, ok
 	})
 }
 

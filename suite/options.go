@@ -61,11 +61,11 @@ const (
 func WithDSN(dsn string) Option { return func(c *config) { c.provision.DSN = dsn } }
 
 // WithImage sets the container image used when the suite starts PostgreSQL
-// in a container.
+// in a container (see WithContainers).
 func WithImage(image string) Option { return func(c *config) { c.provision.Image = image } }
 
 // WithProvisioning forces one way of getting a database: "dsn", "container"
-// or "cluster".
+// (which needs WithContainers) or "cluster".
 func WithProvisioning(kind string) Option {
 	return func(c *config) { c.provision.Only = provision.Kind(kind) }
 }

@@ -23,6 +23,7 @@ import (
 	"github.com/harmless-dev/harmless/adapters"
 	"github.com/harmless-dev/harmless/adapters/builtin"
 	"github.com/harmless-dev/harmless/adapters/exec"
+	"github.com/harmless-dev/harmless/container"
 	"github.com/harmless-dev/harmless/fixtures"
 	"github.com/harmless-dev/harmless/internal/docgen"
 	"github.com/harmless-dev/harmless/internal/redact"
@@ -203,9 +204,11 @@ func implementation(ctx context.Context, f certifyFlags) (adapters.Adapter, []su
 }
 
 // suiteOptions turns the flags about the run (database, sizes, seed) into
-// suite options.
+// suite options. The command can always start PostgreSQL in a container:
+// it links package container, which the suite alone does not.
 func suiteOptions(f certifyFlags) []suite.Option {
 	opts := []suite.Option{
+		suite.WithContainers(container.Start),
 		suite.WithContenders(f.contenders),
 		suite.WithRounds(f.rounds, f.overlapRounds),
 		suite.WithDeliveryTimeout(f.deliveryTimeout),

@@ -29,7 +29,16 @@ var light = []struct {
 	{pkg: module + "/adapters", forbid: []string{"github.com/jackc/pgx/v5/pgxpool", "github.com/onsi/"}},
 	// The fixture catalogue is data: nothing outside the standard library.
 	{pkg: module + "/fixtures", forbid: []string{""}},
+	// The suite a Go test certifies with: the container engine is package
+	// container, linked by who passes suite.WithContainers(container.Start).
+	{pkg: module + "/suite"},
+	// Provisioning takes the container engine as a hook.
+	{pkg: module + "/internal/provision"},
 }
+
+// heavyUsers are the packages that do link the container machinery: the
+// container engine itself and the command, which always offers it.
+var heavyUsers = []string{module + "/container", module + "/cmd/harmless"}
 
 // deps returns the packages pkg links that are not in the standard library,
 // the module's own included.
@@ -67,13 +76,18 @@ func matching(list []string, prefixes []string, skipOwn bool) []string {
 }
 
 // TestDetectorSeesTheContainerMachinery is the control: the package that
-// provisions by container does link testcontainers, so an empty answer
-// below means a light package, not a listing that found nothing.
+// provisions by container, and the command that links it, do link
+// testcontainers, so an empty answer below means a light package, not a
+// listing that found nothing. It logs their counts, the other figure issue
+// 12 measures.
 func TestDetectorSeesTheContainerMachinery(t *testing.T) {
-	list := deps(t, module+"/internal/provision")
-	for _, prefix := range []string{"github.com/testcontainers/", "github.com/moby/", "github.com/shirou/gopsutil"} {
-		if len(matching(list, []string{prefix}, true)) == 0 {
-			t.Errorf("go list -deps internal/provision shows nothing under %s; the import graph check cannot be trusted", prefix)
+	for _, pkg := range heavyUsers {
+		list := deps(t, pkg)
+		t.Logf("%s links %d non-standard packages, %d of them container machinery", pkg, len(list), len(matching(list, heavy, true)))
+		for _, prefix := range []string{"github.com/testcontainers/", "github.com/moby/", "github.com/shirou/gopsutil"} {
+			if len(matching(list, []string{prefix}, true)) == 0 {
+				t.Errorf("go list -deps %s shows nothing under %s; the import graph check cannot be trusted", pkg, prefix)
+			}
 		}
 	}
 }

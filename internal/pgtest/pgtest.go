@@ -1,6 +1,7 @@
 // Package pgtest gives the harness's own tests a real PostgreSQL server.
 //
-// The server comes from provision.Open with default options: the server
+// The server comes from provision.Open with default options and package
+// container's engine: the server
 // named by $HARMLESS_DSN or $DATABASE_URL, else a throwaway container, else
 // a throwaway cluster from local server binaries (see package provision,
 // and $HARMLESS_IMAGE, $HARMLESS_PROVISION). One server is shared by all
@@ -27,6 +28,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/harmless-dev/harmless/container"
 	"github.com/harmless-dev/harmless/internal/provision"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
@@ -50,7 +52,7 @@ func server() (*provision.Server, error) {
 	shared.once.Do(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), openTimeout)
 		defer cancel()
-		shared.srv, shared.err = provision.Open(ctx, provision.Options{Logf: logf})
+		shared.srv, shared.err = provision.Open(ctx, provision.Options{Logf: logf, Container: container.Start})
 	})
 	return shared.srv, shared.err
 }

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
@@ -18,8 +17,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/moby/moby/api/types/network"
-	"github.com/moby/moby/client"
 )
 
 // The tests of this file check that every server harmless starts lets no
@@ -253,91 +250,4 @@ func TestClusterIsPrivate(t *testing.T) {
 	checkRefused(t, ctx, "unix socket without a password after a restart", sock, "")
 
 	rec.checkHides(password)
-}
-
-func TestContainerIsPrivate(t *testing.T) {
-	needEngine(t)
-	ctx := testCtx(t, 5*time.Minute)
-	rec := &logRecorder{t: t}
-	srv, err := Open(ctx, Options{Only: KindContainer, Getenv: env("HARMLESS_IMAGE", os.Getenv("HARMLESS_IMAGE")), Logf: rec.logf})
-	if err != nil {
-		t.Fatalf("Open: %v", err)
-	}
-	closeServer(t, srv)
-	c := srv.b.(*pgContainer)
-	password := checkSecrets(t, srv)
-	if host := hostPort(srv.DSN()); !strings.HasPrefix(host, "127.0.0.1:") {
-		t.Errorf("the DSN names %s, want 127.0.0.1", host)
-	}
-
-	checkLoopbackOnly(t, ctx, c)
-	checkAuthConfig(t, ctx, srv.DSN())
-	if err := login(ctx, srv.DSN(), password); err != nil {
-		t.Fatalf("with the DSN's password: %v", err)
-	}
-	checkRefused(t, ctx, "the old fixed password", srv.DSN(), oldPassword)
-	checkRefused(t, ctx, "no password", srv.DSN(), "")
-
-	// A crash and a restart: a new port, the same password, the same rules.
-	before := srv.DSN()
-	if err := srv.Crash(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := srv.Restart(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("restarted: %s -> %s", hostPort(before), hostPort(srv.DSN()))
-	if got := checkSecrets(t, srv); got != password {
-		t.Error("the password changed on Restart")
-	}
-	checkLoopbackOnly(t, ctx, c)
-	if err := login(ctx, srv.DSN(), password); err != nil {
-		t.Errorf("the DSN after a restart: %v", err)
-	}
-	checkRefused(t, ctx, "the old fixed password after a restart", srv.DSN(), oldPassword)
-	checkRefused(t, ctx, "no password after a restart", srv.DSN(), "")
-
-	rec.checkHides(password)
-}
-
-// checkLoopbackOnly checks, as the engine says it, that the container's
-// only published port is the server's, on 127.0.0.1 only: both what was
-// asked (HostConfig) and what the engine did (NetworkSettings).
-func checkLoopbackOnly(t *testing.T, ctx context.Context, c *pgContainer) {
-	t.Helper()
-	insp, err := c.provider.Client().ContainerInspect(ctx, c.ctr.GetContainerID(), client.ContainerInspectOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := netip.AddrFrom4([4]byte{127, 0, 0, 1})
-	for what, ports := range map[string]map[string][]string{
-		"asked":     bindingsOf(insp.Container.HostConfig.PortBindings),
-		"published": bindingsOf(insp.Container.NetworkSettings.Ports),
-	} {
-		if len(ports) != 1 || len(ports[containerPort]) == 0 {
-			t.Errorf("%s port bindings %v, want %s only", what, ports, containerPort)
-		}
-		for port, hosts := range ports {
-			for _, h := range hosts {
-				ip, _, _ := strings.Cut(h, " ")
-				if a, err := netip.ParseAddr(ip); err != nil || a != want {
-					t.Errorf("%s: %s is published on %s, want %s only", what, port, h, want)
-				}
-			}
-		}
-		t.Logf("%s port bindings: %v", what, ports)
-	}
-}
-
-// bindingsOf lists a port map as port -> ["hostIP hostPort", ...]. An
-// unset host IP (every address) shows as "invalid IP".
-func bindingsOf(m network.PortMap) map[string][]string {
-	out := map[string][]string{}
-	for port, bs := range m {
-		out[port.String()] = nil
-		for _, b := range bs {
-			out[port.String()] = append(out[port.String()], b.HostIP.String()+" "+b.HostPort)
-		}
-	}
-	return out
 }

@@ -8,12 +8,12 @@
 //  1. An explicit DSN: Options.DSN (the CLI's --dsn), else $HARMLESS_DSN, else
 //     $DATABASE_URL. A DSN that is set but does not parse or does not connect
 //     is an error: Open never falls back from a server the user named.
-//  2. A throwaway container, through a container engine found the way
-//     testcontainers-go finds one (DOCKER_HOST, the docker context, the
-//     default socket), from Options.Image, else $HARMLESS_IMAGE, else
-//     postgres:17-alpine, published on the engine's 127.0.0.1 only (so the
-//     engine must be this machine's). Without a registry, build an image
-//     with ci/build-postgres-image.sh and name it in HARMLESS_IMAGE.
+//  2. A throwaway container, when the program linked a container engine
+//     (Options.Container: package container's Start, which the harmless
+//     command and suite.WithContainers pass), from Options.Image, else
+//     $HARMLESS_IMAGE, else postgres:17-alpine. Without one, this way is
+//     reported as not linked and skipped. See package container for how
+//     the engine is found and the container published.
 //  3. A throwaway cluster from local server binaries (initdb and pg_ctl in
 //     Options.BinDir, else $HARMLESS_PG_BINDIR, else on $PATH, else in the
 //     newest /usr/lib/postgresql/*/bin), in a fresh directory harmless-pg-*
@@ -71,20 +71,12 @@
 // when it is empty (a run killed before it wrote the file leaves it so):
 // otherwise it is not harmless's.
 //
-// # Environment for testcontainers-go
+// # Linking
 //
-// testcontainers-go starts a reaper container (Ryuk) unless
-// TESTCONTAINERS_RYUK_DISABLED=true; its image comes from Docker Hub. This
-// package removes its own containers (above), so where the reaper image is
-// not available the variable must be set; the container way reports that
-// when it is missing. The library reads the variable itself, from the
-// process environment or ~/.testcontainers.properties (ryuk.disabled=true):
-// it cannot be set per call. TESTCONTAINERS_HOST_OVERRIDE is honoured when
-// set (the engine's 127.0.0.1 must then be forwarded there); otherwise the
-// engine must be local, and the container is reached on 127.0.0.1. An engine
-// elsewhere (DOCKER_HOST=tcp://another-host, or the host's engine seen from
-// inside a container) is refused before anything starts: the port it would
-// publish is on its own loopback, out of reach.
+// This package links no container machinery: the container way is a hook,
+// Options.Container, so that a program that imports the suite but never
+// asks for containers does not link testcontainers-go, the moby client or
+// gopsutil (internal/depgraph checks it).
 package provision
 
 import (
@@ -139,9 +131,13 @@ type Options struct {
 	// Logf receives progress lines ("starting throwaway cluster in ...",
 	// "container ready in 2.1s"). May be nil.
 	Logf func(format string, args ...any)
+	// Container starts a throwaway server in a container: package
+	// container's Start. Nil means the container way is unavailable, and
+	// the automatic order goes from a DSN straight to a cluster.
+	Container StartContainer
 	// Getenv reads harmless's environment variables (HARMLESS_*,
 	// DATABASE_URL, PATH); nil means os.Getenv. It lets tests control the
-	// environment without mutating it. testcontainers-go reads its own
+	// environment without mutating it. The container engine reads its own
 	// variables (DOCKER_HOST, TESTCONTAINERS_*) from the process.
 	Getenv func(string) string
 }
@@ -155,6 +151,7 @@ type settings struct {
 	binDirSource   string
 	path           string
 	logf           func(format string, args ...any)
+	container      StartContainer
 }
 
 func (o Options) resolve() (settings, error) {
@@ -162,7 +159,7 @@ func (o Options) resolve() (settings, error) {
 	if getenv == nil {
 		getenv = os.Getenv
 	}
-	s := settings{logf: o.Logf, path: getenv("PATH")}
+	s := settings{logf: o.Logf, path: getenv("PATH"), container: o.Container}
 	if s.logf == nil {
 		s.logf = func(string, ...any) {}
 	}

@@ -1,7 +1,6 @@
 package provision
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -15,53 +14,12 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/moby/moby/client"
-	"github.com/testcontainers/testcontainers-go"
 )
 
 // childEnv makes the test binary act as a child process for the tests that
 // need a fresh process (testcontainers-go caches the engine it found) or
 // one that can be killed.
 const childEnv = "HARMLESS_PROVISION_TEST_CHILD"
-
-func TestMain(m *testing.M) {
-	if mode := os.Getenv(childEnv); mode != "" {
-		os.Exit(runChild(mode))
-	}
-	os.Exit(m.Run())
-}
-
-func runChild(mode string) int {
-	ctx := context.Background()
-	logf := func(format string, args ...any) { fmt.Fprintf(os.Stderr, "child: "+format+"\n", args...) }
-	switch mode {
-	case "no-database":
-		if err := hideEngineSockets(); err != nil {
-			fmt.Println("hiding the engine:", err)
-			return 1
-		}
-		// Open with the real process environment, as the CLI would.
-		_, err := Open(ctx, Options{Logf: logf})
-		fmt.Println(err)
-		if !errors.Is(err, ErrNoDatabase) {
-			return 1
-		}
-		return 0
-	case "hold-container":
-		srv, err := Open(ctx, Options{Only: KindContainer, Logf: logf})
-		if err != nil {
-			fmt.Println("error:", err)
-			return 1
-		}
-		fmt.Println("container:", srv.b.(*pgContainer).ctr.GetContainerID())
-		// Hold it until killed (or stdin closes).
-		_, _ = bufio.NewReader(os.Stdin).ReadString('\n')
-		_ = srv.Close(ctx)
-		return 0
-	}
-	fmt.Fprintln(os.Stderr, "unknown child mode", mode)
-	return 2
-}
 
 // env returns a Getenv that sees only vars (and PATH from the process, so
 // that binaries on it are found).
@@ -222,54 +180,6 @@ func TestNoDatabaseForced(t *testing.T) {
 				}
 			}
 		})
-	}
-}
-
-// TestNoDatabaseListsAllThreeWays runs Open in a child process that has no
-// DSN, no container engine and an empty binaries directory: all three ways
-// fail, and the error must say why for each, quickly.
-//
-// As root, the child runs in its own mount namespace with the engine's
-// sockets covered, so that no engine is really there. Otherwise, where an
-// engine is reachable, the child names a testcontainers provider that does
-// not exist, which is the closest an unprivileged test can get.
-func TestNoDatabaseListsAllThreeWays(t *testing.T) {
-	ctx := testCtx(t, time.Minute)
-	empty := t.TempDir()
-	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(),
-		childEnv+"=no-database",
-		"HARMLESS_DSN=", "DATABASE_URL=", "HARMLESS_PROVISION=",
-		"HARMLESS_PG_BINDIR="+empty,
-		"DOCKER_HOST=", "DOCKER_CONTEXT=",
-		"HOME="+empty, "XDG_RUNTIME_DIR="+empty, // no properties file, docker context or rootless socket
-	)
-	if os.Geteuid() == 0 {
-		cmd.SysProcAttr = &syscall.SysProcAttr{Unshareflags: syscall.CLONE_NEWNS}
-		cmd.Env = append(cmd.Env, hideEngineEnv+"=1")
-	} else {
-		cmd.Env = append(cmd.Env, "TESTCONTAINERS_PROVIDER=harmless-test-no-engine")
-	}
-	began := time.Now()
-	out, err := cmd.Output()
-	took := time.Since(began)
-	if err != nil {
-		t.Fatalf("child: %v\n%s%s", err, out, stderrOf(err))
-	}
-	msg := strings.TrimSpace(string(out))
-	t.Logf("after %s: %s", took.Round(time.Millisecond), msg)
-	for _, w := range []string{
-		"no PostgreSQL server available: ",
-		"1) --dsn / HARMLESS_DSN / DATABASE_URL: not set;",
-		"2) container engine: none found: ",
-		"3) local server binaries (initdb, pg_ctl in HARMLESS_PG_BINDIR=" + empty + "): not found",
-	} {
-		if !strings.Contains(msg, w) {
-			t.Errorf("error lacks %q", w)
-		}
-	}
-	if took > 20*time.Second {
-		t.Errorf("took %s to find nothing; no engine must fail fast", took)
 	}
 }
 
@@ -460,155 +370,10 @@ func pingOnce(ctx context.Context, dsn string) error {
 	return err
 }
 
-// needEngine skips the test when the container way cannot work here: no
-// engine answers, testcontainers-go would start its reaper (whose image
-// needs a registry), or the image is not present. With
-// HARMLESS_REQUIRE_CONTAINER=1, as in CI, each of these fails the test
-// instead, so the container way can never be skipped there by accident.
-func needEngine(t *testing.T) {
-	t.Helper()
-	skip := t.Skipf
-	if os.Getenv("HARMLESS_REQUIRE_CONTAINER") == "1" {
-		skip = t.Fatalf
-	}
-	p, err := detectEngine(t.Context(), logAdapter(t.Logf))
-	if err != nil {
-		skip("no container engine (%v): start one with ci/start-docker.sh", err)
-		return
-	}
-	defer p.Close()
-	if !testcontainers.ReadConfig().RyukDisabled {
-		skip("TESTCONTAINERS_RYUK_DISABLED is not true: source ci/env.sh")
-		return
-	}
-	image := os.Getenv("HARMLESS_IMAGE")
-	if image == "" {
-		image = DefaultImage
-	}
-	if _, err := p.Client().ImageInspect(t.Context(), image); err != nil {
-		skip("image %s is not present (%v): build it with ci/build-postgres-image.sh and source ci/env.sh", image, err)
-	}
-}
-
-func TestContainerCrashRestart(t *testing.T) {
-	needEngine(t)
-	ctx := testCtx(t, 5*time.Minute)
-	opts := Options{Only: KindContainer, Getenv: env("HARMLESS_IMAGE", os.Getenv("HARMLESS_IMAGE")), Logf: t.Logf}
-	began := time.Now()
-	srv, err := Open(ctx, opts)
-	if err != nil {
-		t.Fatalf("Open: %v", err)
-	}
-	closeServer(t, srv)
-	t.Logf("container started in %s: %s", time.Since(began).Round(time.Millisecond), srv)
-	c := srv.b.(*pgContainer)
-	if srv.Kind != KindContainer || !srv.Owned() || srv.Version == "" {
-		t.Fatalf("got %s, owned %v", srv, srv.Owned())
-	}
-	cli := c.provider.Client()
-	id := c.ctr.GetContainerID()
-	insp, err := cli.ContainerInspect(ctx, id, client.ContainerInspectOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := ownerFromLabels(insp.Container.Config.Labels); got != self() {
-		t.Errorf("owner labels say %+v, want %+v", got, self())
-	}
-
-	crashAndRecover(t, ctx, srv, func() string { return c.fullLog(t) }, func() {
-		insp, err := cli.ContainerInspect(ctx, id, client.ContainerInspectOptions{})
-		if err != nil || insp.Container.State.Running || insp.Container.State.ExitCode != 137 {
-			t.Fatalf("after Crash: %+v, %v; want stopped by SIGKILL (exit 137)", insp.Container.State, err)
-		}
-	})
-
-	if err := srv.Close(ctx); err != nil {
-		t.Fatalf("Close: %v", err)
-	}
-	if _, err := cli.ContainerInspect(ctx, id, client.ContainerInspectOptions{}); err == nil {
-		t.Error("the container still exists after Close")
-	}
-}
-
 func hostPort(dsn string) string {
 	cfg, err := pgx.ParseConfig(dsn)
 	if err != nil {
 		return "?"
 	}
 	return fmt.Sprintf("%s:%d", cfg.Host, cfg.Port)
-}
-
-func (c *pgContainer) fullLog(t *testing.T) string {
-	r, err := c.ctr.Logs(t.Context())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
-	var b strings.Builder
-	sc := bufio.NewScanner(r)
-	for sc.Scan() {
-		b.WriteString(sc.Text() + "\n")
-	}
-	return b.String()
-}
-
-// TestLeftoverContainersOfKilledRunsAreRemoved starts a container from a
-// child process, kills the child with SIGKILL (no cleanup runs), and
-// checks that the next Open removes the container.
-func TestLeftoverContainersOfKilledRunsAreRemoved(t *testing.T) {
-	needEngine(t)
-	ctx := testCtx(t, 5*time.Minute)
-	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), childEnv+"=hold-container")
-	cmd.Stderr = os.Stderr
-	stdin, err := cmd.StdinPipe() // kept open: the child holds the container
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer stdin.Close()
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	line, err := bufio.NewReader(stdout).ReadString('\n')
-	if err != nil || !strings.HasPrefix(line, "container: ") {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-		t.Fatalf("child said %q, %v", line, err)
-	}
-	id := strings.TrimSpace(strings.TrimPrefix(line, "container: "))
-	if err := cmd.Process.Kill(); err != nil {
-		t.Fatal(err)
-	}
-	_ = cmd.Wait()
-
-	p, err := detectEngine(ctx, logAdapter(t.Logf))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
-	cli := p.Client()
-	if _, err := cli.ContainerInspect(ctx, id, client.ContainerInspectOptions{}); err != nil {
-		t.Fatalf("the killed child's container %.12s is not there to clean up: %v", id, err)
-	}
-
-	var lines []string
-	srv, err := Open(ctx, Options{Only: KindContainer, Getenv: env("HARMLESS_IMAGE", os.Getenv("HARMLESS_IMAGE")),
-		Logf: func(f string, a ...any) {
-			lines = append(lines, fmt.Sprintf(f, a...))
-			t.Logf(f, a...)
-		}})
-	if err != nil {
-		t.Fatalf("Open: %v", err)
-	}
-	closeServer(t, srv)
-	if _, err := cli.ContainerInspect(ctx, id, client.ContainerInspectOptions{}); err == nil {
-		t.Errorf("container %.12s of the killed child is still there", id)
-	}
-	if !strings.Contains(strings.Join(lines, "\n"), fmt.Sprintf("removed leftover container %.12s of dead process %d", id, cmd.Process.Pid)) {
-		t.Errorf("no progress line about the removal in %q", lines)
-	}
 }

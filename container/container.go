@@ -1,4 +1,44 @@
-package provision
+// Package container starts the PostgreSQL servers harmless runs against in
+// throwaway containers, through testcontainers-go. It is a package of its
+// own so that only a program that asks for containers links that machinery
+// (testcontainers-go, the moby client, gopsutil, OpenTelemetry): the suite
+// and the adapters do not. The harmless command links it. A Go test that
+// certifies with suite.Run and wants the suite to start PostgreSQL in a
+// container when no DSN is set (in CI with a container engine, say) passes
+// Start:
+//
+//	suite.Run(t, adapter, suite.WithContainers(container.Start))
+//
+// Without it, the suite uses a DSN or a throwaway cluster from local
+// server binaries, and forcing the container way is an error that says to
+// pass Start.
+//
+// # The container
+//
+// Start finds a container engine the way testcontainers-go finds one
+// (DOCKER_HOST, the docker context, the default socket), pulls the image
+// once if it is missing, and starts a server whose superuser, postgres, has
+// a password generated for it, asked by SCRAM-SHA-256 of every connection,
+// on a port published on the engine's 127.0.0.1 only, labelled with the
+// owner process so that a later run removes it if this one is killed.
+// Without a registry, build an image with ci/build-postgres-image.sh and
+// name it in HARMLESS_IMAGE.
+//
+// # Environment for testcontainers-go
+//
+// testcontainers-go starts a reaper container (Ryuk) unless
+// TESTCONTAINERS_RYUK_DISABLED=true; its image comes from Docker Hub. This
+// package removes its own containers (above), so where the reaper image is
+// not available the variable must be set; Start reports that when it is
+// missing. The library reads the variable itself, from the process
+// environment or ~/.testcontainers.properties (ryuk.disabled=true): it
+// cannot be set per call. TESTCONTAINERS_HOST_OVERRIDE is honoured when set
+// (the engine's 127.0.0.1 must then be forwarded there); otherwise the
+// engine must be local, and the container is reached on 127.0.0.1. An engine
+// elsewhere (DOCKER_HOST=tcp://another-host, or the host's engine seen from
+// inside a container) is refused before anything starts: the port it would
+// publish is on its own loopback, out of reach.
+package container
 
 import (
 	"context"
@@ -10,14 +50,17 @@ import (
 	"net/url"
 	"os"
 	"strings"
+	"sync"
 	"time"
 
-	"github.com/moby/moby/api/types/container"
+	mobycontainer "github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/api/types/network"
 	"github.com/moby/moby/client"
 	"github.com/testcontainers/testcontainers-go"
 	tclog "github.com/testcontainers/testcontainers-go/log"
 	tcpostgres "github.com/testcontainers/testcontainers-go/modules/postgres"
+
+	"github.com/harmless-dev/harmless/internal/provision"
 )
 
 const (
@@ -56,23 +99,76 @@ func (l logAdapter) Printf(format string, args ...any) {
 
 var _ tclog.Logger = logAdapter(nil)
 
+// Server is a throwaway PostgreSQL server in a container, started by Start
+// and owned by this process: its holder may crash it, start it again and
+// must close it. It is an interface literal (an alias, not a named type) so
+// that Start's type is the one suite.WithContainers takes, without this
+// package and the suite naming each other.
+type Server = interface {
+	// DSN is a superuser connection string with the password; it changes
+	// on Restart (the engine maps a new host port), so read it again.
+	DSN() string
+	// Secrets are the passwords DSN carries (the one generated for this
+	// server), so that whoever writes logs can hide them. They do not
+	// change on Restart.
+	Secrets() []string
+	// Version is the server's server_version.
+	Version() string
+	// Crash sends the container SIGKILL and returns once it stopped.
+	Crash(ctx context.Context) error
+	// Restart starts the crashed container again and returns once the
+	// server accepts connections, after crash recovery.
+	Restart(ctx context.Context) error
+	// Close removes the container.
+	Close(ctx context.Context) error
+	// String describes the container for logs, without credentials.
+	String() string
+}
+
+// Start is provision's container hook.
+var _ provision.StartContainer = Start
+
 // pgContainer is a throwaway server in a container.
 type pgContainer struct {
 	ctr      *tcpostgres.PostgresContainer
 	provider *testcontainers.DockerProvider
 	image    string
 	host     string
-	password string // generated for this container; see newPassword
-	dsn      string
+	password string // generated for this container; see provision.NewPassword
+	version  string
+	logf     func(format string, args ...any)
+
+	mu  sync.Mutex // guards dsn, which Restart changes
+	dsn string
 }
 
-func (c *pgContainer) describe() string {
+func (c *pgContainer) String() string {
 	return fmt.Sprintf("container %.12s (%s)", c.ctr.GetContainerID(), c.image)
 }
 
-// openContainer starts a throwaway server in a container.
-func openContainer(ctx context.Context, st settings) (srv *Server, err error) {
-	logger := logAdapter(st.logf)
+func (c *pgContainer) DSN() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.dsn
+}
+
+func (c *pgContainer) Secrets() []string { return []string{c.password} }
+
+// ID is the container's ID at the engine, for whoever wants to look at it
+// there (its log, its state): not part of Server, reach it with a type
+// assertion to interface{ ID() string }.
+func (c *pgContainer) ID() string      { return c.ctr.GetContainerID() }
+func (c *pgContainer) Version() string { return c.version }
+
+// Start starts a throwaway PostgreSQL server in a container from image and
+// returns it once it accepts connections; logf receives progress lines and
+// may be nil. Before it starts anything, it removes the containers left by
+// harmless processes that are gone. The caller must Close the server.
+func Start(ctx context.Context, image string, logf func(format string, args ...any)) (srv Server, err error) {
+	if logf == nil {
+		logf = func(string, ...any) {}
+	}
+	logger := logAdapter(logf)
 	provider, err := detectEngine(ctx, logger)
 	if err != nil {
 		return nil, err
@@ -83,32 +179,32 @@ func openContainer(ctx context.Context, st settings) (srv *Server, err error) {
 		}
 	}()
 	cli := provider.Client()
-	cleanLeftoverContainers(ctx, cli, st.logf)
+	cleanLeftoverContainers(ctx, cli, logf)
 
 	if !testcontainers.ReadConfig().RyukDisabled {
 		//lint:ignore SA1019 the library starts this image and offers no other way to name it, so that we can say it is missing
-		if err := ensureImage(ctx, cli, testcontainers.ReaperDefaultImage, st.logf); err != nil {
+		if err := ensureImage(ctx, cli, testcontainers.ReaperDefaultImage, logf); err != nil {
 			return nil, fmt.Errorf("%w; set TESTCONTAINERS_RYUK_DISABLED=true (harmless removes its own containers)", err)
 		}
 	}
-	if err := ensureImage(ctx, cli, st.image, st.logf); err != nil {
+	if err := ensureImage(ctx, cli, image, logf); err != nil {
 		return nil, fmt.Errorf("%w; without a registry, build one with ci/build-postgres-image.sh and name it in HARMLESS_IMAGE", err)
 	}
 	host, err := containerHost(ctx, cli, provider)
 	if err != nil {
 		return nil, err
 	}
-	password, err := newPassword()
+	password, err := provision.NewPassword()
 	if err != nil {
 		return nil, err
 	}
 
 	began := time.Now()
-	st.logf("starting container from %s", st.image)
-	ctr, err := tcpostgres.Run(ctx, st.image,
+	logf("starting container from %s", image)
+	ctr, err := tcpostgres.Run(ctx, image,
 		testcontainers.WithLogger(logger),
-		testcontainers.WithLabels(self().labels()),
-		tcpostgres.WithUsername(superuser),
+		testcontainers.WithLabels(provision.OwnerLabels()),
+		tcpostgres.WithUsername(provision.Superuser),
 		tcpostgres.WithPassword(password),
 		tcpostgres.WithDatabase(containerDB),
 		testcontainers.WithEnv(map[string]string{
@@ -121,27 +217,26 @@ func openContainer(ctx context.Context, st settings) (srv *Server, err error) {
 		if ctr != nil {
 			_ = ctr.Terminate(context.WithoutCancel(ctx), testcontainers.StopTimeout(0))
 		}
-		return nil, fmt.Errorf("start container from %s: %w", st.image, err)
+		return nil, fmt.Errorf("start container from %s: %w", image, err)
 	}
-	c := &pgContainer{ctr: ctr, provider: provider, image: st.image, host: host, password: password}
+	c := &pgContainer{ctr: ctr, provider: provider, image: image, host: host, password: password, logf: logf}
 	defer func() {
 		if err != nil {
 			_ = ctr.Terminate(context.WithoutCancel(ctx), testcontainers.StopTimeout(0))
 		}
 	}()
-	version, err := c.waitReady(ctx)
-	if err != nil {
+	if c.version, err = c.waitReady(ctx); err != nil {
 		return nil, err
 	}
-	st.logf("container ready in %.1fs: %s on %s (PostgreSQL %s)",
-		time.Since(began).Seconds(), c.describe(), c.hostPort(), version)
-	return &Server{Kind: KindContainer, Version: version, dsn: c.dsn, b: c, logf: st.logf, secrets: []string{password}}, nil
+	logf("container ready in %.1fs: %s on %s (PostgreSQL %s)",
+		time.Since(began).Seconds(), c, c.hostPort(), c.version)
+	return c, nil
 }
 
 // publishOnLoopback publishes the server's port on 127.0.0.1 only, on a
 // port the engine picks (again at every start): an engine left to itself
 // publishes on 0.0.0.0 and [::], to every network the machine is on.
-func publishOnLoopback(hc *container.HostConfig) {
+func publishOnLoopback(hc *mobycontainer.HostConfig) {
 	hc.PublishAllPorts = false
 	hc.PortBindings = network.PortMap{
 		network.MustParsePort(containerPort): {{HostIP: loopback, HostPort: "0"}},
@@ -274,7 +369,7 @@ func engineIsLocal(ctx context.Context, cli client.APIClient) bool {
 }
 
 func (c *pgContainer) hostPort() string {
-	u, err := url.Parse(c.dsn)
+	u, err := url.Parse(c.DSN())
 	if err != nil {
 		return ""
 	}
@@ -288,14 +383,17 @@ func (c *pgContainer) waitReady(ctx context.Context) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("published port: %w", err)
 	}
-	c.dsn = (&url.URL{
+	dsn := (&url.URL{
 		Scheme:   "postgres",
-		User:     url.UserPassword(superuser, c.password),
+		User:     url.UserPassword(provision.Superuser, c.password),
 		Host:     net.JoinHostPort(c.host, port.Port()),
 		Path:     "/" + containerDB,
 		RawQuery: "sslmode=disable",
 	}).String()
-	return waitReady(ctx, c.dsn, containerReadyTimeout, c.logTail)
+	c.mu.Lock()
+	c.dsn = dsn
+	c.mu.Unlock()
+	return provision.WaitReady(ctx, dsn, containerReadyTimeout, c.logTail)
 }
 
 // logTail returns the last lines of the container's log, for errors.
@@ -308,10 +406,12 @@ func (c *pgContainer) logTail() string {
 	}
 	defer r.Close()
 	b, _ := io.ReadAll(io.LimitReader(r, 1<<20))
-	return "container log: " + lastLines(string(b), 10)
+	return "container log: " + provision.LastLines(string(b), 10)
 }
 
-func (c *pgContainer) crash(ctx context.Context) error {
+// Crash sends the container SIGKILL (a real crash: no clean shutdown) and
+// returns once the engine says it stopped.
+func (c *pgContainer) Crash(ctx context.Context) error {
 	cli := c.provider.Client()
 	id := c.ctr.GetContainerID()
 	if _, err := cli.ContainerKill(ctx, id, client.ContainerKillOptions{Signal: "SIGKILL"}); err != nil {
@@ -335,24 +435,25 @@ func (c *pgContainer) crash(ctx context.Context) error {
 	}
 }
 
-func (c *pgContainer) restart(ctx context.Context) (string, error) {
+// Restart starts the crashed container again (PostgreSQL runs crash
+// recovery) and returns once it accepts connections, on a new host port.
+func (c *pgContainer) Restart(ctx context.Context) error {
 	st, err := c.ctr.State(ctx)
 	if err != nil {
-		return "", fmt.Errorf("inspect: %w", err)
+		return fmt.Errorf("inspect: %w", err)
 	}
 	if st.Running {
-		return "", errors.New("the server is running: Crash it first")
+		return errors.New("the server is running: Crash it first")
 	}
 	if err := c.ctr.Start(ctx); err != nil {
-		return "", fmt.Errorf("start: %w", err)
+		return fmt.Errorf("start: %w", err)
 	}
-	if _, err := c.waitReady(ctx); err != nil {
-		return "", err
-	}
-	return c.dsn, nil
+	_, err = c.waitReady(ctx)
+	return err
 }
 
-func (c *pgContainer) close(ctx context.Context) error {
+// Close removes the container and lets go of the engine.
+func (c *pgContainer) Close(ctx context.Context) error {
 	defer c.provider.Close()
 	if err := c.ctr.Terminate(ctx, testcontainers.StopTimeout(0)); err != nil {
 		return fmt.Errorf("remove container: %w", err)
@@ -366,22 +467,22 @@ func (c *pgContainer) close(ctx context.Context) error {
 func cleanLeftoverContainers(ctx context.Context, cli client.APIClient, logf func(string, ...any)) {
 	list, err := cli.ContainerList(ctx, client.ContainerListOptions{
 		All:     true,
-		Filters: make(client.Filters).Add("label", labelOwnerPID),
+		Filters: make(client.Filters).Add("label", provision.LabelOwnerPID),
 	})
 	if err != nil {
 		logf("listing leftover containers: %v", err)
 		return
 	}
 	for _, s := range list.Items {
-		o := ownerFromLabels(s.Labels)
-		if !o.dead() {
+		pid, dead := provision.DeadOwner(s.Labels)
+		if !dead {
 			continue
 		}
 		_, err := cli.ContainerRemove(ctx, s.ID, client.ContainerRemoveOptions{Force: true, RemoveVolumes: true})
 		if err != nil && !errors.Is(err, context.Canceled) {
-			logf("removing leftover container %.12s of dead process %d: %v", s.ID, o.pid, err)
+			logf("removing leftover container %.12s of dead process %d: %v", s.ID, pid, err)
 			continue
 		}
-		logf("removed leftover container %.12s of dead process %d", s.ID, o.pid)
+		logf("removed leftover container %.12s of dead process %d", s.ID, pid)
 	}
 }
