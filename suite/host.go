@@ -8,10 +8,10 @@ import (
 	"sync"
 	"testing"
 
-	. "github.com/onsi/ginkgo/v2"
+	"github.com/onsi/ginkgo/v2"
 	"github.com/onsi/ginkgo/v2/extensions/globals"
 	"github.com/onsi/ginkgo/v2/types"
-	. "github.com/onsi/gomega"
+	"github.com/onsi/gomega"
 
 	"github.com/harmless-dev/harmless/adapters"
 )
@@ -72,8 +72,8 @@ func RunWith(t *testing.T, opts []Option, adapters ...adapters.Adapter) {
 // Certify certifies adapter without a Go test, as the harmless command
 // does, and returns its certificate. The error says the run could not
 // start (it wraps [ErrSetup], and the certificate's Error says the same),
-// or that it could not release its database; the certificate is valid
-// either way. Ginkgo's configuration is its default (the flags of a test
+// was cancelled (it wraps the context's cause), or could not release its
+// database; the certificate is valid either way. Ginkgo's configuration is its default (the flags of a test
 // binary, when called from one), changed by [WithGinkgoConfig]. When ctx
 // is done, the run stops before its next spec (the one that runs goes on
 // to its end) and the certificate says it was interrupted; a run not yet
@@ -89,8 +89,11 @@ func Certify(ctx context.Context, adapter adapters.Adapter, opts ...Option) (Cer
 	s := newState(ctx, adapter, opts)
 	err := host(certifyT{}, "harmless certify "+adapter.Name, []*state{s}, opts)
 	cert := *s.cert
-	if s.setupErr != nil {
+	switch {
+	case s.setupErr != nil:
 		return cert, fmt.Errorf("%w: %s", ErrSetup, strings.TrimPrefix(cert.Error, ErrSetup.Error()+": "))
+	case s.cancelled:
+		return cert, errors.Join(fmt.Errorf("harmless: the run was cancelled: %w", context.Cause(ctx)), err)
 	}
 	return cert, err
 }
@@ -108,13 +111,13 @@ var hosting sync.Mutex
 // ginkgoDefaults is Ginkgo's configuration before any hosted suite changed
 // it: RunSpecs keeps the configuration it was given for the rest of the
 // process, so each hosted suite starts again from this one.
-var ginkgoDefaults = sync.OnceValues(GinkgoConfiguration)
+var ginkgoDefaults = sync.OnceValues(ginkgo.GinkgoConfiguration)
 
 // host runs states in a Ginkgo suite of their own, described as
 // description, with Ginkgo configured by opts, and leaves each state's
 // certificate in it, interrupted when the suite was. Its error is a
 // failure to release a database.
-func host(t GinkgoTestingT, description string, states []*state, opts []Option) error {
+func host(t ginkgo.GinkgoTestingT, description string, states []*state, opts []Option) error {
 	hosting.Lock()
 	defer hosting.Unlock()
 	suiteConfig, reporterConfig := ginkgoDefaults()
@@ -124,15 +127,15 @@ func host(t GinkgoTestingT, description string, states []*state, opts []Option) 
 	globals.Reset()
 	// Leave no spec behind for the next suite of the process.
 	defer globals.Reset()
-	RegisterFailHandler(Fail)
+	gomega.RegisterFailHandler(ginkgo.Fail)
 	for _, s := range states {
 		s.hosted = true
 		s.describe()
 	}
 	// This suite is the host's own: a suite-level node is its to add.
-	var report Report
-	ReportAfterSuite("harmless", func(r Report) { report = r })
-	RunSpecs(t, description, suiteConfig, reporterConfig)
+	var report ginkgo.Report
+	ginkgo.ReportAfterSuite("harmless", func(r ginkgo.Report) { report = r })
+	ginkgo.RunSpecs(t, description, suiteConfig, reporterConfig)
 
 	var errs []error
 	for _, s := range states {

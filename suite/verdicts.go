@@ -5,7 +5,7 @@ import (
 	"slices"
 	"strings"
 
-	. "github.com/onsi/ginkgo/v2"
+	"github.com/onsi/ginkgo/v2"
 	"github.com/onsi/ginkgo/v2/types"
 
 	"github.com/harmless-dev/harmless/fixtures"
@@ -15,9 +15,9 @@ import (
 type outcome int
 
 const (
-	// outcomeNone: the It did not finish judging (it did not run, or
-	// something failed before its check did).
-	outcomeNone outcome = iota
+	// The zero outcome: the It did not finish judging (it did not run,
+	// or something failed before its check did).
+	_ outcome = iota
 	// outcomePass: the check found no violation.
 	outcomePass
 	// outcomeFail: the check found violations.
@@ -99,7 +99,7 @@ func (s *state) registerRule(id string, judge func() judgement) {
 		panic(err) // a typo in the suite itself
 	}
 	leaf := r.ID + ": " + r.Doc
-	below := CurrentTreeConstructionNodeReport().ContainerHierarchyTexts[s.constructionDepth:]
+	below := ginkgo.CurrentTreeConstructionNodeReport().ContainerHierarchyTexts[s.constructionDepth:]
 	rec := &specRecord{rule: r, where: strings.Join(below, " / "), key: specKey(below, leaf)}
 	if s.specs[rec.key] != nil {
 		panic(fmt.Sprintf("harmless: rule %s is registered twice in %q", r.ID, rec.where)) // a bug in the suite itself
@@ -109,20 +109,20 @@ func (s *state) registerRule(id string, judge func() judgement) {
 	// The check only judges what the container's BeforeAll gathered, which
 	// has a budget of its own: the It needs no timeout (one would cap the
 	// BeforeAll, which runs inside the container's first It).
-	It(leaf, Label(r.Label(), "level:"+string(r.Level)), func() {
+	ginkgo.It(leaf, ginkgo.Label(r.Label(), "level:"+string(r.Level)), func() {
 		j, reason, notApplicable := runCheck(judge)
 		switch {
 		case notApplicable:
 			rec.outcome, rec.message = outcomeNotSupported, reason
-			Skip(notSupportedPrefix + reason)
+			ginkgo.Skip(notSupportedPrefix + reason)
 		case len(j.problems) > 0:
 			msg := failureMessage(r, j.problems, !j.unplayed)
 			rec.outcome, rec.message = outcomeFail, msg
-			Fail(excerpt(msg, ginkgoExcerptLines, ginkgoEvidence))
+			ginkgo.Fail(excerpt(msg, ginkgoExcerptLines, ginkgoEvidence))
 		default:
 			rec.outcome, rec.message = outcomePass, j.note
 			if j.note != "" {
-				AddReportEntry(noteEntry, j.note)
+				ginkgo.AddReportEntry(noteEntry, j.note)
 			}
 		}
 	})
