@@ -253,7 +253,7 @@ func (s *state) specDone(ctx SpecContext, sr SpecReport) {
 	rec.report = &sr
 	s.reported++
 	if rec.ran() {
-		s.cfg.logf("%-7s %s (%.1fs)", strings.ToUpper(sr.State.String()), strings.Join(append(strings.Split(rec.where, " / "), sr.LeafNodeText), " / "), sr.RunTime.Seconds())
+		s.cfg.logf("%-7s %s (%.1fs)", strings.ToUpper(sr.State.String()), rec.where+" / "+sr.LeafNodeText, sr.RunTime.Seconds())
 	}
 	if rec.rule.Fixture == s.fixture.id {
 		s.fixture.specs = append(s.fixture.specs, rec)
