@@ -38,13 +38,14 @@ var _ = AfterSuite(func() {
 	}
 })
 
-var _ = Describe("the embedding suite's own specs", func() {
-	It("run beside harmless's", Label("own"), func() { events = append(events, "own spec") })
-})
-
 var _ = suite.Register(reference.Adapter(), suite.WithCertificate(collect))
 
-var _ = suite.Register(checktheninsert.Adapter(), suite.WithCertificate(collect))
+// The second adapter is registered inside a container of the suite's own,
+// beside its own spec.
+var _ = Describe("the embedding suite's own specs", func() {
+	It("run beside harmless's", Label("own"), func() { events = append(events, "own spec") })
+	suite.Register(checktheninsert.Adapter(), suite.WithCertificate(collect))
+})
 
 // filter keeps the run short: one fixture both adapters pass, one the
 // broken adapter fails, and the suite's own spec.
@@ -58,7 +59,7 @@ func (f *failRecorder) Fail() { f.failed = true }
 
 // TestEmbeddedInASuiteWithItsOwnSetup: suite.Register, called for two
 // adapters in a Ginkgo suite that has its own BeforeSuite, AfterSuite and
-// specs, runs both adapters' fixtures; each gets its own certificate, built
+// specs, at package level and inside a container of the suite's, runs both adapters' fixtures; each gets its own certificate, built
 // when its container ends (before the suite's AfterSuite), with the right
 // verdicts: the reference passes every rule that ran, the broken adapter
 // fails conflicting-payload and passes double-delivery.
