@@ -85,6 +85,12 @@ func RunWith(t *testing.T, opts []Option, adapters ...adapters.Adapter) {
 // It must not be called while a Ginkgo suite of the process runs (from
 // inside a spec), and it removes specs registered at package level, so a
 // process that runs a Ginkgo suite of its own should use [Register].
+//
+// Ginkgo handles SIGINT and SIGTERM while the run lasts: it stops the spec
+// that runs, runs every cleanup, skips the rest, and the certificate says
+// the run was interrupted. Ginkgo keeps listening for them once the run
+// has ended, so a program that goes on after Certify should handle them
+// itself (see os/signal) rather than rely on their default action.
 func Certify(ctx context.Context, adapter adapters.Adapter, opts ...Option) (Certificate, error) {
 	s := newState(ctx, adapter, opts)
 	err := host(certifyT{}, "harmless certify "+adapter.Name, []*state{s}, opts)
