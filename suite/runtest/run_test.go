@@ -126,3 +126,17 @@ func TestCertifyCancelled(t *testing.T) {
 		t.Errorf("status %s, database %q, %s; want interrupted before the run started, every rule skipped", cert.Status, cert.Database, cert.Summary())
 	}
 }
+
+// TestCertifySetupError: a run that cannot start says why, in the error
+// (which wraps suite.ErrSetup) and in the certificate, whose rules all did
+// not run.
+func TestCertifySetupError(t *testing.T) {
+	cert, err := suite.Certify(t.Context(), reference.Adapter(),
+		suite.WithDSN("postgres://nobody@127.0.0.1:1/none?sslmode=disable&connect_timeout=5"), only(fixtures.DoubleDelivery))
+	if !errors.Is(err, suite.ErrSetup) {
+		t.Errorf("error %v; want one wrapping suite.ErrSetup", err)
+	}
+	if cert.Error == "" || cert.Status != suite.StatusNotCertified || cert.Count(suite.VerdictSkipped) != len(cert.Rules) {
+		t.Errorf("error %q, status %s, %s; want the setup's error, not-certified, every rule skipped", cert.Error, cert.Status, cert.Summary())
+	}
+}
