@@ -1,6 +1,7 @@
 package suite
 
 import (
+	"context"
 	"encoding/json"
 	"encoding/xml"
 	"fmt"
@@ -38,9 +39,6 @@ const (
 	// VerdictSkipped means the rule did not run (filtered out, or the run stopped early).
 	VerdictSkipped Verdict = "skipped"
 )
-
-// notSupportedPrefix starts the Skip message of a spec that does not apply.
-const notSupportedPrefix = "not-supported: "
 
 // Status is a certificate's overall verdict.
 type Status string
@@ -304,15 +302,8 @@ func (c Certificate) WriteJSON(path string) error {
 	return nil
 }
 
-func (s *state) report(report ginkgo.Report) {
-	s.fixtureDone() // if AfterSuite did not run
-	cert := s.certificate(report)
-	for _, fn := range s.cfg.onCertificate {
-		fn(cert)
-	}
-}
-
-func (s *state) certificate(report ginkgo.Report) Certificate {
+// certificate builds the registration's certificate from its records.
+func (s *state) certificate() Certificate {
 	cert := Certificate{
 		Adapter:      s.adapter.Name,
 		SuiteVersion: Version,
@@ -323,8 +314,10 @@ func (s *state) certificate(report ginkgo.Report) Certificate {
 		Declared:     declared(s.adapter.Declares),
 		Seed:         s.seed,
 		Faults:       map[string]int64{},
-		Started:      report.StartTime,
-		Duration:     report.RunTime.Seconds(),
+		Started:      s.started,
+	}
+	if !s.started.IsZero() {
+		cert.Duration = time.Since(s.started).Seconds()
 	}
 	if s.run != nil {
 		maps.Copy(cert.Faults, s.run.FaultsFired())
@@ -332,19 +325,32 @@ func (s *state) certificate(report ginkgo.Report) Certificate {
 	if s.setupErr != nil {
 		cert.Error = s.setupErr.Error()
 	}
-	cert.Rules = ruleResults(fixtures.Rules(), report.SpecReports)
+	cert.Rules = ruleResults(fixtures.Rules(), s.order)
 	cert.Status = status(cert.Error, cert.Rules)
-	if cert.Interrupted = interruption(report); cert.Interrupted != "" {
-		cert.Status = StatusInterrupted
-		for i, r := range cert.Rules {
-			if r.Verdict == VerdictSkipped {
-				cert.Rules[i].Message = fmt.Sprintf("did not run to its end: the run was interrupted (%s)", cert.Interrupted)
-			}
-		}
-	}
 	cert.Certified = cert.Status == StatusCertified
 	cert.Verified = verify(cert.Declared, cert.Rules)
+	for _, rec := range s.order {
+		if rec.report != nil && rec.report.State == types.SpecStateInterrupted {
+			cert.interrupt("Interrupted")
+			break
+		}
+	}
+	if s.cancelled {
+		cert.interrupt(fmt.Sprintf("cancelled: %v", context.Cause(s.ctx)))
+	}
 	return cert.masked(s.secrets)
+}
+
+// interrupt marks the certificate of a run stopped before it ended, for
+// reason (a more precise reason may replace one given before): it
+// certifies nothing, and the rules that did not run say why.
+func (c *Certificate) interrupt(reason string) {
+	c.Interrupted, c.Status, c.Certified = reason, StatusInterrupted, false
+	for i, r := range c.Rules {
+		if r.Verdict == VerdictSkipped {
+			c.Rules[i].Message = fmt.Sprintf("did not run to its end: the run was interrupted (%s)", reason)
+		}
+	}
 }
 
 // masked returns the certificate with secrets masked in every text that
@@ -436,91 +442,6 @@ func (c Certificate) Headline() string {
 		return "INTERRUPTED"
 	}
 	return "NOT CERTIFIED"
-}
-
-// ruleResults folds the reports of the specs of each of rules into the
-// rule's verdict. A rule with no spec among reports is skipped.
-func ruleResults(rules []fixtures.Rule, reports []types.SpecReport) []RuleResult {
-	specs := map[string][]types.SpecReport{}
-	for _, sr := range reports {
-		if sr.LeafNodeType != types.NodeTypeIt {
-			continue
-		}
-		for _, l := range sr.Labels() {
-			if id, ok := strings.CutPrefix(l, "rule:"); ok {
-				specs[id] = append(specs[id], sr)
-			}
-		}
-	}
-	results := make([]RuleResult, 0, len(rules))
-	for _, r := range rules {
-		res := RuleResult{ID: r.ID, Fixture: r.Fixture, Level: r.Level, Doc: r.Doc}
-		res.Verdict, res.Message = verdict(specs[r.ID])
-		results = append(results, res)
-	}
-	return results
-}
-
-// noSpecRan is the message of a rule none of whose specs is in the report.
-const noSpecRan = "no spec of this rule ran"
-
-// verdict folds the results of a rule's specs into one verdict.
-func verdict(specs []types.SpecReport) (Verdict, string) {
-	if len(specs) == 0 {
-		return VerdictSkipped, noSpecRan
-	}
-	var failed, notSupported, notes []string
-	passed, skipped := 0, 0
-	for _, sr := range specs {
-		where := strings.Join(slices.DeleteFunc(slices.Clone(sr.ContainerHierarchyTexts), func(t string) bool { return t == "harmless" }), " / ")
-		switch {
-		case sr.State == types.SpecStateInterrupted:
-			// The run was stopped while this spec ran: the interruption
-			// says nothing about the implementation.
-			skipped++
-		case sr.State == types.SpecStatePassed:
-			passed++
-			for _, e := range sr.ReportEntries {
-				if e.Name == noteEntry {
-					notes = append(notes, fmt.Sprintf("[%s] %s", where, e.Value.String()))
-				}
-			}
-		case sr.State.Is(types.SpecStateFailureStates):
-			// A rule's check fails its spec with an excerpt and keeps the
-			// whole message in a report entry; any other failure (a
-			// timeout, a failed assertion of the harness's own) is whole.
-			msg := sr.Failure.Message
-			for _, e := range sr.ReportEntries {
-				if e.Name == evidenceEntry {
-					msg = e.Value.String()
-				}
-			}
-			// A timeout's message says only that; the scenario's own
-			// report, attached to Ginkgo's progress report, says how far
-			// it got.
-			if extra := sr.Failure.ProgressReport.AdditionalReports; len(extra) > 0 {
-				msg += "\n" + strings.Join(extra, "\n")
-			}
-			failed = append(failed, fmt.Sprintf("[%s] %s", where, msg))
-		case sr.State == types.SpecStateSkipped && strings.HasPrefix(sr.Failure.Message, notSupportedPrefix):
-			notSupported = append(notSupported, fmt.Sprintf("[%s] %s", where, strings.TrimPrefix(sr.Failure.Message, notSupportedPrefix)))
-		default:
-			skipped++
-		}
-	}
-	// Every message is kept whole, but no line of it may be unbounded: an
-	// error that quotes a 1 MiB id is cut in its middle.
-	switch {
-	case len(failed) > 0:
-		return VerdictFail, boundLines(strings.Join(failed, "\n"), maxMessageLine)
-	case skipped > 0:
-		return VerdictSkipped, fmt.Sprintf("%d of %d specs did not run", skipped, len(specs))
-	case passed == 0 && len(notSupported) > 0:
-		return VerdictNotSupported, boundLines(strings.Join(notSupported, "\n"), maxMessageLine)
-	case len(notSupported) > 0:
-		notes = append(notes, "partly not supported: "+strings.Join(notSupported, "\n"))
-	}
-	return VerdictPass, boundLines(strings.Join(notes, "\n"), maxMessageLine)
 }
 
 // JUnit XML: a testsuites element holding one testsuite of one testcase

@@ -63,14 +63,6 @@ func (sc *scenario) beginCrash(ctx context.Context) *harness.Spec {
 	return spec
 }
 
-// notSupported skips the current rule as not-supported, saying why, when
-// reason is set.
-func notSupported(reason string) {
-	if reason != "" {
-		Skip(notSupportedPrefix + reason)
-	}
-}
-
 // crashAndRestart crashes the run's server and starts it again. It fails
 // the node when either cannot be done; the recovery's evidence says
 // whether the crash was real.

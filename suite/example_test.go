@@ -34,11 +34,17 @@ func (c consumer) Close(context.Context) error {
 
 // An adapter declares what the implementation claims and builds instances
 // of it in the environment the harness gives. In your own test, pass it to
-// suite.Run:
+// suite.Run (or, with options, suite.RunWith):
 //
 //	func TestDuplicateDeliveryIsHarmless(t *testing.T) {
 //		suite.Run(t, adapter)
 //	}
+//
+// In a Ginkgo suite of your own, register it instead, next to your specs:
+//
+//	var _ = suite.Register(adapter)
+//
+// From a program, certify it with suite.Certify(ctx, adapter).
 func ExampleRun() {
 	adapter := adapters.Adapter{
 		Name: "my-consumer",
@@ -59,6 +65,6 @@ func ExampleRun() {
 			return consumer{pool: pool, store: store, effect: env.Effect}, nil
 		},
 	}
-	_ = suite.Register // or suite.Run(t, adapter) from a test
+	_ = suite.Register // or suite.Run(t, adapter) from a test, or suite.Certify(ctx, adapter)
 	_ = adapter
 }

@@ -16,31 +16,34 @@ import (
 
 // failedRule returns the certificate's result for rule id when the specs
 // of variants failed with the given problems each, as registerRule fails
-// them (with an excerpt, the whole message in a report entry) and verdict
-// folds them.
+// them (with an excerpt, the whole message in the spec's record) and
+// verdict folds them.
 func failedRule(t *testing.T, id string, variants map[string][]string) RuleResult {
 	t.Helper()
 	r, err := fixtures.Lookup(id)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var reports []types.SpecReport
+	var specs []*specRecord
 	for _, variant := range []string{"plain", "with a sleep after the claim"} {
 		problems, ok := variants[variant]
 		if !ok {
 			continue
 		}
 		msg := failureMessage(r, problems, true)
-		reports = append(reports, types.SpecReport{
-			LeafNodeType:            types.NodeTypeIt,
-			LeafNodeLabels:          []string{r.Label()},
-			ContainerHierarchyTexts: []string{"harmless", r.Fixture, variant},
-			State:                   types.SpecStateFailed,
-			Failure:                 types.Failure{Message: excerpt(msg, ginkgoExcerptLines, ginkgoEvidence)},
-			ReportEntries:           types.ReportEntries{{Name: evidenceEntry, Value: types.WrapEntryValue(msg)}},
+		specs = append(specs, &specRecord{
+			rule:    r,
+			where:   r.Fixture + " / " + variant,
+			outcome: outcomeFail,
+			message: msg,
+			report: &types.SpecReport{
+				LeafNodeType: types.NodeTypeIt,
+				State:        types.SpecStateFailed,
+				Failure:      types.Failure{Message: excerpt(msg, ginkgoExcerptLines, ginkgoEvidence)},
+			},
 		})
 	}
-	results := ruleResults([]fixtures.Rule{r}, reports)
+	results := ruleResults([]fixtures.Rule{r}, specs)
 	if len(results) != 1 || results[0].Verdict != VerdictFail {
 		t.Fatalf("results %+v; want one failed rule", results)
 	}

@@ -173,11 +173,11 @@ func runChildSuite(t *testing.T, env, parent string, lookup func(name string) (a
 		t.Fatalf("%s=%q names no case", env, name)
 	}
 	path := os.Getenv(childCertEnv)
-	Run(t, adapter, append(opts, WithLogf(t.Logf), WithCertificate(func(c Certificate) {
+	RunWith(t, append(opts, WithLogf(t.Logf), WithCertificate(func(c Certificate) {
 		if err := c.WriteJSON(path); err != nil {
 			t.Errorf("%v", err)
 		}
-	}))...)
+	})), adapter)
 }
 
 // TestMisbehavingImplementations runs the whole suite, in a child process

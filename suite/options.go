@@ -3,6 +3,8 @@ package suite
 import (
 	"time"
 
+	"github.com/onsi/ginkgo/v2/types"
+
 	"github.com/harmless-dev/harmless/internal/harness"
 	"github.com/harmless-dev/harmless/internal/provision"
 )
@@ -28,6 +30,8 @@ type config struct {
 	// budget, when set, replaces every scenario's budget: the harness's
 	// own tests use it to make a budget run out.
 	budget time.Duration
+	// ginkgo changes the configuration of a suite Run or Certify hosts.
+	ginkgo []func(*types.SuiteConfig, *types.ReporterConfig)
 }
 
 func newConfig(opts []Option) config {

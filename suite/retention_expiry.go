@@ -86,12 +86,10 @@ func (r retention) realTime(d time.Duration) time.Duration {
 	return 0
 }
 
-// applies skips the running spec as not supported when the fixture does not
-// apply.
+// applies ends the running rule's check as not supported when the fixture
+// does not apply.
 func (r retention) applies() {
-	if r.unsupported != "" {
-		Skip(notSupportedPrefix + r.unsupported)
-	}
+	notSupported(r.unsupported)
 }
 
 func (r retention) String() string {

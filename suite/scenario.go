@@ -166,7 +166,7 @@ func (sc *scenario) rule(id string, check func() []string) {
 // noteRule is rule for checks that also report what they observed when the
 // rule held: the note is shown in the certificate, as information.
 func (sc *scenario) noteRule(id string, check func() (problems []string, note string)) {
-	registerRule(id, func() judgement {
+	sc.s.registerRule(id, func() judgement {
 		// A scenario cut short cannot judge the rule: what it gathered is
 		// a part, which could neither prove the rule nor, with its
 		// deliveries cut short, fairly fail it on its own terms.

@@ -8,7 +8,6 @@ import (
 	"math/rand/v2"
 	"os"
 	"strings"
-	"testing"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -29,87 +28,32 @@ const Version = "0.1.0"
 // from the delivery timeout (see scenario).
 const setupTimeout = 5 * time.Minute
 
-// Run runs the whole suite against adapter from a Go test and reports each
-// rule's verdict through t, as a subtest named after the rule: a rule that
-// failed fails its subtest with its message; a rule that was skipped (left
-// out by a label filter, or not run because the run stopped) fails it too,
-// so that a filter matching nothing cannot pass; a rule that could not run
-// here (not-supported) is skipped, with the reason, as Go reports a skipped
-// test.
-func Run(t *testing.T, adapter adapters.Adapter, opts ...Option) {
-	t.Helper()
-	RegisterFailHandler(Fail)
-	var cert *Certificate
-	opts = append(opts, WithCertificate(func(c Certificate) {
-		cert = &c
-		t.Logf("harmless certificate for %s (%s):\n%s", c.Adapter, c.Status, c.Table())
-	}))
-	Register(adapter, opts...)
-	RunSpecs(t, "harmless: "+adapter.Name)
-	if cert == nil {
-		t.Fatal("harmless: the suite produced no certificate")
-	}
-	reportRules(t, *cert)
-}
-
-// goTestEvidence says, in a Go test's output, where the evidence left out
-// of a failed rule's excerpt is.
-const goTestEvidence = "all in the certificate (suite.WithCertificate, Certificate.WriteJSON)"
-
-// reportRules reports each rule of cert as a subtest of t: a failed rule
-// with an excerpt of its message.
-func reportRules(t *testing.T, cert Certificate) {
-	t.Helper()
-	if cert.Error != "" {
-		t.Errorf("harmless: the run could not start: %s", cert.Error)
-		return
-	}
-	for _, r := range cert.Rules {
-		t.Run(r.ID, func(t *testing.T) {
-			switch r.Verdict {
-			case VerdictFail:
-				t.Errorf("%s %s failed:\n%s", r.Level, r.ID, r.Excerpt(ExcerptLines, goTestEvidence))
-			case VerdictSkipped:
-				t.Errorf("%s %s did not run (%s): a certification runs every rule", r.Level, r.ID, r.Message)
-			case VerdictNotSupported:
-				t.Skipf("%s %s could not run: %s", r.Level, r.ID, r.Message)
-			}
-		})
-	}
-}
-
 // Register registers the suite's specs for adapter in the current Ginkgo
-// suite, with a BeforeSuite that provisions the database and a
-// ReportAfterSuite that builds the certificate. Call it at package level
-// (var _ = suite.Register(...)), before RunSpecs. It returns true so it can be
-// used that way.
+// suite, as one container named "harmless: " and the adapter's name. It
+// adds no suite-level node (BeforeSuite, AfterSuite, ReportAfterSuite), so
+// it embeds in any Ginkgo suite, one with its own BeforeSuite and
+// AfterSuite included, and can be called for several adapters, each
+// getting a container of its own. Call it at package level
+// (var _ = suite.Register(...)) or inside a container of your own, before
+// RunSpecs; it returns true so it can be used that way. The suite must
+// have Gomega's fail handler registered (RegisterFailHandler(Fail)), as
+// every Ginkgo suite has.
+//
+// The container provisions the adapter's database before its first spec
+// that runs and releases it after its last spec, whether that ran or was
+// left out by a filter; the specs of one container must run in one process
+// (not spread by ginkgo -p). When the container ends, the certificate is
+// built and passed to [WithCertificate]. A suite that never reaches the
+// container's specs (its own BeforeSuite failed) builds no certificate.
+// Ginkgo options ([WithGinkgoConfig]) are not Register's to set: the suite
+// that calls RunSpecs sets them.
 func Register(adapter adapters.Adapter, opts ...Option) bool {
-	s := &state{adapter: adapter, cfg: newConfig(opts), secrets: redact.New()}
-	s.maskLogs()
-	for _, dsn := range []string{s.cfg.provision.DSN, os.Getenv("HARMLESS_DSN"), os.Getenv("DATABASE_URL")} {
-		s.addDSN(dsn)
-	}
-	BeforeSuite(s.start, NodeTimeout(setupTimeout))
-	AfterSuite(s.stop, NodeTimeout(s.cleanupTimeout()))
-	ReportAfterSuite("harmless certificate", s.report)
-	ReportBeforeEach(s.specStarts)
-	ReportAfterEach(s.progress)
-	Describe("harmless", func() {
-		s.doubleDelivery()
-		s.concurrentDelivery()
-		s.failureAfterMarker()
-		s.conflictingPayload()
-		s.retentionExpiry()
-		s.namespaceIsolation()
-		s.badInput()
-		s.identityFidelity()
-		s.ambiguousCommit()
-		s.crashRecovery()
-	})
+	newState(context.Background(), adapter, opts).describe()
 	return true
 }
 
-// state is one registration's run: set up in BeforeSuite, used by the specs.
+// state is one registration's run: its container's setup, specs and
+// records, and the certificate they make.
 type state struct {
 	adapter  adapters.Adapter
 	cfg      config
@@ -122,6 +66,72 @@ type state struct {
 	// secrets are masked in everything the suite reports: its log lines,
 	// failure messages and the certificate.
 	secrets *redact.Redactor
+	// ctx, when it is done, stops the run before its next spec (see
+	// [Certify]); Register's never is.
+	ctx context.Context
+
+	// constructionDepth and reportDepth are how many containers enclose
+	// the adapter's container's specs down to it, included, as Ginkgo's
+	// tree construction and its spec reports count them.
+	constructionDepth, reportDepth int
+	// specs holds the record of every spec of the container, by key, and
+	// order the same in registration order.
+	specs map[string]*specRecord
+	order []*specRecord
+
+	setUpDone bool      // whether the setup ran (it runs once, for the first spec that runs)
+	cancelled bool      // whether a spec was left out because ctx was done
+	started   time.Time // when the container's first spec was reported starting
+	reported  int       // how many of the container's specs Ginkgo has reported
+	// hosted says Run or Certify runs the container's suite and hands the
+	// certificate on itself, once RunSpecs returned; cert holds it then.
+	hosted bool
+	cert   *Certificate
+}
+
+// newState prepares a registration of adapter.
+func newState(ctx context.Context, adapter adapters.Adapter, opts []Option) *state {
+	s := &state{adapter: adapter, cfg: newConfig(opts), secrets: redact.New(), ctx: ctx, specs: map[string]*specRecord{}}
+	s.maskLogs()
+	for _, dsn := range []string{s.cfg.provision.DSN, os.Getenv("HARMLESS_DSN"), os.Getenv("DATABASE_URL")} {
+		s.addDSN(dsn)
+	}
+	return s
+}
+
+// describe adds the registration's container to the Ginkgo suite being
+// constructed. The container is not Ordered: each fixture's play is an
+// Ordered container of its own, with ContinueOnFailure, which Ginkgo
+// allows only on an outermost Ordered container; and a fixture whose
+// BeforeAll fails must not skip the other fixtures. The setup therefore
+// runs in a BeforeEach, which does its work once, and the release after
+// the container's last spec is reported (see specDone).
+func (s *state) describe() {
+	Describe("harmless: "+s.adapter.Name, func() {
+		here := CurrentTreeConstructionNodeReport()
+		s.constructionDepth = len(here.ContainerHierarchyTexts)
+		// The construction report may count the tree's root, which has no
+		// code location; a spec's report does not.
+		s.reportDepth = 0
+		for _, loc := range here.ContainerHierarchyLocations {
+			if loc.FileName != "" {
+				s.reportDepth++
+			}
+		}
+		BeforeEach(s.start, NodeTimeout(setupTimeout))
+		ReportBeforeEach(s.specStarts)
+		ReportAfterEach(s.specDone, NodeTimeout(s.cleanupTimeout()))
+		s.doubleDelivery()
+		s.concurrentDelivery()
+		s.failureAfterMarker()
+		s.conflictingPayload()
+		s.retentionExpiry()
+		s.namespaceIsolation()
+		s.badInput()
+		s.identityFidelity()
+		s.ambiguousCommit()
+		s.crashRecovery()
+	})
 }
 
 // maskLogs makes the suite's log lines, and those of the harness and the
@@ -147,10 +157,40 @@ func (s *state) addDSN(dsn string) {
 	}
 }
 
+// start runs before each spec of the container that runs: the first time,
+// it sets the run up; a run that could not start, or whose context is
+// done, skips the spec.
 func (s *state) start(ctx SpecContext) {
-	s.setupErr = s.setUp(ctx)
+	if err := s.ctx.Err(); err != nil {
+		s.cancelled = true
+		s.unrun()
+		Skip(fmt.Sprintf("the run was cancelled: %v", context.Cause(s.ctx)))
+	}
+	if s.setUpDone {
+		if s.setupErr != nil {
+			s.unrun()
+			Skip(s.secrets.String(s.setupErr.Error()))
+		}
+		return
+	}
+	s.setUpDone = true
+	// The setup ends with either context: Ginkgo's (a timeout, a signal)
+	// or the caller's.
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer context.AfterFunc(s.ctx, cancel)()
+	s.setupErr = s.setUp(sctx)
 	if s.setupErr != nil {
+		s.unrun()
 		Fail(s.secrets.String(s.setupErr.Error()))
+	}
+}
+
+// unrun marks the spec that runs now as one that did not run: the run
+// could not start, or was cancelled.
+func (s *state) unrun() {
+	if rec := s.record(CurrentSpecReport()); rec != nil {
+		rec.unrun = true
 	}
 }
 
@@ -184,29 +224,78 @@ func (s *state) setUp(ctx context.Context) error {
 	return nil
 }
 
-func (s *state) stop(ctx SpecContext) {
-	s.fixtureDone()
-	if s.run == nil {
+// specStarts notices the start of the container and the end of a fixture:
+// specs run one fixture after another, so a spec of another fixture
+// starting means the one before has finished.
+func (s *state) specStarts(sr SpecReport) {
+	rec := s.record(sr)
+	if rec == nil {
 		return
 	}
-	cctx, cancel := s.cleanupContext(ctx)
-	defer cancel()
-	Expect(s.run.Close(cctx)).To(Succeed(), "release the run's database")
+	if s.started.IsZero() {
+		s.started = time.Now()
+	}
+	if id := rec.rule.Fixture; id != s.fixture.id {
+		s.fixtureDone()
+		s.fixture.id = id
+	}
 }
 
-// progress reports each finished spec that ran (not one a filter left out)
-// through the configured logf, and collects it for its fixture's progress
-// report.
-func (s *state) progress(sr SpecReport) {
-	if sr.LeafNodeType != types.NodeTypeIt {
+// specDone keeps Ginkgo's report of a finished spec with its record,
+// reports a spec that ran (not one a filter left out) through the
+// configured logf, and collects it for its fixture's progress report.
+// After the container's last spec it ends the registration's run.
+func (s *state) specDone(ctx SpecContext, sr SpecReport) {
+	rec := s.record(sr)
+	if rec == nil || rec.report != nil {
 		return
 	}
-	if ran(sr) {
-		s.cfg.logf("%-7s %s (%.1fs)", strings.ToUpper(sr.State.String()), strings.Join(append(sr.ContainerHierarchyTexts[1:], sr.LeafNodeText), " / "), sr.RunTime.Seconds())
+	rec.report = &sr
+	s.reported++
+	if rec.ran() {
+		s.cfg.logf("%-7s %s (%.1fs)", strings.ToUpper(sr.State.String()), rec.where+" / "+sr.LeafNodeText, sr.RunTime.Seconds())
 	}
-	if fixtureOf(sr) == s.fixture.id {
-		s.fixture.specs = append(s.fixture.specs, sr)
-		s.fixture.ran = s.fixture.ran || ran(sr)
+	if rec.rule.Fixture == s.fixture.id {
+		s.fixture.specs = append(s.fixture.specs, rec)
+		s.fixture.ran = s.fixture.ran || rec.ran()
+	}
+	if s.reported == len(s.order) {
+		if err := s.finish(ctx); err != nil {
+			Fail(s.secrets.String(err.Error()))
+		}
+	}
+}
+
+// finish ends the registration's run: it reports the last fixture,
+// releases the database and builds the certificate, which it hands to
+// WithCertificate unless Run or Certify hosts the run. It runs once, after
+// the container's last spec, or when the host finds the suite ended
+// without reaching it; the error is the release's.
+func (s *state) finish(ctx context.Context) error {
+	if s.cert != nil {
+		return nil
+	}
+	s.fixtureDone()
+	var err error
+	if s.run != nil {
+		cctx, cancel := s.cleanupContext(ctx)
+		defer cancel()
+		if err = s.run.Close(cctx); err != nil {
+			err = fmt.Errorf("harmless: release the run's database: %w", err)
+		}
+	}
+	cert := s.certificate()
+	s.cert = &cert
+	if !s.hosted {
+		s.deliver()
+	}
+	return err
+}
+
+// deliver hands the certificate to WithCertificate.
+func (s *state) deliver() {
+	for _, fn := range s.cfg.onCertificate {
+		fn(*s.cert)
 	}
 }
 
@@ -232,21 +321,8 @@ func (p FixtureProgress) Count(v Verdict) int { return count(p.Rules, v) }
 // fixtureRun collects the specs of the fixture that runs now.
 type fixtureRun struct {
 	id    string
-	specs []types.SpecReport
+	specs []*specRecord
 	ran   bool // whether any of specs ran, rather than being filtered out
-}
-
-// specStarts notices the end of a fixture: specs run one fixture after
-// another, so a spec of another fixture starting means the one before has
-// finished.
-func (s *state) specStarts(sr SpecReport) {
-	if sr.LeafNodeType != types.NodeTypeIt {
-		return
-	}
-	if id := fixtureOf(sr); id != s.fixture.id {
-		s.fixtureDone()
-		s.fixture.id = id
-	}
 }
 
 // fixtureDone reports the fixture that ran last, if any of its specs ran,
@@ -270,10 +346,11 @@ func (s *state) fixtureDone() {
 		}
 	}
 	var end time.Time
-	for _, sr := range fx.specs {
-		if !ran(sr) {
+	for _, rec := range fx.specs {
+		if !rec.ran() {
 			continue
 		}
+		sr := rec.report
 		if p.Started.IsZero() || sr.StartTime.Before(p.Started) {
 			p.Started = sr.StartTime
 		}
@@ -290,22 +367,14 @@ func (s *state) fixtureDone() {
 	}
 }
 
-// fixtureOf returns the fixture of a spec, from its fixture: label.
-func fixtureOf(sr SpecReport) string {
-	for _, l := range sr.Labels() {
-		if id, ok := strings.CutPrefix(l, "fixture:"); ok {
-			return id
-		}
-	}
-	return ""
-}
-
-// ran reports whether a spec ran: Ginkgo skips the specs a filter leaves
-// out (and all specs once the suite is interrupted or cannot start)
-// without a message, and a spec skipped at run time (not-supported, say)
-// with one.
-func ran(sr SpecReport) bool {
-	return !(sr.State == types.SpecStateSkipped && sr.Failure.Message == "") && sr.State != types.SpecStatePending
+// ran reports whether a reported spec ran: Ginkgo skips the specs a filter
+// leaves out (and all specs once the suite is interrupted) without a
+// message, and a spec skipped at run time (not-supported, say) with one;
+// the specs of a run that could not start, or was cancelled, did not run
+// either.
+func (rec *specRecord) ran() bool {
+	sr := rec.report
+	return sr != nil && !rec.unrun && !(sr.State == types.SpecStateSkipped && sr.Failure.Message == "") && sr.State != types.SpecStatePending
 }
 
 // rand returns a random source for one of the suite's random choices,
@@ -368,11 +437,6 @@ func (s *state) cleanupContext(ctx context.Context) (context.Context, context.Ca
 // certificate message.
 const noteEntry = "harmless-note"
 
-// evidenceEntry names the report entry that carries a failed rule's whole
-// message into its certificate. Ginkgo's own report (the output of go test,
-// and of certify -v) shows an excerpt: the spec fails with that.
-const evidenceEntry = "harmless-evidence"
-
 // ginkgoEvidence says, in Ginkgo's report, where the evidence left out of
 // a failure's excerpt is.
 const ginkgoEvidence = "all in the harmless certificate"
@@ -393,29 +457,6 @@ type judgement struct {
 	// implementation (a budget that ran out): no guess at a real-world bug
 	// follows them.
 	unplayed bool
-}
-
-// registerRule registers one It that checks rule id with judge. Fixtures
-// register their rules through a scenario (see scenario.rule).
-func registerRule(id string, judge func() judgement) {
-	r, err := fixtures.Lookup(id)
-	if err != nil {
-		panic(err) // a typo in the suite itself
-	}
-	// The check only judges what the container's BeforeAll gathered, which
-	// has a budget of its own: the It needs no timeout (one would cap the
-	// BeforeAll, which runs inside the container's first It).
-	It(r.ID+": "+r.Doc, Label(r.Label(), "level:"+string(r.Level)), func() {
-		j := judge()
-		if j.note != "" {
-			AddReportEntry(noteEntry, j.note)
-		}
-		if len(j.problems) > 0 {
-			msg := failureMessage(r, j.problems, !j.unplayed)
-			AddReportEntry(evidenceEntry, msg, ReportEntryVisibilityNever)
-			Fail(excerpt(msg, ginkgoExcerptLines, ginkgoEvidence))
-		}
-	})
 }
 
 // failureMessage states a rule's violation: the rule, then every problem

@@ -20,9 +20,10 @@ import (
 func TestReference(t *testing.T) {
 	var cert *suite.Certificate
 	var progress []suite.FixtureProgress
-	suite.Run(t, reference.Adapter(),
+	suite.RunWith(t, []suite.Option{
 		suite.WithCertificate(func(c suite.Certificate) { cert = &c }),
-		suite.WithFixtureProgress(func(p suite.FixtureProgress) { progress = append(progress, p) }))
+		suite.WithFixtureProgress(func(p suite.FixtureProgress) { progress = append(progress, p) }),
+	}, reference.Adapter())
 	if cert == nil {
 		t.Fatal("no certificate")
 	}

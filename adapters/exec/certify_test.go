@@ -20,7 +20,7 @@ func TestReferenceOverTheProtocolIsCertified(t *testing.T) {
 		t.Fatal(err)
 	}
 	var cert suite.Certificate
-	suite.Run(t, adapter, suite.WithDSN(pgtest.DSN(t)), suite.WithCertificate(func(c suite.Certificate) { cert = c }))
+	suite.RunWith(t, []suite.Option{suite.WithDSN(pgtest.DSN(t)), suite.WithCertificate(func(c suite.Certificate) { cert = c })}, adapter)
 	// On a server named by a DSN the crash-recovery rules cannot run: the
 	// run is then partial, and those are the only rules that did not run.
 	for _, r := range cert.NotRun() {

@@ -25,8 +25,8 @@ const interruptLimit = 2 * time.Minute
 var (
 	runIDLine = regexp.MustCompile(`, run ([0-9a-f]{8}), seed `)
 	// rulePassed matches the progress line of a rule that passed, e.g.
-	// "[   1.9s] PASSED  ambiguous-commit / ...", and not Ginkgo's own
-	// "[BeforeSuite] PASSED", which comes before any rule.
+	// "[   1.9s] PASSED  ambiguous-commit / ...", and none of Ginkgo's own
+	// lines (such as "[BeforeEach] PASSED").
 	rulePassed  = regexp.MustCompile(`^\[\s*[0-9.]+s\] PASSED `)
 	clusterLine = regexp.MustCompile(`starting throwaway cluster in (\S+)`)
 )

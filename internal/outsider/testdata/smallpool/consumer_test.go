@@ -101,7 +101,7 @@ func (in *inbox) Close(context.Context) error {
 }
 
 func TestSmallPool(t *testing.T) {
-	suite.Run(t, adapters.Adapter{
+	suite.RunWith(t, []suite.Option{suite.WithProvisioning("cluster")}, adapters.Adapter{
 		Name: "small-pool",
 		Declares: adapters.Declaration{
 			ConflictPolicy:   adapters.RejectConflicts,
@@ -109,5 +109,5 @@ func TestSmallPool(t *testing.T) {
 			AcceptsClock:     true,
 		},
 		New: openInbox,
-	}, suite.WithProvisioning("cluster"))
+	})
 }

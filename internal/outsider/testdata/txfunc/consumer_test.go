@@ -89,7 +89,7 @@ func (x *dedup) Close(context.Context) error {
 }
 
 func TestTxFunc(t *testing.T) {
-	suite.Run(t, adapters.Adapter{
+	suite.RunWith(t, []suite.Option{suite.WithProvisioning("cluster")}, adapters.Adapter{
 		Name: "tx-func",
 		Declares: adapters.Declaration{
 			ConflictPolicy:   adapters.RejectConflicts,
@@ -119,5 +119,5 @@ func TestTxFunc(t *testing.T) {
 			}
 			return x, nil
 		},
-	}, suite.WithProvisioning("cluster"))
+	})
 }

@@ -1,0 +1,216 @@
+package suite
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/onsi/ginkgo/v2"
+	"github.com/onsi/ginkgo/v2/types"
+
+	"github.com/harmless-dev/harmless/fixtures"
+)
+
+// outcome is what a rule's spec found, as its It recorded it while it ran.
+type outcome int
+
+const (
+	// The zero outcome: the It did not finish judging (it did not run,
+	// or something failed before its check did).
+	_ outcome = iota
+	// outcomePass: the check found no violation.
+	outcomePass
+	// outcomeFail: the check found violations.
+	outcomeFail
+	// outcomeNotSupported: the rule cannot be judged here.
+	outcomeNotSupported
+)
+
+// specRecord is the typed record of one spec of a rule, made when the spec
+// is registered and filled in as it runs: the verdicts are folded from
+// these, never from Ginkgo's labels or skip messages. Ginkgo's report of
+// the spec, kept with it, supplies what only Ginkgo knows: whether the
+// spec ran at all, and the message of a failure outside the check (a
+// timeout, a failed setup, an interrupt).
+type specRecord struct {
+	rule fixtures.Rule
+	// where names the spec's containers below the adapter's, e.g.
+	// "concurrent-delivery / plain", for messages.
+	where string
+	// key identifies the spec in Ginkgo's report (see specKey).
+	key string
+	// outcome and message are what the It recorded: the whole evidence of
+	// a failure, the reason a rule is not supported, or the note of a pass.
+	outcome outcome
+	message string
+	// report is Ginkgo's report of the spec, once it has finished; nil
+	// until then, and for a spec the suite never reached.
+	report *types.SpecReport
+	// unrun marks a spec the container's setup stopped: the run could not
+	// start, or was cancelled. It judged nothing, whatever Ginkgo says.
+	unrun bool
+}
+
+// specKey identifies a spec of an adapter's container: its containers
+// below the adapter's and its text, as registered and as Ginkgo reports
+// them. A rule's It appears once per container, so the key is unique
+// within a registration.
+func specKey(below []string, leaf string) string {
+	return strings.Join(append(slices.Clone(below), leaf), "\x00")
+}
+
+// notSupportedPrefix starts the Skip message of a spec that does not apply,
+// in Ginkgo's own report; the verdict comes from the spec's record.
+const notSupportedPrefix = "not-supported: "
+
+// unsupported is the panic value of notSupported, turned into the spec's
+// typed outcome and a Skip by the It (see runCheck).
+type unsupported struct{ reason string }
+
+// notSupported ends the current rule's check as not supported, saying why,
+// when reason is set. Call it only from a rule's check.
+func notSupported(reason string) {
+	if reason != "" {
+		panic(unsupported{reason})
+	}
+}
+
+// runCheck runs judge, turning a call to notSupported in it into its
+// reason. Any other panic (Ginkgo's own Fail, a bug) goes on to Ginkgo.
+func runCheck(judge func() judgement) (j judgement, reason string, notApplicable bool) {
+	defer func() {
+		if r := recover(); r != nil {
+			u, ok := r.(unsupported)
+			if !ok {
+				panic(r)
+			}
+			reason, notApplicable = u.reason, true
+		}
+	}()
+	return judge(), "", false
+}
+
+// registerRule registers one It that checks rule id with judge, and its
+// record. Fixtures register their rules through a scenario (see
+// scenario.rule).
+func (s *state) registerRule(id string, judge func() judgement) {
+	r, err := fixtures.Lookup(id)
+	if err != nil {
+		panic(err) // a typo in the suite itself
+	}
+	leaf := r.ID + ": " + r.Doc
+	below := ginkgo.CurrentTreeConstructionNodeReport().ContainerHierarchyTexts[s.constructionDepth:]
+	rec := &specRecord{rule: r, where: strings.Join(below, " / "), key: specKey(below, leaf)}
+	if s.specs[rec.key] != nil {
+		panic(fmt.Sprintf("harmless: rule %s is registered twice in %q", r.ID, rec.where)) // a bug in the suite itself
+	}
+	s.specs[rec.key] = rec
+	s.order = append(s.order, rec)
+	// The check only judges what the container's BeforeAll gathered, which
+	// has a budget of its own: the It needs no timeout (one would cap the
+	// BeforeAll, which runs inside the container's first It).
+	ginkgo.It(leaf, ginkgo.Label(r.Label(), "level:"+string(r.Level)), func() {
+		j, reason, notApplicable := runCheck(judge)
+		switch {
+		case notApplicable:
+			rec.outcome, rec.message = outcomeNotSupported, reason
+			ginkgo.Skip(notSupportedPrefix + reason)
+		case len(j.problems) > 0:
+			msg := failureMessage(r, j.problems, !j.unplayed)
+			rec.outcome, rec.message = outcomeFail, msg
+			ginkgo.Fail(excerpt(msg, ginkgoExcerptLines, ginkgoEvidence))
+		default:
+			rec.outcome, rec.message = outcomePass, j.note
+			if j.note != "" {
+				ginkgo.AddReportEntry(noteEntry, j.note)
+			}
+		}
+	})
+}
+
+// record returns the record of the spec Ginkgo reports as sr, or nil when
+// sr is not a spec of this registration.
+func (s *state) record(sr types.SpecReport) *specRecord {
+	if sr.LeafNodeType != types.NodeTypeIt || len(sr.ContainerHierarchyTexts) < s.reportDepth {
+		return nil
+	}
+	return s.specs[specKey(sr.ContainerHierarchyTexts[s.reportDepth:], sr.LeafNodeText)]
+}
+
+// ruleResults folds the records of the specs of each of rules into the
+// rule's verdict. A rule none of whose specs was reported is skipped.
+func ruleResults(rules []fixtures.Rule, specs []*specRecord) []RuleResult {
+	byRule := map[string][]*specRecord{}
+	for _, rec := range specs {
+		if rec.report != nil {
+			byRule[rec.rule.ID] = append(byRule[rec.rule.ID], rec)
+		}
+	}
+	results := make([]RuleResult, 0, len(rules))
+	for _, r := range rules {
+		res := RuleResult{ID: r.ID, Fixture: r.Fixture, Level: r.Level, Doc: r.Doc}
+		res.Verdict, res.Message = verdict(byRule[r.ID])
+		results = append(results, res)
+	}
+	return results
+}
+
+// noSpecRan is the message of a rule none of whose specs was reported.
+const noSpecRan = "no spec of this rule ran"
+
+// verdict folds the records of a rule's reported specs into one verdict.
+func verdict(specs []*specRecord) (Verdict, string) {
+	if len(specs) == 0 {
+		return VerdictSkipped, noSpecRan
+	}
+	var failed, notSupported, notes []string
+	passed, skipped := 0, 0
+	for _, rec := range specs {
+		sr := rec.report
+		switch {
+		case rec.unrun:
+			skipped++
+		case sr.State == types.SpecStateInterrupted:
+			// The run was stopped while this spec ran: the interruption
+			// says nothing about the implementation.
+			skipped++
+		case sr.State == types.SpecStatePassed:
+			passed++
+			if rec.outcome == outcomePass && rec.message != "" {
+				notes = append(notes, fmt.Sprintf("[%s] %s", rec.where, rec.message))
+			}
+		case sr.State.Is(types.SpecStateFailureStates):
+			// A rule's check fails its spec with an excerpt and keeps the
+			// whole message in its record; any other failure (a timeout,
+			// a failed assertion of the harness's own) is Ginkgo's, whole.
+			msg := sr.Failure.Message
+			if rec.outcome == outcomeFail {
+				msg = rec.message
+			}
+			// A timeout's message says only that; the scenario's own
+			// report, attached to Ginkgo's progress report, says how far
+			// it got.
+			if extra := sr.Failure.ProgressReport.AdditionalReports; len(extra) > 0 {
+				msg += "\n" + strings.Join(extra, "\n")
+			}
+			failed = append(failed, fmt.Sprintf("[%s] %s", rec.where, msg))
+		case sr.State == types.SpecStateSkipped && rec.outcome == outcomeNotSupported:
+			notSupported = append(notSupported, fmt.Sprintf("[%s] %s", rec.where, rec.message))
+		default:
+			skipped++
+		}
+	}
+	// Every message is kept whole, but no line of it may be unbounded: an
+	// error that quotes a 1 MiB id is cut in its middle.
+	switch {
+	case len(failed) > 0:
+		return VerdictFail, boundLines(strings.Join(failed, "\n"), maxMessageLine)
+	case skipped > 0:
+		return VerdictSkipped, fmt.Sprintf("%d of %d specs did not run", skipped, len(specs))
+	case passed == 0 && len(notSupported) > 0:
+		return VerdictNotSupported, boundLines(strings.Join(notSupported, "\n"), maxMessageLine)
+	case len(notSupported) > 0:
+		notes = append(notes, "partly not supported: "+strings.Join(notSupported, "\n"))
+	}
+	return VerdictPass, boundLines(strings.Join(notes, "\n"), maxMessageLine)
+}
