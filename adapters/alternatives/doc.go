@@ -25,12 +25,6 @@
 //     written with database/sql and the pgx stdlib driver, applying the
 //     effect with [adapters.Effect.ApplySQL]. It proves the *sql.Tx effect
 //     helper.
-//   - alt-lock-timeout (package locktimeout): the reference on
-//     connections with a 10 ms lock_timeout: a delivery that would wait for
-//     another's claim fails instead, unacknowledged, and the broker's
-//     redelivery does the waiting. It is correct as long as a delivery that
-//     gave up is never acknowledged (broken-busy-is-duplicate answers
-//     Duplicate instead).
 //   - alt-slow (package slow): the reference, waiting one second at the
 //     start of every delivery. It is not another technique but another
 //     kind of implementation: a slow one, which the harness must certify

@@ -10,7 +10,6 @@ import (
 	"github.com/harmless-dev/harmless/adapters"
 	"github.com/harmless-dev/harmless/adapters/alternatives/advisorylock"
 	"github.com/harmless-dev/harmless/adapters/alternatives/databasesql"
-	"github.com/harmless-dev/harmless/adapters/alternatives/locktimeout"
 	"github.com/harmless-dev/harmless/adapters/alternatives/serializable"
 	"github.com/harmless-dev/harmless/adapters/alternatives/slow"
 	"github.com/harmless-dev/harmless/adapters/broken/busyisduplicate"
@@ -34,7 +33,6 @@ func All() []adapters.Adapter {
 	all := []adapters.Adapter{
 		advisorylock.Adapter(),
 		databasesql.Adapter(),
-		locktimeout.Adapter(),
 		serializable.Adapter(),
 		slow.Adapter(),
 		busyisduplicate.Adapter(), // broken-busy-is-duplicate

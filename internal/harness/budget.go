@@ -17,28 +17,9 @@ import (
 var ErrBudgetExpired = errors.New("the scenario's budget ran out")
 
 // CallSlot is the longest one guarded call to an implementation can take
-// with the given timeout, redelivery included: the wait before it (see
-// [Spec.DeliverUntilTerminal]), the timeout, then the grace period the guard
+// with the given timeout: the timeout, then the grace period the guard
 // allows a call that ignores its cancelled context.
-func CallSlot(timeout time.Duration) time.Duration { return maxBackoff + timeout + grace(timeout) }
-
-// wait waits d, and reports false, at once, if ctx ends or the spec's
-// budget runs out first.
-func (s *Spec) wait(ctx context.Context, d time.Duration) bool {
-	bctx, release, ok := s.bounded(ctx)
-	defer release()
-	if !ok {
-		return false
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-bctx.Done():
-		return false
-	}
-}
+func CallSlot(timeout time.Duration) time.Duration { return timeout + grace(timeout) }
 
 // budget bounds a spec's calls to its implementation in time.
 type budget struct {

@@ -29,30 +29,7 @@ var (
 
 // DefaultMaxTries is how often the driver delivers an event before it gives
 // up on getting it acknowledged.
-const DefaultMaxTries = 10
-
-// Redelivery backs off as a broker does: the first redelivery comes after
-// firstBackoff, each later one after twice as long as the one before, at
-// most maxBackoff. An implementation that fails fast instead of waiting
-// (a short lock_timeout, NOWAIT, a dead pooled connection it discards)
-// gets the time for what it met to clear; DefaultMaxTries attempts span
-// about two seconds.
-const (
-	firstBackoff = 10 * time.Millisecond
-	maxBackoff   = 500 * time.Millisecond
-)
-
-// backoff is the wait before attempt k (1-based) of DeliverUntilTerminal.
-func backoff(k int) time.Duration {
-	if k <= 1 {
-		return 0
-	}
-	d := firstBackoff
-	for i := 2; i < k && d < maxBackoff; i++ {
-		d *= 2
-	}
-	return min(d, maxBackoff)
-}
+const DefaultMaxTries = 5
 
 // Attempt is one delivery and what came of it.
 type Attempt struct {
@@ -128,14 +105,10 @@ func (s *Spec) Deliver(ctx context.Context, n int, ev adapters.Event) Attempt {
 
 // DeliverUntilTerminal delivers ev to instance n until an attempt is
 // terminal (see [Attempt.Terminal]) or maxTries attempts were made, as an
-// at-least-once broker does, backing off between attempts (see backoff).
-// It returns every attempt it made.
+// at-least-once broker does. It returns every attempt it made.
 func (s *Spec) DeliverUntilTerminal(ctx context.Context, n int, ev adapters.Event, maxTries int) []Attempt {
 	var attempts []Attempt
-	for k := 1; k <= maxTries; k++ {
-		if k > 1 && !s.wait(ctx, backoff(k)) {
-			break
-		}
+	for range maxTries {
 		a := s.Deliver(ctx, n, ev)
 		attempts = append(attempts, a)
 		if a.Terminal() || ctx.Err() != nil || errors.Is(a.Err, ErrBudgetExpired) {
