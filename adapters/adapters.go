@@ -128,16 +128,19 @@ type Declaration struct {
 }
 
 // Env is what the harness gives an implementation instance at construction.
-// Every spec gets a fresh Env with its own schema, so implementations never
-// share state between specs or runs.
+// Every play of a fixture (the deliveries that one or more of its rules
+// judge) gets fresh Envs with a schema of its own, so implementations never
+// share state between plays or runs; the instances of one play share it,
+// as two workers of one service share a database.
 type Env struct {
 	// DSN connects to the database under test. It carries an
 	// application_name that tags the connection as this run's, so the harness
 	// can find (and kill) exactly the connections it owns: those with the
 	// tag and the DSN's role (see docs/safety.md). Use it unchanged.
 	DSN string
-	// Schema is a schema created for this spec. The implementation creates
-	// its own tables here; it is dropped when the spec ends.
+	// Schema is a schema created for this play of a fixture. The
+	// implementation creates its own tables here; it is dropped when the
+	// play ends.
 	Schema string
 	// Effect is the effect the implementation must apply, in the same
 	// transaction as its marker, whenever a delivery claims its event.
@@ -145,7 +148,7 @@ type Env struct {
 	// Clock is the harness's clock. Implementations that declare
 	// AcceptsClock must read the time only from it.
 	Clock Clock
-	// Instance numbers the instances built for one spec, from 1: two
+	// Instance numbers the instances built for one play, from 1: two
 	// instances stand for two workers of the same service.
 	Instance int
 	// Logf, when not nil, writes a diagnostic line to the spec's output.
