@@ -26,33 +26,33 @@ type proxyCut struct {
 	history []harness.Attempt
 }
 
-// cutDelivery arms rule on the spec's proxy for worker 1's connections,
+// cutDelivery arms rule on the play's proxy for worker 1's connections,
 // delivers ev once, waits until the cut backends are gone, and redelivers ev
 // to the same worker until terminal.
-func (s *state) cutDelivery(ctx context.Context, spec *harness.Spec, ev adapters.Event, at pgproxy.Point, n int) proxyCut {
+func (s *state) cutDelivery(ctx context.Context, play *harness.Play, ev adapters.Event, at pgproxy.Point, n int) proxyCut {
 	GinkgoHelper()
-	proxy, err := spec.UseProxy(ctx)
+	proxy, err := play.UseProxy(ctx)
 	Expect(err).NotTo(HaveOccurred())
 	// Build the worker first: whatever it does at construction is not part
 	// of the fault.
-	_, _ = spec.Instance(ctx, 1)
+	_, _ = play.Instance(ctx, 1)
 	c := proxyCut{ev: ev}
 	c.fault, err = proxy.Arm(pgproxy.Rule{
-		Scope:  pgproxy.Scope{ApplicationNamePrefix: spec.AppNamePrefix() + "w1"},
+		Scope:  pgproxy.Scope{ApplicationNamePrefix: play.AppNamePrefix() + "w1"},
 		At:     at,
 		N:      n,
 		Action: pgproxy.Cut,
 		Times:  1,
 	})
 	Expect(err).NotTo(HaveOccurred())
-	c.first = spec.Deliver(ctx, 1, ev)
+	c.first = play.Deliver(ctx, 1, ev)
 	c.fired, err = c.fault.Fired(ctx)
 	Expect(err).NotTo(HaveOccurred())
-	Expect(spec.WaitCut(ctx, c.fault)).To(Succeed(), "wait for the cut backend to end")
-	c.retries = spec.DeliverUntilTerminal(ctx, 1, ev, s.cfg.maxTries)
-	c.effects, err = spec.Effects(ctx, ev)
+	Expect(play.WaitCut(ctx, c.fault)).To(Succeed(), "wait for the cut backend to end")
+	c.retries = play.DeliverUntilTerminal(ctx, 1, ev, s.cfg.maxTries)
+	c.effects, err = play.Effects(ctx, ev)
 	Expect(err).NotTo(HaveOccurred())
-	c.history = spec.History(ev)
+	c.history = play.History(ev)
 	return c
 }
 
@@ -79,11 +79,11 @@ func (s *state) ambiguousCommit() {
 		// redeliveries until terminal.
 		sc := s.scenario(fixtures.AmbiguousCommit, 1+2*(1+s.cfg.maxTries), 0)
 		BeforeAll(func(ctx SpecContext) {
-			spec := sc.begin(ctx)
+			play := sc.begin(ctx)
 			sc.at("the cut after COMMIT's answer")
-			committed = s.cutDelivery(ctx, spec, newEvent(fixtures.AmbiguousCommit, "after-commit"), pgproxy.AfterCommitComplete, 0)
+			committed = s.cutDelivery(ctx, play, newEvent(fixtures.AmbiguousCommit, "after-commit"), pgproxy.AfterCommitComplete, 0)
 			sc.at("the cut before COMMIT")
-			rolledBack = s.cutDelivery(ctx, spec, newEvent(fixtures.AmbiguousCommit, "before-commit"), pgproxy.BeforeCommit, 0)
+			rolledBack = s.cutDelivery(ctx, play, newEvent(fixtures.AmbiguousCommit, "before-commit"), pgproxy.BeforeCommit, 0)
 		}, sc.timeout())
 
 		sc.rule(fixtures.AmbiguousCommitRedeliveryDuplicate, func() []string { return committed.check(adapters.Duplicate) })

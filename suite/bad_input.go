@@ -81,22 +81,22 @@ func (s *state) badInput() {
 		// until terminal; then an ordinary event.
 		sc := s.scenario(fixtures.BadInput, 1+(2*len(events)+1)*s.cfg.maxTries, 0)
 		BeforeAll(func(ctx SpecContext) {
-			spec := sc.begin(ctx)
+			play := sc.begin(ctx)
 			for i, odd := range events {
 				sc.at("odd event %d of %d (%s)", i+1, len(events), odd.what)
 				r := oddResult{odd: odd, delivered: delivered{ev: odd.ev}}
-				r.delivered.first = spec.DeliverUntilTerminal(ctx, 1, odd.ev, s.cfg.maxTries)
-				r.delivered.again = spec.DeliverUntilTerminal(ctx, 1, odd.ev, s.cfg.maxTries)
+				r.delivered.first = play.DeliverUntilTerminal(ctx, 1, odd.ev, s.cfg.maxTries)
+				r.delivered.again = play.DeliverUntilTerminal(ctx, 1, odd.ev, s.cfg.maxTries)
 				var err error
-				r.delivered.effects, err = spec.Effects(ctx, odd.ev)
+				r.delivered.effects, err = play.Effects(ctx, odd.ev)
 				Expect(err).NotTo(HaveOccurred())
 				r.judge()
 				results = append(results, r)
 			}
 			sc.at("the ordinary event after the odd ones")
-			next = spec.DeliverUntilTerminal(ctx, 1, after, s.cfg.maxTries)
+			next = play.DeliverUntilTerminal(ctx, 1, after, s.cfg.maxTries)
 			var err error
-			nextFx, err = spec.Effects(ctx, after)
+			nextFx, err = play.Effects(ctx, after)
 			Expect(err).NotTo(HaveOccurred())
 		}, sc.timeout())
 

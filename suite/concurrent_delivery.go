@@ -53,11 +53,11 @@ func (s *state) concurrentDelivery() {
 				// terminal.
 				sc := s.scenario(fixtures.ConcurrentDelivery+" / "+v.name, 2+n*plays*s.cfg.maxTries, 0)
 				BeforeAll(func(ctx SpecContext) {
-					spec := sc.begin(ctx)
+					play := sc.begin(ctx)
 					rounds = make([]roundResult, 0, n)
 					for round := 1; round <= n && ctx.Err() == nil && !sc.expired(); round++ {
 						sc.at("round %d of %d (%d played)", round, n, round-1)
-						rounds = append(rounds, s.concurrentRound(ctx, spec, round, v.overlap))
+						rounds = append(rounds, s.concurrentRound(ctx, play, round, v.overlap))
 					}
 					s.cfg.logf("concurrent-delivery (%s): %d rounds of %d contenders", v.name, len(rounds), s.cfg.contenders)
 				}, sc.timeout())
@@ -90,7 +90,7 @@ type race struct {
 // contenders provably did not overlap is played again with a new event, up
 // to overlapTries times, so that a loaded machine cannot make the harness
 // fail a correct implementation.
-func (s *state) concurrentRound(ctx context.Context, spec *harness.Spec, round int, overlap bool) roundResult {
+func (s *state) concurrentRound(ctx context.Context, play *harness.Play, round int, overlap bool) roundResult {
 	GinkgoHelper()
 	variant := "plain"
 	if overlap {
@@ -101,7 +101,7 @@ func (s *state) concurrentRound(ctx context.Context, spec *harness.Spec, round i
 	var problem string
 	var retry bool
 	for try := 1; try <= overlapTries; try++ {
-		r = s.race(ctx, spec, newEvent(fixtures.ConcurrentDelivery, fmt.Sprintf("%s-%d-%d", variant, round, try)), overlap)
+		r = s.race(ctx, play, newEvent(fixtures.ConcurrentDelivery, fmt.Sprintf("%s-%d-%d", variant, round, try)), overlap)
 		if problem, retry = r.overlapProblem(); !retry {
 			break
 		}
@@ -146,12 +146,12 @@ func (s *state) concurrentRound(ctx context.Context, spec *harness.Spec, round i
 // workers, each redelivered until acknowledged, and collects the evidence.
 // The run's seed decides the order in which the contenders start and which
 // worker each one gets (see lineUp).
-func (s *state) race(ctx context.Context, spec *harness.Spec, ev adapters.Event, overlap bool) race {
+func (s *state) race(ctx context.Context, play *harness.Play, ev adapters.Event, overlap bool) race {
 	GinkgoHelper()
 	r := race{ev: ev, contenders: make([][]harness.Attempt, s.cfg.contenders)}
 	var err error
 	if overlap {
-		r.sleep, err = spec.Arm(ctx, faults.Plan{
+		r.sleep, err = play.Arm(ctx, faults.Plan{
 			Namespace: ev.Namespace, ID: ev.ID, Point: faults.AtEffect,
 			Action: faults.Sleep, Sleep: s.cfg.overlapSleep,
 		})
@@ -160,7 +160,7 @@ func (s *state) race(ctx context.Context, spec *harness.Spec, ev adapters.Event,
 	// Build both workers before the race, so that construction is not part
 	// of it. A factory failure shows up in the attempts.
 	for worker := 1; worker <= 2; worker++ {
-		_, _ = spec.Instance(ctx, worker)
+		_, _ = play.Instance(ctx, worker)
 	}
 
 	order, workers := s.lineUp(ev, len(r.contenders))
@@ -174,18 +174,18 @@ func (s *state) race(ctx context.Context, spec *harness.Spec, ev adapters.Event,
 			defer done.Done()
 			ready.Done()
 			<-release
-			r.contenders[i] = spec.DeliverUntilTerminal(ctx, workers[i], ev, s.cfg.maxTries)
+			r.contenders[i] = play.DeliverUntilTerminal(ctx, workers[i], ev, s.cfg.maxTries)
 		}()
 	}
 	ready.Wait()
 	close(release)
 	done.Wait()
 
-	r.effects, err = spec.Effects(ctx, ev)
+	r.effects, err = play.Effects(ctx, ev)
 	Expect(err).NotTo(HaveOccurred())
-	r.history = spec.History(ev)
+	r.history = play.History(ev)
 	if r.sleep != nil {
-		r.fired, err = spec.Fired(ctx, r.sleep)
+		r.fired, err = play.Fired(ctx, r.sleep)
 		Expect(err).NotTo(HaveOccurred())
 	}
 	return r

@@ -69,16 +69,16 @@ func (s *state) conflictingPayload() {
 		variants := []struct {
 			name  string
 			plays int // how often the variant may be played
-			play  func(ctx context.Context, spec *harness.Spec) conflictPlay
+			play  func(ctx context.Context, play *harness.Play) conflictPlay
 		}{
-			{name: "sequential", plays: 1, play: func(ctx context.Context, spec *harness.Spec) conflictPlay {
+			{name: "sequential", plays: 1, play: func(ctx context.Context, play *harness.Play) conflictPlay {
 				p1, p2 := conflictPair("sequential")
-				return s.conflictInTurn(ctx, spec, p1, p2)
+				return s.conflictInTurn(ctx, play, p1, p2)
 			}},
 			{name: "while the first is in flight", plays: overlapTries, play: s.conflictInFlight},
-			{name: "conflicting copy first", plays: 1, play: func(ctx context.Context, spec *harness.Spec) conflictPlay {
+			{name: "conflicting copy first", plays: 1, play: func(ctx context.Context, play *harness.Play) conflictPlay {
 				p1, p2 := conflictPair("conflicting-copy-first")
-				return s.conflictInTurn(ctx, spec, p2, p1)
+				return s.conflictInTurn(ctx, play, p2, p1)
 			}},
 		}
 		for _, v := range variants {
@@ -103,13 +103,13 @@ func (s *state) conflictingPayload() {
 
 // conflictInTurn delivers first until terminal, then other on the other
 // worker, then first again.
-func (s *state) conflictInTurn(ctx context.Context, spec *harness.Spec, first, other conflictPayload) conflictPlay {
+func (s *state) conflictInTurn(ctx context.Context, play *harness.Play, first, other conflictPayload) conflictPlay {
 	GinkgoHelper()
 	c := conflictPlay{applied: first, conflict: other, maxTries: s.cfg.maxTries}
-	c.appliedTries = spec.DeliverUntilTerminal(ctx, 1, first.ev, s.cfg.maxTries)
-	c.conflictTries = spec.DeliverUntilTerminal(ctx, 2, other.ev, s.cfg.maxTries)
-	c.againTries = spec.DeliverUntilTerminal(ctx, 1, first.ev, s.cfg.maxTries)
-	c.collect(ctx, spec)
+	c.appliedTries = play.DeliverUntilTerminal(ctx, 1, first.ev, s.cfg.maxTries)
+	c.conflictTries = play.DeliverUntilTerminal(ctx, 2, other.ev, s.cfg.maxTries)
+	c.againTries = play.DeliverUntilTerminal(ctx, 1, first.ev, s.cfg.maxTries)
+	c.collect(ctx, play)
 	return c
 }
 
@@ -119,12 +119,12 @@ func (s *state) conflictInTurn(ctx context.Context, spec *harness.Spec, first, o
 // whose deliveries provably did not overlap is played again with a new
 // identity, up to overlapTries times, so that a loaded machine cannot make
 // the harness fail a correct implementation.
-func (s *state) conflictInFlight(ctx context.Context, spec *harness.Spec) conflictPlay {
+func (s *state) conflictInFlight(ctx context.Context, play *harness.Play) conflictPlay {
 	GinkgoHelper()
 	var c conflictPlay
 	for try := 1; try <= overlapTries; try++ {
 		var retry bool
-		c, retry = s.conflictOverlapping(ctx, spec, fmt.Sprintf("in-flight-%d", try))
+		c, retry = s.conflictOverlapping(ctx, play, fmt.Sprintf("in-flight-%d", try))
 		if !retry {
 			break
 		}
@@ -148,12 +148,12 @@ func (s *state) conflictInFlight(ctx context.Context, spec *harness.Spec) confli
 // retried into a conflict. Both are serial histories; the winner is read
 // from the ledger, and the rules hold the loser to being the conflicting
 // copy.
-func (s *state) conflictOverlapping(ctx context.Context, spec *harness.Spec, id string) (c conflictPlay, retry bool) {
+func (s *state) conflictOverlapping(ctx context.Context, play *harness.Play, id string) (c conflictPlay, retry bool) {
 	GinkgoHelper()
 	p1, p2 := conflictPair(id)
 	c = conflictPlay{applied: p1, conflict: p2, maxTries: s.cfg.maxTries}
 	var err error
-	c.sleep, err = spec.Arm(ctx, faults.Plan{
+	c.sleep, err = play.Arm(ctx, faults.Plan{
 		Namespace: p1.ev.Namespace, ID: p1.ev.ID, Attempt: 1, Point: faults.AtEffect,
 		Action: faults.Sleep, Sleep: s.cfg.overlapSleep,
 	})
@@ -161,7 +161,7 @@ func (s *state) conflictOverlapping(ctx context.Context, spec *harness.Spec, id 
 	// Build both workers first, so that construction is not part of the
 	// overlap. A factory failure shows up in the attempts.
 	for worker := 1; worker <= 2; worker++ {
-		_, _ = spec.Instance(ctx, worker)
+		_, _ = play.Instance(ctx, worker)
 	}
 
 	// P1's attempt 1 is reported on its own, so the wait below knows when
@@ -170,18 +170,18 @@ func (s *state) conflictOverlapping(ctx context.Context, spec *harness.Spec, id 
 	p1Done := make(chan []harness.Attempt, 1)
 	go func() {
 		defer GinkgoRecover()
-		a := spec.Deliver(ctx, 1, p1.ev)
+		a := play.Deliver(ctx, 1, p1.ev)
 		attempt1 <- a
 		tries := []harness.Attempt{a}
 		if !a.Terminal() && ctx.Err() == nil && s.cfg.maxTries > 1 {
-			tries = append(tries, spec.DeliverUntilTerminal(ctx, 1, p1.ev, s.cfg.maxTries-1)...)
+			tries = append(tries, play.DeliverUntilTerminal(ctx, 1, p1.ev, s.cfg.maxTries-1)...)
 		}
 		p1Done <- tries
 	}()
 
-	c.fired, err = s.awaitFired(ctx, spec, c.sleep, attempt1)
+	c.fired, err = s.awaitFired(ctx, play, c.sleep, attempt1)
 	Expect(err).NotTo(HaveOccurred())
-	p2Tries := spec.DeliverUntilTerminal(ctx, 2, p2.ev, s.cfg.maxTries)
+	p2Tries := play.DeliverUntilTerminal(ctx, 2, p2.ev, s.cfg.maxTries)
 	var p1Tries []harness.Attempt
 	select {
 	case p1Tries = <-p1Done:
@@ -200,7 +200,7 @@ func (s *state) conflictOverlapping(ctx context.Context, spec *harness.Spec, id 
 		retry = true
 	}
 
-	effects, err := spec.Effects(ctx, p1.ev)
+	effects, err := play.Effects(ctx, p1.ev)
 	Expect(err).NotTo(HaveOccurred())
 	if len(effects) == 1 && effects[0].PayloadDigest == p2.digest() {
 		c.applied, c.conflict = p2, p1
@@ -208,15 +208,15 @@ func (s *state) conflictOverlapping(ctx context.Context, spec *harness.Spec, id 
 		c.note = "P2 won although P1 had claimed first: P1's transaction, held open by the sleep, lost to P2's (as under SERIALIZABLE, where the first transaction to commit wins)"
 		s.cfg.logf("conflicting-payload (in flight): %s", c.note)
 	}
-	c.againTries = spec.DeliverUntilTerminal(ctx, 1, c.applied.ev, s.cfg.maxTries)
-	c.collect(ctx, spec)
+	c.againTries = play.DeliverUntilTerminal(ctx, 1, c.applied.ev, s.cfg.maxTries)
+	c.collect(ctx, play)
 	return c, retry
 }
 
 // awaitFired waits until sleep has fired, which proves that P1's attempt 1
 // claimed the event and sits in its open transaction, or until that attempt
 // ended without it firing. It returns how often the sleep fired.
-func (s *state) awaitFired(ctx context.Context, spec *harness.Spec, sleep *faults.Fault, attempt1 <-chan harness.Attempt) (int64, error) {
+func (s *state) awaitFired(ctx context.Context, play *harness.Play, sleep *faults.Fault, attempt1 <-chan harness.Attempt) (int64, error) {
 	// The attempt ends within the delivery timeout and a grace period; the
 	// deadline only guards the harness against itself.
 	deadline := time.NewTimer(2*s.cfg.deliveryTimeout + 10*time.Second)
@@ -224,7 +224,7 @@ func (s *state) awaitFired(ctx context.Context, spec *harness.Spec, sleep *fault
 	tick := time.NewTicker(firedPoll)
 	defer tick.Stop()
 	for {
-		n, err := spec.Fired(ctx, sleep)
+		n, err := play.Fired(ctx, sleep)
 		if err != nil || n > 0 {
 			return n, err
 		}
@@ -232,22 +232,22 @@ func (s *state) awaitFired(ctx context.Context, spec *harness.Spec, sleep *fault
 		case <-ctx.Done():
 			return 0, context.Cause(ctx)
 		case <-deadline.C:
-			return spec.Fired(ctx, sleep)
+			return play.Fired(ctx, sleep)
 		case <-attempt1:
 			// Ended: the sleep fired during it or never will.
-			return spec.Fired(ctx, sleep)
+			return play.Fired(ctx, sleep)
 		case <-tick.C:
 		}
 	}
 }
 
 // collect reads the ledger and the deliveries of the variant's identity.
-func (c *conflictPlay) collect(ctx context.Context, spec *harness.Spec) {
+func (c *conflictPlay) collect(ctx context.Context, play *harness.Play) {
 	GinkgoHelper()
 	var err error
-	c.effects, err = spec.Effects(ctx, c.applied.ev)
+	c.effects, err = play.Effects(ctx, c.applied.ev)
 	Expect(err).NotTo(HaveOccurred())
-	c.history = spec.History(c.applied.ev)
+	c.history = play.History(c.applied.ev)
 }
 
 // describe is the variant's evidence for a failure message: the deliveries,

@@ -51,16 +51,16 @@ func (s *state) crashUnsupported() string {
 	return ""
 }
 
-// beginCrash is begin for a scenario that crashes the server: the spec's
+// beginCrash is begin for a scenario that crashes the server: the play's
 // instances connect through its wire proxy, so that they keep their
 // address when the server comes back at another one (a container gets a
 // new host port); the restart points the proxy there.
-func (sc *scenario) beginCrash(ctx context.Context) *harness.Spec {
+func (sc *scenario) beginCrash(ctx context.Context) *harness.Play {
 	GinkgoHelper()
-	spec := sc.begin(ctx)
-	_, err := spec.UseProxy(ctx)
+	play := sc.begin(ctx)
+	_, err := play.UseProxy(ctx)
 	Expect(err).NotTo(HaveOccurred(), "put the wire proxy between the implementation and the server")
-	return spec
+	return play
 }
 
 // crashAndRestart crashes the run's server and starts it again. It fails
@@ -104,20 +104,20 @@ func (s *state) crashAfterAck() {
 			if skip = s.crashUnsupported(); skip != "" {
 				return
 			}
-			spec := sc.beginCrash(ctx)
-			before = spec.DeliverUntilTerminal(ctx, 1, ev, s.cfg.maxTries)
+			play := sc.beginCrash(ctx)
+			before = play.DeliverUntilTerminal(ctx, 1, ev, s.cfg.maxTries)
 			var err error
-			rowsBefore, err = spec.StateRows(ctx)
+			rowsBefore, err = play.StateRows(ctx)
 			Expect(err).NotTo(HaveOccurred())
 			rec = s.crashAndRestart(ctx)
-			restored, err = spec.Effects(ctx, ev)
+			restored, err = play.Effects(ctx, ev)
 			Expect(err).NotTo(HaveOccurred())
-			rowsAfter, err = spec.StateRows(ctx)
+			rowsAfter, err = play.StateRows(ctx)
 			Expect(err).NotTo(HaveOccurred())
-			after = spec.DeliverUntilTerminal(ctx, 1, ev, s.cfg.maxTries)
-			effects, err = spec.Effects(ctx, ev)
+			after = play.DeliverUntilTerminal(ctx, 1, ev, s.cfg.maxTries)
+			effects, err = play.Effects(ctx, ev)
 			Expect(err).NotTo(HaveOccurred())
-			history = spec.History(ev)
+			history = play.History(ev)
 		}, sc.timeout())
 
 		sc.noteRule(fixtures.CrashRecoveryAppliedSurvives, func() ([]string, string) {
@@ -167,7 +167,7 @@ type stall struct {
 	// database right now, what it is and a function that ends it. It
 	// returns a reason instead when the implementation gives it nothing
 	// to hold.
-	arm func(ctx context.Context, spec *harness.Spec, events []adapters.Event, hold time.Duration) (held func(context.Context) (int, error), what string, release func(context.Context) error, unsupported string)
+	arm func(ctx context.Context, play *harness.Play, events []adapters.Event, hold time.Duration) (held func(context.Context) (int, error), what string, release func(context.Context) error, unsupported string)
 }
 
 var stalls = []stall{
@@ -182,19 +182,19 @@ var stalls = []stall{
 // whose sleep ended (a cancelled statement, a lost connection) is not.
 // The crash disarms the sleeps (see harness.Run.CrashServer), so a first
 // attempt that reaches the server only after the restart is not held.
-func sleepAtEffect(ctx context.Context, spec *harness.Spec, events []adapters.Event, hold time.Duration) (func(context.Context) (int, error), string, func(context.Context) error, string) {
+func sleepAtEffect(ctx context.Context, play *harness.Play, events []adapters.Event, hold time.Duration) (func(context.Context) (int, error), string, func(context.Context) error, string) {
 	GinkgoHelper()
 	sleep := max(crashSleep, hold)
 	sleeps := make([]*faults.Fault, len(events))
 	for i, ev := range events {
 		var err error
-		sleeps[i], err = spec.Arm(ctx, faults.Plan{Namespace: ev.Namespace, ID: ev.ID, Attempt: 1, Point: faults.AtEffect, Action: faults.Sleep, Sleep: sleep})
+		sleeps[i], err = play.Arm(ctx, faults.Plan{Namespace: ev.Namespace, ID: ev.ID, Attempt: 1, Point: faults.AtEffect, Action: faults.Sleep, Sleep: sleep})
 		Expect(err).NotTo(HaveOccurred())
 	}
 	held := func(ctx context.Context) (int, error) {
 		fired := 0
 		for _, f := range sleeps {
-			n, err := spec.Fired(ctx, f)
+			n, err := play.Fired(ctx, f)
 			if err != nil {
 				return 0, err
 			}
@@ -202,7 +202,7 @@ func sleepAtEffect(ctx context.Context, spec *harness.Spec, events []adapters.Ev
 				fired++
 			}
 		}
-		sleeping, err := spec.SleepingInFaults(ctx)
+		sleeping, err := play.SleepingInFaults(ctx)
 		return min(fired, sleeping), err
 	}
 	return held, fmt.Sprintf("a sleep of %s at the effect of each event's attempt 1", sleep), nil, ""
@@ -211,12 +211,12 @@ func sleepAtEffect(ctx context.Context, spec *harness.Spec, events []adapters.Ev
 // holdWrites locks the implementation's tables against writes: each
 // delivery stalls at its first write to its deduplication state, after
 // whatever it committed before that write.
-func holdWrites(ctx context.Context, spec *harness.Spec, _ []adapters.Event, _ time.Duration) (func(context.Context) (int, error), string, func(context.Context) error, string) {
+func holdWrites(ctx context.Context, play *harness.Play, _ []adapters.Event, _ time.Duration) (func(context.Context) (int, error), string, func(context.Context) error, string) {
 	GinkgoHelper()
-	h, err := spec.HoldWrites(ctx)
+	h, err := play.HoldWrites(ctx)
 	Expect(err).NotTo(HaveOccurred())
 	if h == nil {
-		return nil, "", nil, "the implementation keeps no table in the spec's schema, so the harness has no write of it to hold"
+		return nil, "", nil, "the implementation keeps no table in the schema the harness gave it, so the harness has no write of it to hold"
 	}
 	return h.Waiting, "the harness's EXCLUSIVE lock on " + h.String(), h.Release, ""
 }
@@ -273,24 +273,24 @@ func (fl *flight) wait() { fl.done.Wait() }
 // given up on, so that whatever the implementation needs to handle that many
 // deliveries at once (connections, child processes) exists before the
 // crash, as in a service in steady state. The deliveries are held at their
-// effects (see harness.Spec.HoldEffects) until all of them are there, or
+// effects (see harness.Play.HoldEffects) until all of them are there, or
 // until no more have joined for stallSettleMin, or at the stall's limit: an
 // implementation that finishes one delivery before the next arrives would
 // otherwise never need more than one connection or process. It returns how
 // long the slowest delivery took, which says how long a delivery takes to
 // reach the database under that load, and how many were held at once.
-func (s *state) warmUp(ctx context.Context, spec *harness.Spec, fs []*inFlight) (slowest time.Duration, atOnce int) {
+func (s *state) warmUp(ctx context.Context, play *harness.Play, fs []*inFlight) (slowest time.Duration, atOnce int) {
 	GinkgoHelper()
 	// Built first, so that building one (an implementation's migrations,
 	// say) does not wait for the deliveries the warm-up holds.
 	for _, n := range []int{1, 2} {
-		_, err := spec.Instance(ctx, n)
+		_, err := play.Instance(ctx, n)
 		Expect(err).NotTo(HaveOccurred(), "build instance %d", n)
 	}
-	gate, err := spec.HoldEffects(ctx)
+	gate, err := play.HoldEffects(ctx)
 	Expect(err).NotTo(HaveOccurred(), "hold the warm-up deliveries at their effects")
 	fl := deliverAll(fs, func(f *inFlight) {
-		f.attempts = spec.DeliverUntilTerminal(ctx, f.worker, f.ev, s.cfg.maxTries)
+		f.attempts = play.DeliverUntilTerminal(ctx, f.worker, f.ev, s.cfg.maxTries)
 	})
 	_, limit := stallTiming(s.cfg.deliveryTimeout, 0)
 	atOnce, heldErr := awaitStall(ctx, gate.Waiting, fl, len(fs), stallSettleMin, 0, limit)
@@ -357,23 +357,23 @@ func (s *state) crashInFlight(st stall) {
 			if skip = s.crashUnsupported(); skip != "" {
 				return
 			}
-			spec := sc.beginCrash(ctx)
+			play := sc.beginCrash(ctx)
 			settled, flying = crashEvents("settled", crashInFlight), crashEvents("in-flight", crashInFlight)
 			all = append(append([]*inFlight(nil), settled...), flying...)
-			slowestWarmUp, warmedAtOnce = s.warmUp(ctx, spec, settled)
+			slowestWarmUp, warmedAtOnce = s.warmUp(ctx, play, settled)
 
 			events := make([]adapters.Event, len(flying))
 			for i, f := range flying {
 				events[i] = f.ev
 			}
-			held, desc, release, unsupported := st.arm(ctx, spec, events, s.cfg.deliveryTimeout)
+			held, desc, release, unsupported := st.arm(ctx, play, events, s.cfg.deliveryTimeout)
 			if skip, what = unsupported, desc; skip != "" {
 				return
 			}
 
 			began := time.Now()
 			fl := deliverAll(flying, func(f *inFlight) {
-				f.attempts = []harness.Attempt{spec.Deliver(ctx, f.worker, f.ev)}
+				f.attempts = []harness.Attempt{play.Deliver(ctx, f.worker, f.ev)}
 			})
 			settle, limit := stallTiming(s.cfg.deliveryTimeout, slowestWarmUp)
 			heldAtCrash, heldErr = awaitStall(ctx, held, fl, len(flying), settle, settle, limit)
@@ -390,14 +390,14 @@ func (s *state) crashInFlight(st stall) {
 			for _, f := range all {
 				if !f.last().Terminal() {
 					redelivered++
-					f.attempts = append(f.attempts, spec.DeliverUntilTerminal(ctx, f.worker, f.ev, s.cfg.maxTries)...)
+					f.attempts = append(f.attempts, play.DeliverUntilTerminal(ctx, f.worker, f.ev, s.cfg.maxTries)...)
 				}
 			}
 			for _, f := range all {
 				var err error
-				f.effects, err = spec.Effects(ctx, f.ev)
+				f.effects, err = play.Effects(ctx, f.ev)
 				Expect(err).NotTo(HaveOccurred())
-				f.history = spec.History(f.ev)
+				f.history = play.History(f.ev)
 			}
 		}, sc.timeout())
 

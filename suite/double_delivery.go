@@ -40,18 +40,18 @@ func (s *state) doubleDelivery() {
 		// Two instances to build, then eleven deliveries one after another.
 		sc := s.scenario(fixtures.DoubleDelivery, 2+(1+redeliveries)*s.cfg.maxTries, 0)
 		BeforeAll(func(ctx SpecContext) {
-			spec := sc.begin(ctx)
+			play := sc.begin(ctx)
 			sc.at("the first delivery")
-			first = spec.DeliverUntilTerminal(ctx, 1, ev, s.cfg.maxTries)
+			first = play.DeliverUntilTerminal(ctx, 1, ev, s.cfg.maxTries)
 			for i := range redeliveries {
 				sc.at("redelivery %d of %d", i+1, redeliveries)
 				worker := 2 - i%2 // alternate: worker 2, 1, 2, ...
-				later = append(later, spec.DeliverUntilTerminal(ctx, worker, ev, s.cfg.maxTries))
+				later = append(later, play.DeliverUntilTerminal(ctx, worker, ev, s.cfg.maxTries))
 			}
 			var err error
-			effects, err = spec.Effects(ctx, ev)
+			effects, err = play.Effects(ctx, ev)
 			Expect(err).NotTo(HaveOccurred())
-			all = spec.History(ev)
+			all = play.History(ev)
 		}, sc.timeout())
 
 		sc.rule(fixtures.DoubleDeliveryFirstApplied, func() []string {

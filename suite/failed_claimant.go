@@ -64,10 +64,10 @@ func (s *state) failedClaimant(v claimantVariant) {
 		// copy is acknowledged; a round is played up to overlapTries times.
 		sc := s.scenario(fixtures.ConcurrentDelivery+" / "+v.name, 2+n*overlapTries*(2+2*s.cfg.maxTries), 0)
 		BeforeAll(func(ctx SpecContext) {
-			spec := sc.begin(ctx)
+			play := sc.begin(ctx)
 			for round := 1; round <= n && ctx.Err() == nil && !sc.expired(); round++ {
 				sc.at("round %d of %d (%d played)", round, n, round-1)
-				plays = append(plays, s.claimantRound(ctx, spec, v, round)...)
+				plays = append(plays, s.claimantRound(ctx, play, v, round)...)
 			}
 			s.cfg.logf("concurrent-delivery (%s): %d plays of %d rounds, %d deliveries each", v.name, len(plays), n, s.cfg.contenders)
 		}, sc.timeout())
@@ -126,11 +126,11 @@ type claimantPlay struct {
 // play provably did not overlap, up to overlapTries times. It returns every
 // play: each is judged, since a lost event is lost whether or not the
 // harness proved the overlap.
-func (s *state) claimantRound(ctx context.Context, spec *harness.Spec, v claimantVariant, round int) []claimantPlay {
+func (s *state) claimantRound(ctx context.Context, play *harness.Play, v claimantVariant, round int) []claimantPlay {
 	GinkgoHelper()
 	var plays []claimantPlay
 	for try := 1; try <= overlapTries && ctx.Err() == nil; try++ {
-		p := s.claimantPlay(ctx, spec, v, round, try)
+		p := s.claimantPlay(ctx, play, v, round, try)
 		plays = append(plays, p)
 		if !p.retry {
 			break
@@ -147,7 +147,7 @@ func (s *state) claimantRound(ctx context.Context, spec *harness.Spec, v claiman
 // the claimant fails. Should the sleep run out first, a raise planned after
 // it fails the claimant all the same. Then the broker redelivers, if no
 // copy was acknowledged.
-func (s *state) claimantPlay(ctx context.Context, spec *harness.Spec, v claimantVariant, round, try int) claimantPlay {
+func (s *state) claimantPlay(ctx context.Context, play *harness.Play, v claimantVariant, round, try int) claimantPlay {
 	GinkgoHelper()
 	ev := newEvent(fixtures.ConcurrentDelivery, fmt.Sprintf("claimant-%s-%d-%d", v.point, round, try))
 	label := fmt.Sprintf("round %d", round)
@@ -163,14 +163,14 @@ func (s *state) claimantPlay(ctx context.Context, spec *harness.Spec, v claimant
 	// harness fails it well before.
 	hold := s.cfg.deliveryTimeout / 2
 	var err error
-	p.sleep, err = spec.Arm(ctx, faults.Plan{Namespace: ev.Namespace, ID: ev.ID, Attempt: 1, Point: v.point, Action: faults.Sleep, Sleep: hold})
+	p.sleep, err = play.Arm(ctx, faults.Plan{Namespace: ev.Namespace, ID: ev.ID, Attempt: 1, Point: v.point, Action: faults.Sleep, Sleep: hold})
 	Expect(err).NotTo(HaveOccurred())
-	p.raise, err = spec.Arm(ctx, faults.Plan{Namespace: ev.Namespace, ID: ev.ID, Attempt: 1, Point: v.point, Action: faults.Raise})
+	p.raise, err = play.Arm(ctx, faults.Plan{Namespace: ev.Namespace, ID: ev.ID, Attempt: 1, Point: v.point, Action: faults.Raise})
 	Expect(err).NotTo(HaveOccurred())
 	// Build both workers first, so that construction is not part of the
 	// play. A factory failure shows up in the attempts.
 	for worker := 1; worker <= 2; worker++ {
-		_, _ = spec.Instance(ctx, worker)
+		_, _ = play.Instance(ctx, worker)
 	}
 
 	// The first in the line-up is the claimant: attempt 1.
@@ -180,17 +180,17 @@ func (s *state) claimantPlay(ctx context.Context, spec *harness.Spec, v claimant
 	go func() {
 		defer GinkgoRecover()
 		defer close(claimantDone)
-		p.claimant = spec.Deliver(ctx, p.claimantWorker, ev)
+		p.claimant = play.Deliver(ctx, p.claimantWorker, ev)
 	}()
-	p.slept, err = s.awaitFired(ctx, spec, p.sleep, claimantDone)
+	p.slept, err = s.awaitFired(ctx, play, p.sleep, claimantDone)
 	Expect(err).NotTo(HaveOccurred())
 
-	race := releaseContenders(ctx, spec, ev, order[1:], workers, p.slept == 0)
+	race := releaseContenders(ctx, play, ev, order[1:], workers, p.slept == 0)
 	if p.slept > 0 {
-		p.watch, err = watchContenders(ctx, spec, len(order)-1, race.answeredSoFar, claimantDone, hold*3/4)
+		p.watch, err = watchContenders(ctx, play, len(order)-1, race.answeredSoFar, claimantDone, hold*3/4)
 		Expect(err).NotTo(HaveOccurred())
 		race.failing.Store(true)
-		p.cancelled, err = spec.CancelSleeping(ctx)
+		p.cancelled, err = play.CancelSleeping(ctx)
 		Expect(err).NotTo(HaveOccurred())
 	}
 	select {
@@ -203,14 +203,14 @@ func (s *state) claimantPlay(ctx context.Context, spec *harness.Spec, v claimant
 	p.inconclusive, p.retry = p.overlapProblem()
 
 	if !p.acknowledged() && ctx.Err() == nil {
-		p.redelivered = spec.DeliverUntilTerminal(ctx, p.claimantWorker, ev, s.cfg.maxTries)
+		p.redelivered = play.DeliverUntilTerminal(ctx, p.claimantWorker, ev, s.cfg.maxTries)
 	}
-	p.effects, err = spec.Effects(ctx, ev)
+	p.effects, err = play.Effects(ctx, ev)
 	Expect(err).NotTo(HaveOccurred())
-	p.history = spec.History(ev)
-	p.slept, err = spec.Fired(ctx, p.sleep)
+	p.history = play.History(ev)
+	p.slept, err = play.Fired(ctx, p.sleep)
 	Expect(err).NotTo(HaveOccurred())
-	p.raised, err = spec.Fired(ctx, p.raise)
+	p.raised, err = play.Fired(ctx, p.raise)
 	Expect(err).NotTo(HaveOccurred())
 	return p
 }
@@ -229,7 +229,7 @@ type contenderRace struct {
 // releaseContenders delivers ev once to each of contenders, contender c to
 // worker workers[c], all released together. failing says whether the
 // claimant has failed already.
-func releaseContenders(ctx context.Context, spec *harness.Spec, ev adapters.Event, contenders, workers []int, failing bool) *contenderRace {
+func releaseContenders(ctx context.Context, play *harness.Play, ev adapters.Event, contenders, workers []int, failing bool) *contenderRace {
 	GinkgoHelper()
 	r := &contenderRace{results: make([]contender, len(contenders))}
 	r.failing.Store(failing)
@@ -243,7 +243,7 @@ func releaseContenders(ctx context.Context, spec *harness.Spec, ev adapters.Even
 			defer r.done.Done()
 			ready.Done()
 			<-release
-			a := spec.Deliver(ctx, workers[c], ev)
+			a := play.Deliver(ctx, workers[c], ev)
 			r.results[i] = contender{attempt: a, whileHeld: !r.failing.Load()}
 			r.answered.Add(1)
 		}()
@@ -291,7 +291,7 @@ func (p claimantPlay) acknowledged() bool {
 // answered and nothing changed for claimantQuiet; when some do and nothing
 // changed for claimantSettle; when limit has passed; or when the claimant
 // ended by itself. It returns what it saw last.
-func watchContenders(ctx context.Context, spec *harness.Spec, n int, answered func() int, claimantDone <-chan harness.Attempt, limit time.Duration) (claimantWatch, error) {
+func watchContenders(ctx context.Context, play *harness.Play, n int, answered func() int, claimantDone <-chan harness.Attempt, limit time.Duration) (claimantWatch, error) {
 	deadline := time.NewTimer(limit)
 	defer deadline.Stop()
 	tick := time.NewTicker(claimantPoll)
@@ -299,7 +299,7 @@ func watchContenders(ctx context.Context, spec *harness.Spec, n int, answered fu
 	var w claimantWatch
 	since := time.Now()
 	for first := true; ; first = false {
-		a, err := spec.Activity(ctx)
+		a, err := play.Activity(ctx)
 		if err != nil {
 			return w, err
 		}

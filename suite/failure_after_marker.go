@@ -26,7 +26,7 @@ type failure struct {
 	// the Go effect, which an out-of-process implementation never does.
 	goHook bool
 	// arm plans the failure for attempt 1 of ev.
-	arm func(ctx context.Context, spec *harness.Spec, ev adapters.Event) planned
+	arm func(ctx context.Context, play *harness.Play, ev adapters.Event) planned
 }
 
 // planned is an armed failure.
@@ -40,18 +40,18 @@ type planned struct {
 	settle func(context.Context) error
 }
 
-func dbFailure(point faults.Point, action faults.Action) func(context.Context, *harness.Spec, adapters.Event) planned {
-	return func(ctx context.Context, spec *harness.Spec, ev adapters.Event) planned {
+func dbFailure(point faults.Point, action faults.Action) func(context.Context, *harness.Play, adapters.Event) planned {
+	return func(ctx context.Context, play *harness.Play, ev adapters.Event) planned {
 		GinkgoHelper()
-		f, err := spec.Arm(ctx, faults.Plan{Namespace: ev.Namespace, ID: ev.ID, Attempt: 1, Point: point, Action: action})
+		f, err := play.Arm(ctx, faults.Plan{Namespace: ev.Namespace, ID: ev.ID, Attempt: 1, Point: point, Action: action})
 		Expect(err).NotTo(HaveOccurred())
-		return planned{what: f.String(), fired: func(ctx context.Context) (int64, error) { return spec.Fired(ctx, f) }}
+		return planned{what: f.String(), fired: func(ctx context.Context) (int64, error) { return play.Fired(ctx, f) }}
 	}
 }
 
-func hookFailure(action faults.HookAction) func(context.Context, *harness.Spec, adapters.Event) planned {
-	return func(_ context.Context, spec *harness.Spec, ev adapters.Event) planned {
-		f := spec.Hooks().Arm(faults.HookPlan{Namespace: ev.Namespace, ID: ev.ID, Attempt: 1, Action: action})
+func hookFailure(action faults.HookAction) func(context.Context, *harness.Play, adapters.Event) planned {
+	return func(_ context.Context, play *harness.Play, ev adapters.Event) planned {
+		f := play.Hooks().Arm(faults.HookPlan{Namespace: ev.Namespace, ID: ev.ID, Attempt: 1, Action: action})
 		return planned{what: f.String(), fired: f.Fired}
 	}
 }
@@ -59,21 +59,21 @@ func hookFailure(action faults.HookAction) func(context.Context, *harness.Spec, 
 // proxyFailure cuts worker 1's connection at a protocol point, through the
 // wire proxy: a black-box fault that needs no access to the implementation's
 // code and works in any language.
-func proxyFailure(at pgproxy.Point, n int) func(context.Context, *harness.Spec, adapters.Event) planned {
-	return func(ctx context.Context, spec *harness.Spec, _ adapters.Event) planned {
+func proxyFailure(at pgproxy.Point, n int) func(context.Context, *harness.Play, adapters.Event) planned {
+	return func(ctx context.Context, play *harness.Play, _ adapters.Event) planned {
 		GinkgoHelper()
-		proxy, err := spec.UseProxy(ctx)
+		proxy, err := play.UseProxy(ctx)
 		Expect(err).NotTo(HaveOccurred())
-		_, _ = spec.Instance(ctx, 1) // built before the fault is armed
+		_, _ = play.Instance(ctx, 1) // built before the fault is armed
 		f, err := proxy.Arm(pgproxy.Rule{
-			Scope: pgproxy.Scope{ApplicationNamePrefix: spec.AppNamePrefix() + "w1"},
+			Scope: pgproxy.Scope{ApplicationNamePrefix: play.AppNamePrefix() + "w1"},
 			At:    at, N: n, Action: pgproxy.Cut, Times: 1,
 		})
 		Expect(err).NotTo(HaveOccurred())
 		return planned{
 			what:   f.String(),
 			fired:  f.Fired,
-			settle: func(ctx context.Context) error { return spec.WaitCut(ctx, f) },
+			settle: func(ctx context.Context) error { return play.WaitCut(ctx, f) },
 		}
 	}
 }
@@ -112,32 +112,32 @@ func (s *state) failureAfterMarker() {
 				// connection, a new event until terminal.
 				sc := s.scenario(fixtures.FailureAfterMarker+" / "+f.name, 2+2*s.cfg.maxTries, 0)
 				BeforeAll(func(ctx SpecContext) {
-					spec := sc.begin(ctx)
+					play := sc.begin(ctx)
 					// Only an instance knows where it applies the effect;
 					// one that cannot be built fails its first delivery
 					// below, as before.
 					if f.goHook {
-						if impl, err := spec.Instance(ctx, 1); err == nil && effect.IsRemote(impl) {
+						if impl, err := play.Instance(ctx, 1); err == nil && effect.IsRemote(impl) {
 							skip = outOfProcess
 							return
 						}
 					}
-					plan := f.arm(ctx, spec, ev)
+					plan := f.arm(ctx, play, ev)
 					what = plan.what
-					first = spec.Deliver(ctx, 1, ev)
+					first = play.Deliver(ctx, 1, ev)
 					if plan.settle != nil {
 						Expect(plan.settle(ctx)).To(Succeed())
 					}
-					retries = spec.DeliverUntilTerminal(ctx, 1, ev, s.cfg.maxTries)
+					retries = play.DeliverUntilTerminal(ctx, 1, ev, s.cfg.maxTries)
 					var err error
 					fired, err = plan.fired(ctx)
 					Expect(err).NotTo(HaveOccurred())
-					effects, err = spec.Effects(ctx, ev)
+					effects, err = play.Effects(ctx, ev)
 					Expect(err).NotTo(HaveOccurred())
-					history = spec.History(ev)
+					history = play.History(ev)
 					if f.kills {
-						next = spec.DeliverUntilTerminal(ctx, 1, after, s.cfg.maxTries)
-						nextFx, err = spec.Effects(ctx, after)
+						next = play.DeliverUntilTerminal(ctx, 1, after, s.cfg.maxTries)
+						nextFx, err = play.Effects(ctx, after)
 						Expect(err).NotTo(HaveOccurred())
 					}
 				}, sc.timeout())

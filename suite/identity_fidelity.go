@@ -120,9 +120,9 @@ func (s *state) identityFidelity() {
 		}
 		sc := s.scenario(fixtures.IdentityFidelity, s.pairCalls(len(all), true), 0)
 		BeforeAll(func(ctx SpecContext) {
-			spec := sc.begin(ctx)
+			play := sc.begin(ctx)
 			sc.at("%d pairs, %d at a time", len(all), pairParallelism)
-			played := s.playPairs(ctx, spec, all, true)
+			played := s.playPairs(ctx, play, all, true)
 			for i, r := range rules {
 				plays[i], played = played[:len(r.pairs)], played[len(r.pairs):]
 			}

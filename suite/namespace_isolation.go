@@ -133,9 +133,9 @@ func (s *state) namespaceIsolation() {
 		all := append([]identityPair{same}, pairs...)
 		sc := s.scenario(fixtures.NamespaceIsolation, s.pairCalls(len(all), false), 0)
 		BeforeAll(func(ctx SpecContext) {
-			spec := sc.begin(ctx)
+			play := sc.begin(ctx)
 			sc.at("%d pairs, %d at a time", len(all), pairParallelism)
-			plays := s.playPairs(ctx, spec, all, false)
+			plays := s.playPairs(ctx, play, all, false)
 			sameID, joined = plays[0], plays[1:]
 		}, sc.timeout())
 

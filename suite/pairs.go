@@ -47,12 +47,12 @@ func (s *state) pairCalls(n int, redeliver bool) int {
 }
 
 // playPairs plays every pair (see playPair), pairParallelism at a time.
-func (s *state) playPairs(ctx context.Context, spec *harness.Spec, pairs []identityPair, redeliver bool) []pairPlay {
+func (s *state) playPairs(ctx context.Context, play *harness.Play, pairs []identityPair, redeliver bool) []pairPlay {
 	GinkgoHelper()
 	// Build both workers first, so that construction is not part of any
 	// pair. A factory failure shows up in the attempts.
 	for worker := 1; worker <= 2; worker++ {
-		_, _ = spec.Instance(ctx, worker)
+		_, _ = play.Instance(ctx, worker)
 	}
 	plays := make([]pairPlay, len(pairs))
 	slots := make(chan struct{}, pairParallelism)
@@ -64,7 +64,7 @@ func (s *state) playPairs(ctx context.Context, spec *harness.Spec, pairs []ident
 			defer wg.Done()
 			slots <- struct{}{}
 			defer func() { <-slots }()
-			plays[i] = s.playPair(ctx, spec, p, redeliver)
+			plays[i] = s.playPair(ctx, play, p, redeliver)
 		}()
 	}
 	wg.Wait()
@@ -78,24 +78,24 @@ func (s *state) playPairs(ctx context.Context, spec *harness.Spec, pairs []ident
 // again for one that was refused (whether other workers see a claim is
 // double-delivery's business). A delivery that never became terminal is
 // not repeated: that event has failed already.
-func (s *state) playPair(ctx context.Context, spec *harness.Spec, p identityPair, redeliver bool) pairPlay {
+func (s *state) playPair(ctx context.Context, play *harness.Play, p identityPair, redeliver bool) pairPlay {
 	GinkgoHelper()
 	r := pairPlay{pair: p, a: delivered{ev: p.a}, b: delivered{ev: p.b}}
-	r.a.first = spec.DeliverUntilTerminal(ctx, 1, p.a, s.cfg.maxTries)
-	r.b.first = spec.DeliverUntilTerminal(ctx, 2, p.b, s.cfg.maxTries)
+	r.a.first = play.DeliverUntilTerminal(ctx, 1, p.a, s.cfg.maxTries)
+	r.b.first = play.DeliverUntilTerminal(ctx, 2, p.b, s.cfg.maxTries)
 	if redeliver {
 		for _, m := range []struct {
 			d      *delivered
 			worker int
 		}{{&r.a, 1}, {&r.b, 2}} {
 			if last, _ := ended(m.d.first); last.Terminal() {
-				m.d.again = spec.DeliverUntilTerminal(ctx, m.worker, m.d.ev, s.cfg.maxTries)
+				m.d.again = play.DeliverUntilTerminal(ctx, m.worker, m.d.ev, s.cfg.maxTries)
 			}
 		}
 	}
 	for _, d := range []*delivered{&r.a, &r.b} {
 		var err error
-		d.effects, err = spec.Effects(ctx, d.ev)
+		d.effects, err = play.Effects(ctx, d.ev)
 		Expect(err).NotTo(HaveOccurred())
 	}
 	return r

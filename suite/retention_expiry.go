@@ -107,8 +107,8 @@ type timeline struct {
 	t0     time.Time            // the scenario's start, for messages
 }
 
-func newTimeline(spec *harness.Spec) *timeline {
-	_, manual := spec.Clock()
+func newTimeline(play *harness.Play) *timeline {
+	_, manual := play.Clock()
 	tl := &timeline{manual: manual}
 	tl.t0 = tl.Now()
 	return tl
@@ -183,10 +183,10 @@ type purge struct {
 }
 
 // purge asks worker to purge with cutoff = now - W.
-func (r retention) purge(ctx context.Context, spec *harness.Spec, tl *timeline, worker int) purge {
+func (r retention) purge(ctx context.Context, play *harness.Play, tl *timeline, worker int) purge {
 	p := purge{at: tl.Now()}
 	p.cutoff = p.at.Add(-r.window)
-	p.removed, p.err = spec.Purge(ctx, worker, p.cutoff)
+	p.removed, p.err = play.Purge(ctx, worker, p.cutoff)
 	return p
 }
 
@@ -247,21 +247,21 @@ func (s *state) retentionOneEvent(r retention) {
 			if r.unsupported != "" {
 				return
 			}
-			spec := sc.begin(ctx)
-			tl = newTimeline(spec)
-			first = spec.DeliverUntilTerminal(ctx, 1, ev, s.cfg.maxTries)
+			play := sc.begin(ctx)
+			tl = newTimeline(play)
+			first = play.DeliverUntilTerminal(ctx, 1, ev, s.cfg.maxTries)
 			claimedBy = tl.Now()
 
 			Expect(tl.AdvanceTo(ctx, tl.t0.Add(r.window-r.eps))).To(Succeed())
-			inside = r.purge(ctx, spec, tl, 1)
+			inside = r.purge(ctx, play, tl, 1)
 			var err error
-			rowsInside, err = spec.StateRows(ctx)
+			rowsInside, err = play.StateRows(ctx)
 			Expect(err).NotTo(HaveOccurred())
 			redelivered = tl.Now()
-			redelivery = spec.DeliverUntilTerminal(ctx, 2, ev, s.cfg.maxTries)
-			effects, err = spec.Effects(ctx, ev)
+			redelivery = play.DeliverUntilTerminal(ctx, 2, ev, s.cfg.maxTries)
+			effects, err = play.Effects(ctx, ev)
 			Expect(err).NotTo(HaveOccurred())
-			history = spec.History(ev)
+			history = play.History(ev)
 			// A redelivery that claimed the event again (a violation of
 			// kept-inside-window) starts a new window: expiry is judged
 			// from the last claim, so each rule reports only its own fault.
@@ -270,11 +270,11 @@ func (s *state) retentionOneEvent(r retention) {
 			}
 
 			Expect(tl.AdvanceTo(ctx, claimedBy.Add(r.window+r.eps))).To(Succeed())
-			after = r.purge(ctx, spec, tl, 1)
-			rowsAfter, err = spec.StateRows(ctx)
+			after = r.purge(ctx, play, tl, 1)
+			rowsAfter, err = play.StateRows(ctx)
 			Expect(err).NotTo(HaveOccurred())
 			lateAt = tl.Now()
-			late = spec.DeliverUntilTerminal(ctx, 2, ev, s.cfg.maxTries)
+			late = play.DeliverUntilTerminal(ctx, 2, ev, s.cfg.maxTries)
 			s.cfg.logf("retention-expiry (one event): %d rows after the purge at %s, %d after the purge at %s; %s",
 				rowsInside, tl.at(inside.at), rowsAfter, tl.at(after.at), lateNote(tl, ev, lateAt, late))
 		}, sc.timeout())
@@ -374,11 +374,11 @@ func (s *state) retentionPurgeRace(r retention) {
 			if r.unsupported != "" {
 				return
 			}
-			spec := sc.begin(ctx)
-			tl = newTimeline(spec)
+			play := sc.begin(ctx)
+			tl = newTimeline(play)
 			for i := range retentionBatch {
 				ev := newEvent(fixtures.RetentionExpiry, fmt.Sprintf("old-%d", i+1))
-				if p := notApplied(ev, spec.DeliverUntilTerminal(ctx, 1, ev, s.cfg.maxTries)); p != "" {
+				if p := notApplied(ev, play.DeliverUntilTerminal(ctx, 1, ev, s.cfg.maxTries)); p != "" {
 					setup = append(setup, p)
 				}
 			}
@@ -387,7 +387,7 @@ func (s *state) retentionPurgeRace(r retention) {
 			recentFrom = tl.Now()
 			for i := range retentionBatch {
 				ev := newEvent(fixtures.RetentionExpiry, fmt.Sprintf("recent-%d", i+1))
-				tries := spec.DeliverUntilTerminal(ctx, 1, ev, s.cfg.maxTries)
+				tries := play.DeliverUntilTerminal(ctx, 1, ev, s.cfg.maxTries)
 				if p := notApplied(ev, tries); p != "" {
 					setup = append(setup, p)
 				}
@@ -400,7 +400,7 @@ func (s *state) retentionPurgeRace(r retention) {
 
 			// Build worker 2 before the race, so that construction is not
 			// part of it. A factory failure shows up in the attempts.
-			_, _ = spec.Instance(ctx, 2)
+			_, _ = play.Instance(ctx, 2)
 			redeliveries = make([][][]harness.Attempt, len(recent))
 			var ready, done sync.WaitGroup
 			release := make(chan struct{})
@@ -412,7 +412,7 @@ func (s *state) retentionPurgeRace(r retention) {
 				ready.Done()
 				<-release
 				for range retentionPurges {
-					purges = append(purges, r.purge(ctx, spec, tl, 1))
+					purges = append(purges, r.purge(ctx, play, tl, 1))
 				}
 			}()
 			for i, ev := range recent {
@@ -422,7 +422,7 @@ func (s *state) retentionPurgeRace(r retention) {
 					ready.Done()
 					<-release
 					for range retentionRedeliveries {
-						redeliveries[i] = append(redeliveries[i], spec.DeliverUntilTerminal(ctx, 2, ev, s.cfg.maxTries))
+						redeliveries[i] = append(redeliveries[i], play.DeliverUntilTerminal(ctx, 2, ev, s.cfg.maxTries))
 					}
 				}()
 			}
@@ -433,10 +433,10 @@ func (s *state) retentionPurgeRace(r retention) {
 			raceBy = tl.Now()
 
 			for _, ev := range recent {
-				fx, err := spec.Effects(ctx, ev)
+				fx, err := play.Effects(ctx, ev)
 				Expect(err).NotTo(HaveOccurred())
 				effects = append(effects, fx)
-				histories = append(histories, spec.History(ev))
+				histories = append(histories, play.History(ev))
 			}
 			var removed int64
 			for _, p := range purges {
@@ -532,21 +532,21 @@ func (s *state) retentionManyWindows(r retention) {
 			if r.unsupported != "" {
 				return
 			}
-			spec := sc.begin(ctx)
-			tl = newTimeline(spec)
+			play := sc.begin(ctx)
+			tl = newTimeline(play)
 			for i := range r.steps {
 				sc.at("step %d of %d", i+1, r.steps)
 				Expect(tl.AdvanceTo(ctx, tl.t0.Add(time.Duration(i)*r.window/stepsPerWindow))).To(Succeed())
 				st := windowStep{at: tl.Now()}
 				for j := range stepEvents {
 					ev := newEvent(fixtures.RetentionExpiry, fmt.Sprintf("step-%d-%d", i+1, j+1))
-					if p := notApplied(ev, spec.DeliverUntilTerminal(ctx, 1, ev, s.cfg.maxTries)); p != "" {
+					if p := notApplied(ev, play.DeliverUntilTerminal(ctx, 1, ev, s.cfg.maxTries)); p != "" {
 						st.setup = append(st.setup, p)
 					}
 				}
-				st.purge = r.purge(ctx, spec, tl, 1)
+				st.purge = r.purge(ctx, play, tl, 1)
 				var err error
-				st.rows, err = spec.StateRows(ctx)
+				st.rows, err = play.StateRows(ctx)
 				Expect(err).NotTo(HaveOccurred())
 				steps = append(steps, st)
 			}

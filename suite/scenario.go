@@ -13,7 +13,7 @@ import (
 )
 
 // harnessWork is the time a scenario's budget allows for the harness's own
-// work besides its calls to the implementation: creating the spec's schema,
+// work besides its calls to the implementation: creating the play's schema,
 // arming faults, reading the ledger. A second more per call covers the
 // queries that go with each.
 const (
@@ -27,9 +27,9 @@ const (
 const budgetSlack = 2 * time.Minute
 
 // scenario is one play of a fixture, the work of one Ordered container's
-// BeforeAll: the spec it plays in, the budget it must finish within, and
-// what it has done so far, which every rule of the container reports should
-// the budget run out.
+// BeforeAll: the [harness.Play] it plays in, the budget it must finish
+// within, and what it has done so far, which every rule of the container
+// reports should the budget run out.
 //
 // The budget follows from the delivery timeout and the calls the scenario
 // makes to the implementation one after another: each call ends within
@@ -44,7 +44,7 @@ type scenario struct {
 	budget time.Duration
 
 	mu   sync.Mutex
-	spec *harness.Spec
+	play *harness.Play
 	step string // what the play is doing, e.g. "round 3 of 10"
 }
 
@@ -65,18 +65,18 @@ func (s *state) scenario(name string, calls int, waits time.Duration) *scenario 
 // and the slack in which the evidence is gathered.
 func (sc *scenario) timeout() NodeTimeout { return NodeTimeout(sc.budget + budgetSlack) }
 
-// begin creates the scenario's spec, starts its budget and attaches the
+// begin creates the scenario's play, starts its budget and attaches the
 // scenario's progress to Ginkgo's progress reports (which a timeout
 // prints). Call it first in the BeforeAll.
-func (sc *scenario) begin(ctx context.Context) *harness.Spec {
+func (sc *scenario) begin(ctx context.Context) *harness.Play {
 	GinkgoHelper()
-	spec := sc.s.newSpec(ctx)
-	spec.StartBudget(sc.budget)
+	play := sc.s.newPlay(ctx)
+	play.StartBudget(sc.budget)
 	sc.mu.Lock()
-	sc.spec = spec
+	sc.play = play
 	sc.mu.Unlock()
 	DeferCleanup(AttachProgressReporter(sc.report))
-	return spec
+	return play
 }
 
 // at records what the play is doing now, e.g. at("round %d of %d", 3, 10).
@@ -90,24 +90,24 @@ func (sc *scenario) at(format string, args ...any) {
 	sc.step = fmt.Sprintf(format, args...)
 }
 
-// expired reports whether the scenario's spec ran out of its budget.
+// expired reports whether the scenario's play ran out of its budget.
 func (sc *scenario) expired() bool {
 	sc.mu.Lock()
-	spec := sc.spec
+	play := sc.play
 	sc.mu.Unlock()
-	return spec != nil && spec.OutOfBudget()
+	return play != nil && play.OutOfBudget()
 }
 
 // budgetProblem says, once the budget has run out, what the scenario had
 // done by then: "" otherwise.
 func (sc *scenario) budgetProblem() string {
 	sc.mu.Lock()
-	spec, step := sc.spec, sc.step
+	play, step := sc.play, sc.step
 	sc.mu.Unlock()
-	if spec == nil {
+	if play == nil {
 		return ""
 	}
-	p, expired := spec.BudgetExpired()
+	p, expired := play.BudgetExpired()
 	if !expired {
 		return ""
 	}
@@ -141,17 +141,17 @@ func (sc *scenario) budgetBasis() string {
 // Ginkgo's own timeout fire.
 func (sc *scenario) report() string {
 	sc.mu.Lock()
-	spec, step := sc.spec, sc.step
+	play, step := sc.play, sc.step
 	sc.mu.Unlock()
 	var b strings.Builder
 	fmt.Fprintf(&b, "harmless scenario %s (budget %s)", sc.name, shortDuration(sc.budget))
 	if step != "" {
 		b.WriteString(": at " + step)
 	}
-	if spec != nil {
+	if play != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		b.WriteString("; " + spec.Progress(ctx).String())
+		b.WriteString("; " + play.Progress(ctx).String())
 	}
 	return b.String()
 }

@@ -404,25 +404,25 @@ func (c config) validate() error {
 	return nil
 }
 
-// cleanupTimeout bounds the cleanup of a spec, and of the run: closing the
+// cleanupTimeout bounds the cleanup of a play, and of the run: closing the
 // two instances of the implementation (each a guarded call) and the
 // harness's own work of dropping what it created.
 func (s *state) cleanupTimeout() time.Duration {
 	return 2*harness.CallSlot(s.cfg.deliveryTimeout) + 2*time.Minute
 }
 
-// newSpec gives the current Ordered container a fresh environment, closed
-// after its last spec.
-func (s *state) newSpec(ctx context.Context) *harness.Spec {
+// newPlay gives the current Ordered container a fresh play (its own schema
+// and instances), closed after the container's last spec.
+func (s *state) newPlay(ctx context.Context) *harness.Play {
 	GinkgoHelper()
-	spec, err := s.run.NewSpec(ctx, s.adapter)
-	Expect(err).NotTo(HaveOccurred(), "create the spec's environment")
+	play, err := s.run.NewPlay(ctx, s.adapter)
+	Expect(err).NotTo(HaveOccurred(), "create the play's environment")
 	DeferCleanup(func(ctx SpecContext) {
 		cctx, cancel := s.cleanupContext(ctx)
 		defer cancel()
-		Expect(spec.Close(cctx)).To(Succeed(), "clean up the spec's environment")
+		Expect(play.Close(cctx)).To(Succeed(), "clean up the play's environment")
 	}, NodeTimeout(s.cleanupTimeout()))
-	return spec
+	return play
 }
 
 // cleanupContext is the context of a cleanup: it ends after the cleanup's

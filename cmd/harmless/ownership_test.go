@@ -71,7 +71,7 @@ func wantPartialOnADSN(t *testing.T, cert suite.Certificate) {
 
 // TestCertifyOnADSNDropsOnlyWhatHarmlessCreated runs certify of the
 // reference on a database of the test's own that holds a user's schemas
-// named like harmless's: one with a word for the spec, one with a spec
+// named like harmless's: one with a word for the play, one with a play
 // number but no marker, one with the marker of another run, and one with
 // the right marker that belongs to another role. Each holds a table with a
 // row. They all survive the run, row included, and the run says why with
@@ -107,18 +107,18 @@ INSERT INTO %[1]s.invoices VALUES (1, 42.50)`, schema, sql))
 	}
 
 	// A harmless run that dies without cleaning up, as a killed process
-	// would: its spec's schema is a leftover, to be dropped.
+	// would: its play's schema is a leftover, to be dropped.
 	gone, err := harness.Start(t.Context(), harness.Options{Provision: provision.Options{DSN: dsn}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	spec, err := gone.NewSpec(t.Context(), adapters.Adapter{Name: "gone"})
+	play, err := gone.NewPlay(t.Context(), adapters.Adapter{Name: "gone"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	leftover := spec.Schema()
+	leftover := play.Schema()
 	// Its connections are cut, and it closes nothing (Run.Close would
-	// close its spec).
+	// close its play).
 	gone.Admin().Close()
 	if _, err := db.Exec(t.Context(), `SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE starts_with(application_name, $1)`, gone.AppNamePrefix()); err != nil {
 		t.Fatalf("cut the dead run's connections: %v", err)

@@ -7,7 +7,7 @@ import (
 	"github.com/harmless-dev/harmless/faults"
 )
 
-// Activity is what the connections of a spec's implementation instances
+// Activity is what the connections of a play's implementation instances
 // are doing at one moment, as pg_stat_activity shows it. A delivery that
 // waits for a connection of its pool, or for a process to start, has no
 // backend yet and is not seen.
@@ -28,8 +28,8 @@ func (a Activity) String() string {
 	return fmt.Sprintf("%d connections: %d waiting on a lock, %d in a sleep fault", a.Connections, a.LockWaits, a.Sleeping)
 }
 
-// Activity reads what the connections of the spec's instances are doing.
-func (s *Spec) Activity(ctx context.Context) (Activity, error) {
+// Activity reads what the connections of the play's instances are doing.
+func (s *Play) Activity(ctx context.Context) (Activity, error) {
 	var a Activity
 	err := s.run.admin.QueryRow(ctx, `SELECT count(*),
 	count(*) FILTER (WHERE wait_event_type = 'Lock'),
@@ -38,15 +38,15 @@ FROM pg_stat_activity
 WHERE backend_type = 'client backend' AND usename = current_user AND starts_with(application_name, $1::text)`,
 		s.AppNamePrefix()).Scan(&a.Connections, &a.LockWaits, &a.Sleeping)
 	if err != nil {
-		return Activity{}, fmt.Errorf("read what the connections of spec %s are doing: %w", s.name, err)
+		return Activity{}, fmt.Errorf("read what the connections of play %s are doing: %w", s.name, err)
 	}
 	return a, nil
 }
 
-// CancelSleeping cancels the statement of every connection of the spec's
+// CancelSleeping cancels the statement of every connection of the play's
 // instances that sleeps in a sleep fault (see [faults.CancelSleeping]):
 // the transaction it holds fails now, where it sleeps. It returns the pids
 // of the backends it cancelled.
-func (s *Spec) CancelSleeping(ctx context.Context) ([]int, error) {
+func (s *Play) CancelSleeping(ctx context.Context) ([]int, error) {
 	return faults.CancelSleeping(ctx, s.run.admin, s.AppNamePrefix())
 }

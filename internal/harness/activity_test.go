@@ -21,32 +21,32 @@ import (
 func TestActivitySeesTheClaimantAndItsWaiterAndCancelFailsTheClaimant(t *testing.T) {
 	ctx := t.Context()
 	r := startRun(t, ampleTimeout)
-	spec, err := r.NewSpec(ctx, reference.Adapter())
+	play, err := r.NewPlay(ctx, reference.Adapter())
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
 		ctx, cancel := cleanupContext()
 		defer cancel()
-		_ = spec.Close(ctx)
+		_ = play.Close(ctx)
 	})
 	ev := event("claimant")
-	if _, err := spec.Arm(ctx, faults.Plan{Namespace: ev.Namespace, ID: ev.ID, Attempt: 1, Point: faults.AtEffect, Action: faults.Sleep, Sleep: time.Minute}); err != nil {
+	if _, err := play.Arm(ctx, faults.Plan{Namespace: ev.Namespace, ID: ev.ID, Attempt: 1, Point: faults.AtEffect, Action: faults.Sleep, Sleep: time.Minute}); err != nil {
 		t.Fatal(err)
 	}
-	if a, err := spec.Activity(ctx); err != nil || a.LockWaits != 0 || a.Sleeping != 0 {
+	if a, err := play.Activity(ctx); err != nil || a.LockWaits != 0 || a.Sleeping != 0 {
 		t.Fatalf("Activity before any delivery = %v, %v; want nothing waiting or sleeping", a, err)
 	}
 	claimant, waiter := make(chan harness.Attempt, 1), make(chan harness.Attempt, 1)
-	go func() { claimant <- spec.Deliver(ctx, 1, ev) }()
-	awaitActivity(t, spec, "the claimant sleeps", func(a harness.Activity) bool { return a.Sleeping == 1 })
-	go func() { waiter <- spec.Deliver(ctx, 2, ev) }()
-	seen := awaitActivity(t, spec, "the second delivery waits", func(a harness.Activity) bool { return a.LockWaits == 1 })
+	go func() { claimant <- play.Deliver(ctx, 1, ev) }()
+	awaitActivity(t, play, "the claimant sleeps", func(a harness.Activity) bool { return a.Sleeping == 1 })
+	go func() { waiter <- play.Deliver(ctx, 2, ev) }()
+	seen := awaitActivity(t, play, "the second delivery waits", func(a harness.Activity) bool { return a.LockWaits == 1 })
 	if seen.Sleeping != 1 || seen.Connections < 2 {
 		t.Errorf("Activity = %v; want 1 sleeping and at least 2 connections", seen)
 	}
 
-	pids, err := spec.CancelSleeping(ctx)
+	pids, err := play.CancelSleeping(ctx)
 	if err != nil || len(pids) != 1 {
 		t.Fatalf("CancelSleeping = %v, %v; want one backend", pids, err)
 	}
@@ -57,19 +57,19 @@ func TestActivitySeesTheClaimantAndItsWaiterAndCancelFailsTheClaimant(t *testing
 	if a := <-waiter; !a.Acked() || a.Outcome != adapters.Applied {
 		t.Errorf("the waiter ended %s; want Applied once the claimant rolled back", a.Result())
 	}
-	if a, err := spec.Activity(ctx); err != nil || a.LockWaits != 0 || a.Sleeping != 0 {
+	if a, err := play.Activity(ctx); err != nil || a.LockWaits != 0 || a.Sleeping != 0 {
 		t.Errorf("Activity at the end = %v, %v; want nothing waiting or sleeping", a, err)
 	}
 }
 
-// awaitActivity polls the spec's activity until ok holds, for at most ten
+// awaitActivity polls the play's activity until ok holds, for at most ten
 // seconds, and returns it.
-func awaitActivity(t *testing.T, spec *harness.Spec, what string, ok func(harness.Activity) bool) harness.Activity {
+func awaitActivity(t *testing.T, play *harness.Play, what string, ok func(harness.Activity) bool) harness.Activity {
 	t.Helper()
 	var a harness.Activity
 	eventually(t, 10*time.Second, what, func() bool {
 		var err error
-		if a, err = spec.Activity(t.Context()); err != nil {
+		if a, err = play.Activity(t.Context()); err != nil {
 			t.Fatal(err)
 		}
 		return ok(a)

@@ -12,8 +12,8 @@ import (
 )
 
 // ErrBudgetExpired marks a call to the implementation that the harness did
-// not make, or cut short, because the spec's budget had run out (see
-// [Spec.StartBudget]).
+// not make, or cut short, because the play's budget had run out (see
+// [Play.StartBudget]).
 var ErrBudgetExpired = errors.New("the scenario's budget ran out")
 
 // CallSlot is the longest one guarded call to an implementation can take
@@ -21,7 +21,7 @@ var ErrBudgetExpired = errors.New("the scenario's budget ran out")
 // allows a call that ignores its cancelled context.
 func CallSlot(timeout time.Duration) time.Duration { return timeout + grace(timeout) }
 
-// budget bounds a spec's calls to its implementation in time.
+// budget bounds a play's calls to its implementation in time.
 type budget struct {
 	mu       sync.Mutex
 	limit    time.Duration
@@ -29,17 +29,17 @@ type budget struct {
 	ctx      context.Context // done when the budget has run out
 	stop     context.CancelCauseFunc
 	timer    *time.Timer
-	progress *Progress // the spec's progress when the budget ran out
+	progress *Progress // the play's progress when the budget ran out
 }
 
-// StartBudget bounds the spec's calls to the implementation: once limit has
+// StartBudget bounds the play's calls to the implementation: once limit has
 // passed, calls in flight have their contexts cancelled (an attempt then
 // ends with an error wrapping [ErrBudgetExpired]) and no new call is made.
 // The harness's own work, reading the ledger and the history, goes on, so
 // that a scenario whose budget ran out can still report what it saw.
-// Without StartBudget a spec has no budget. Calling it again restarts the
+// Without StartBudget a play has no budget. Calling it again restarts the
 // budget.
-func (s *Spec) StartBudget(limit time.Duration) {
+func (s *Play) StartBudget(limit time.Duration) {
 	s.budget.mu.Lock()
 	defer s.budget.mu.Unlock()
 	s.releaseBudgetLocked()
@@ -57,7 +57,7 @@ func (s *Spec) StartBudget(limit time.Duration) {
 			return // restarted or released first
 		}
 		p.Budget, p.Elapsed = limit, limit
-		// The spec's faults are counted from the database: give the
+		// The play's faults are counted from the database: give the
 		// snapshot a moment of its own, independent of every caller.
 		qctx, cancel := context.WithTimeout(context.Background(), snapshotTimeout)
 		defer cancel()
@@ -72,7 +72,7 @@ func (s *Spec) StartBudget(limit time.Duration) {
 
 // releaseBudgetLocked stops the budget's timer and releases its context
 // without marking it run out. s.budget.mu must be held.
-func (s *Spec) releaseBudgetLocked() {
+func (s *Play) releaseBudgetLocked() {
 	if s.budget.timer != nil {
 		s.budget.timer.Stop()
 	}
@@ -84,11 +84,11 @@ func (s *Spec) releaseBudgetLocked() {
 // snapshotTimeout bounds the database reads of a progress snapshot.
 const snapshotTimeout = 10 * time.Second
 
-// BudgetExpired returns the spec's progress at the moment its budget ran
-// out, or nil while it has not (or the spec has no budget). Right after
+// BudgetExpired returns the play's progress at the moment its budget ran
+// out, or nil while it has not (or the play has no budget). Right after
 // the budget runs out the snapshot may still be being taken: ok is then
 // true and the progress nil only until it is done.
-func (s *Spec) BudgetExpired() (p *Progress, ok bool) {
+func (s *Play) BudgetExpired() (p *Progress, ok bool) {
 	s.budget.mu.Lock()
 	ctx := s.budget.ctx
 	s.budget.mu.Unlock()
@@ -114,19 +114,19 @@ func (s *Spec) BudgetExpired() (p *Progress, ok bool) {
 	}
 }
 
-// OutOfBudget reports whether the spec's budget has run out, without
-// waiting for the snapshot of [Spec.BudgetExpired].
-func (s *Spec) OutOfBudget() bool {
+// OutOfBudget reports whether the play's budget has run out, without
+// waiting for the snapshot of [Play.BudgetExpired].
+func (s *Play) OutOfBudget() bool {
 	s.budget.mu.Lock()
 	ctx := s.budget.ctx
 	s.budget.mu.Unlock()
 	return ctx != nil && errors.Is(context.Cause(ctx), ErrBudgetExpired)
 }
 
-// bounded returns ctx, cancelled too when the spec's budget runs out, and a
+// bounded returns ctx, cancelled too when the play's budget runs out, and a
 // function that releases it. It reports false, with ctx unchanged, when
 // the budget has run out already.
-func (s *Spec) bounded(ctx context.Context) (context.Context, func(), bool) {
+func (s *Play) bounded(ctx context.Context) (context.Context, func(), bool) {
 	s.budget.mu.Lock()
 	b := s.budget.ctx
 	s.budget.mu.Unlock()
@@ -142,30 +142,30 @@ func (s *Spec) bounded(ctx context.Context) (context.Context, func(), bool) {
 }
 
 // stopBudget releases the budget's timer.
-func (s *Spec) stopBudget() {
+func (s *Play) stopBudget() {
 	s.budget.mu.Lock()
 	defer s.budget.mu.Unlock()
 	s.releaseBudgetLocked()
 }
 
-// Progress is what a spec has done so far: the evidence a scenario
+// Progress is what a play has done so far: the evidence a scenario
 // reports when it cannot finish.
 type Progress struct {
 	// Deliveries counts the deliveries that ended; Pending those still in
 	// flight.
 	Deliveries, Pending int
-	// Faults counts, by kind, the firings of the faults the spec armed so
+	// Faults counts, by kind, the firings of the faults the play armed so
 	// far (see [Run.FaultsFired] for the kinds).
 	Faults map[string]int64
 	// FaultsErr is set when the faults could not be counted.
 	FaultsErr error
-	// Elapsed is the time since the spec's budget started (or the spec,
+	// Elapsed is the time since the play's budget started (or the play,
 	// without one); Budget the budget, 0 without one.
 	Elapsed, Budget time.Duration
 }
 
-// Progress returns what the spec has done so far.
-func (s *Spec) Progress(ctx context.Context) Progress {
+// Progress returns what the play has done so far.
+func (s *Play) Progress(ctx context.Context) Progress {
 	s.mu.Lock()
 	p := Progress{Deliveries: len(s.history), Pending: s.pending}
 	s.mu.Unlock()
@@ -200,8 +200,8 @@ func (p Progress) String() string {
 	return s
 }
 
-// faultsSoFar counts the firings of every fault the spec armed, so far.
-func (s *Spec) faultsSoFar(ctx context.Context) (map[string]int64, error) {
+// faultsSoFar counts the firings of every fault the play armed, so far.
+func (s *Play) faultsSoFar(ctx context.Context) (map[string]int64, error) {
 	s.faultsMu.Lock()
 	defer s.faultsMu.Unlock()
 	return countByKind(ctx, s.armed)

@@ -13,9 +13,9 @@ import (
 	"github.com/harmless-dev/harmless/internal/harness"
 )
 
-// TestBudgetEndsCallsButNotTheEvidence: once a spec's budget runs out, the
+// TestBudgetEndsCallsButNotTheEvidence: once a play's budget runs out, the
 // delivery in flight is cancelled and reported as cut short by the budget,
-// no new delivery reaches the implementation, and the spec still tells
+// no new delivery reaches the implementation, and the play still tells
 // what it did: deliveries made and pending, faults fired.
 func TestBudgetEndsCallsButNotTheEvidence(t *testing.T) {
 	t.Parallel()
@@ -30,16 +30,16 @@ func TestBudgetEndsCallsButNotTheEvidence(t *testing.T) {
 		<-ctx.Done() // honours its context, as a correct implementation does
 		return 0, ctx.Err()
 	})
-	spec := newSpec(t, startRun(t, ampleTimeout), adapter)
-	hook := spec.Hooks().Arm(faults.HookPlan{Namespace: "harness-test", ID: "quick", Action: faults.HookError})
+	play := newPlay(t, startRun(t, ampleTimeout), adapter)
+	hook := play.Hooks().Arm(faults.HookPlan{Namespace: "harness-test", ID: "quick", Action: faults.HookError})
 	_ = hook // never fires: the fake does not call the effect; it is counted as armed
 
-	if a := deliverBounded(t, spec, 1, event("quick"), patience); !a.Acked() {
+	if a := deliverBounded(t, play, 1, event("quick"), patience); !a.Acked() {
 		t.Fatalf("a delivery before the budget ended %s", a.Result())
 	}
-	spec.StartBudget(200 * time.Millisecond)
+	play.StartBudget(200 * time.Millisecond)
 	done := make(chan harness.Attempt, 1)
-	go func() { done <- spec.Deliver(t.Context(), 1, event("waits")) }()
+	go func() { done <- play.Deliver(t.Context(), 1, event("waits")) }()
 	<-entered
 	var cut harness.Attempt
 	select {
@@ -51,7 +51,7 @@ func TestBudgetEndsCallsButNotTheEvidence(t *testing.T) {
 		t.Errorf("the delivery in flight ended %v; want it cancelled by the budget", cut.Err)
 	}
 
-	progress, expired := spec.BudgetExpired()
+	progress, expired := play.BudgetExpired()
 	if !expired || progress == nil {
 		t.Fatalf("BudgetExpired() = %v, %t; want the progress at expiry", progress, expired)
 	}
@@ -63,43 +63,43 @@ func TestBudgetEndsCallsButNotTheEvidence(t *testing.T) {
 	}
 
 	before := calls.Load()
-	after := spec.Deliver(t.Context(), 1, event("quick-2"))
+	after := play.Deliver(t.Context(), 1, event("quick-2"))
 	if !errors.Is(after.Err, harness.ErrBudgetExpired) || after.Delivery.Attempt != 0 || calls.Load() != before {
 		t.Errorf("a delivery after the budget: attempt %d, %v, %d new calls; want none made, ErrBudgetExpired", after.Delivery.Attempt, after.Err, calls.Load()-before)
 	}
-	if tries := spec.DeliverUntilTerminal(t.Context(), 1, event("quick-3"), 5); len(tries) != 1 {
+	if tries := play.DeliverUntilTerminal(t.Context(), 1, event("quick-3"), 5); len(tries) != 1 {
 		t.Errorf("DeliverUntilTerminal after the budget made %d attempts; want it to stop at once", len(tries))
 	}
-	if _, err := spec.Purge(t.Context(), 1, time.Now()); !errors.Is(err, harness.ErrBudgetExpired) {
+	if _, err := play.Purge(t.Context(), 1, time.Now()); !errors.Is(err, harness.ErrBudgetExpired) {
 		t.Errorf("Purge after the budget: %v; want ErrBudgetExpired", err)
 	}
-	if _, err := spec.Instance(t.Context(), 2); !errors.Is(err, harness.ErrBudgetExpired) {
+	if _, err := play.Instance(t.Context(), 2); !errors.Is(err, harness.ErrBudgetExpired) {
 		t.Errorf("building an instance after the budget: %v; want ErrBudgetExpired", err)
 	}
 	// The harness's own reads go on.
-	if _, err := spec.Effects(t.Context(), event("quick")); err != nil {
+	if _, err := play.Effects(t.Context(), event("quick")); err != nil {
 		t.Errorf("reading the ledger after the budget: %v", err)
 	}
-	if got := len(spec.History(event("waits"))); got != 1 {
+	if got := len(play.History(event("waits"))); got != 1 {
 		t.Errorf("history of the cut delivery has %d attempts; want 1", got)
 	}
 }
 
-// TestNoBudgetNoExpiry: a spec without a budget never reports one run out,
+// TestNoBudgetNoExpiry: a play without a budget never reports one run out,
 // and a restarted budget forgets the old one.
 func TestNoBudgetNoExpiry(t *testing.T) {
 	t.Parallel()
-	spec := newSpec(t, startRun(t, ampleTimeout), delivering("fine", nil))
-	if p, expired := spec.BudgetExpired(); expired || p != nil {
+	play := newPlay(t, startRun(t, ampleTimeout), delivering("fine", nil))
+	if p, expired := play.BudgetExpired(); expired || p != nil {
 		t.Errorf("BudgetExpired() without a budget = %v, %t", p, expired)
 	}
-	spec.StartBudget(time.Nanosecond)
-	eventually(t, patience, "a budget of 1ns runs out", func() bool { _, expired := spec.BudgetExpired(); return expired })
-	spec.StartBudget(time.Hour)
-	if _, expired := spec.BudgetExpired(); expired {
+	play.StartBudget(time.Nanosecond)
+	eventually(t, patience, "a budget of 1ns runs out", func() bool { _, expired := play.BudgetExpired(); return expired })
+	play.StartBudget(time.Hour)
+	if _, expired := play.BudgetExpired(); expired {
 		t.Error("a restarted budget still reports the old one run out")
 	}
-	if a := deliverBounded(t, spec, 1, event("fine"), patience); !a.Acked() {
+	if a := deliverBounded(t, play, 1, event("fine"), patience); !a.Acked() {
 		t.Errorf("a delivery within the restarted budget ended %s", a.Result())
 	}
 }

@@ -38,8 +38,8 @@ type Recovery struct {
 	// Moved reports whether the server came back at another address (a
 	// container gets a new host port). A client holding the server's old
 	// DSN cannot reconnect by itself then; one that connects through a
-	// spec's proxy ([Spec.UseProxy]) can, since the restart points every
-	// open spec's proxy at the new address.
+	// play's proxy ([Play.UseProxy]) can, since the restart points every
+	// open play's proxy at the new address.
 	Moved bool
 	// Down is how long the server was gone: from the crash to the end of
 	// the restart.
@@ -68,7 +68,7 @@ func (r Recovery) String() string {
 		s += ", connections opened before the crash gone"
 	}
 	if r.Moved {
-		s += ", back at a new address (the specs' proxies follow it)"
+		s += ", back at a new address (the plays' proxies follow it)"
 	}
 	return s
 }
@@ -82,7 +82,7 @@ const clockFormat = "15:04:05.000"
 // nothing of the run works until [Run.RestartServer].
 //
 // Right before the crash it disarms every database-side fault of the open
-// specs ([Spec.Disarm]): a fault planned for a delivery before the crash
+// plays ([Play.Disarm]): a fault planned for a delivery before the crash
 // must never hold up or fail a delivery after the restart, such as a first
 // attempt that reaches the server only then. A delivery already inside a
 // fault (a sleep) stays there until the crash ends it.
@@ -99,9 +99,9 @@ func (r *Run) CrashServer(ctx context.Context) (*Crash, error) {
 	}
 	// The crash leaves the evidence of database-side faults unreliable:
 	// count what fired so far while the server is up.
-	for _, s := range r.openSpecs() {
+	for _, s := range r.openPlays() {
 		if err := s.beforeCrash(ctx); err != nil {
-			return nil, fmt.Errorf("harness: disarm and count the faults of spec %s before the crash: %w", s.name, err)
+			return nil, fmt.Errorf("harness: disarm and count the faults of play %s before the crash: %w", s.name, err)
 		}
 	}
 	if err := r.server.Crash(ctx); err != nil {
@@ -117,7 +117,7 @@ func (r *Run) CrashServer(ctx context.Context) (*Crash, error) {
 }
 
 // RestartServer starts the server again after c (PostgreSQL runs crash
-// recovery) and recovers the run: it points every open spec's proxy at the
+// recovery) and recovers the run: it points every open play's proxy at the
 // server's address, new or not, reopens the keeper connection, renews the
 // admin pool's connections and checks that the pool works. The recovery's
 // evidence says whether the crash was real.
@@ -131,9 +131,9 @@ func (r *Run) RestartServer(ctx context.Context, c *Crash) (Recovery, error) {
 	rec.Moved = dsn != c.dsn
 	// First, so that an implementation reconnecting through a proxy
 	// reaches the server as soon as it is back.
-	for _, s := range r.openSpecs() {
+	for _, s := range r.openPlays() {
 		if err := s.followServer(dsn); err != nil {
-			return rec, fmt.Errorf("harness: point the proxy of spec %s at the restarted server: %w", s.name, err)
+			return rec, fmt.Errorf("harness: point the proxy of play %s at the restarted server: %w", s.name, err)
 		}
 	}
 
@@ -156,9 +156,9 @@ func (r *Run) RestartServer(ctx context.Context, c *Crash) (Recovery, error) {
 	if err := r.admin.QueryRow(ctx, `SELECT pg_postmaster_start_time()`).Scan(&rec.StartedAfter); err != nil {
 		return rec, fmt.Errorf("harness: server start time after the restart: %w", err)
 	}
-	for _, s := range r.openSpecs() {
+	for _, s := range r.openPlays() {
 		if err := s.afterRestart(ctx); err != nil {
-			return rec, fmt.Errorf("harness: count the faults of spec %s after the restart: %w", s.name, err)
+			return rec, fmt.Errorf("harness: count the faults of play %s after the restart: %w", s.name, err)
 		}
 	}
 	r.opts.Logf("%s", rec)

@@ -65,7 +65,7 @@ func TestCrashAndRestartServer(t *testing.T) {
 
 // TestCrashAndRestartAContainer crashes a container of the run's own
 // (SIGKILL), which comes back on a new host port, and checks that the run
-// and an implementation connected through the spec's proxy recover (see
+// and an implementation connected through the play's proxy recover (see
 // crashAndCheck). It is skipped where no container engine or image is
 // available, unless HARMLESS_REQUIRE_CONTAINER=1, as in CI.
 func TestCrashAndRestartAContainer(t *testing.T) {
@@ -89,7 +89,7 @@ func TestCrashAndRestartAContainer(t *testing.T) {
 // crashAndCheck crashes r's server and checks that the run recovers:
 // committed data is there, a connection opened before the crash is gone,
 // the keeper is back (so no other run takes the run's schemas for
-// leftovers), the admin pool and the spec work, and the spec's proxy
+// leftovers), the admin pool and the play work, and the play's proxy
 // reaches the restarted server, wherever it now is, at the address the
 // implementation was given before the crash.
 func crashAndCheck(ctx context.Context, t *testing.T, r *harness.Run) harness.Recovery {
@@ -97,16 +97,16 @@ func crashAndCheck(ctx context.Context, t *testing.T, r *harness.Run) harness.Re
 	if !r.Server().Owned() {
 		t.Fatalf("the run does not own its %s", r.Server().Kind)
 	}
-	spec := newSpec(t, r, delivering("crash", nil))
-	proxy, err := spec.UseProxy(ctx)
+	play := newPlay(t, r, delivering("crash", nil))
+	proxy, err := play.UseProxy(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	table := pgx.Identifier{spec.Schema(), "survivor"}.Sanitize()
+	table := pgx.Identifier{play.Schema(), "survivor"}.Sanitize()
 	if _, err := r.Admin().Exec(ctx, `CREATE TABLE `+table+` (v text); INSERT INTO `+table+` VALUES ('committed')`); err != nil {
 		t.Fatal(err)
 	}
-	env, err := spec.Env(1)
+	env, err := play.Env(1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -139,11 +139,11 @@ func crashAndCheck(ctx context.Context, t *testing.T, r *harness.Run) harness.Re
 	if err := r.Admin().QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE application_name = $1`, r.AppNamePrefix()+"keeper").Scan(&keepers); err != nil || keepers != 1 {
 		t.Errorf("keeper connections after the restart: %d, %v; want 1", keepers, err)
 	}
-	if _, err := spec.Effects(ctx, event("after-restart")); err != nil {
-		t.Errorf("the spec cannot read its ledger after the restart: %v", err)
+	if _, err := play.Effects(ctx, event("after-restart")); err != nil {
+		t.Errorf("the play cannot read its ledger after the restart: %v", err)
 	}
-	if n, err := spec.StateRows(ctx); err != nil || n != 1 {
-		t.Errorf("the spec counts %d rows of state after the restart, %v; want the 1 committed", n, err)
+	if n, err := play.StateRows(ctx); err != nil || n != 1 {
+		t.Errorf("the play counts %d rows of state after the restart, %v; want the 1 committed", n, err)
 	}
 
 	// The implementation's DSN, handed out before the crash, still leads to
@@ -153,7 +153,7 @@ func crashAndCheck(ctx context.Context, t *testing.T, r *harness.Run) harness.Re
 		t.Fatal(err)
 	}
 	if want := net.JoinHostPort(server.Host, strconv.Itoa(int(server.Port))); proxy.Upstream() != want {
-		t.Errorf("the spec's proxy leads to %s; want the restarted server at %s", proxy.Upstream(), want)
+		t.Errorf("the play's proxy leads to %s; want the restarted server at %s", proxy.Upstream(), want)
 	}
 	var started time.Time
 	if err := connect(t, env.DSN).QueryRow(ctx, `SELECT pg_postmaster_start_time()`).Scan(&started); err != nil {
@@ -187,22 +187,22 @@ func startClusterRun(ctx context.Context, t *testing.T) *harness.Run {
 func TestHoldWritesHoldsWritesNotReads(t *testing.T) {
 	ctx := t.Context()
 	r := startRun(t, ampleTimeout)
-	spec := newSpec(t, r, delivering("hold", nil))
-	if h, err := spec.HoldWrites(ctx); h != nil || err != nil {
+	play := newPlay(t, r, delivering("hold", nil))
+	if h, err := play.HoldWrites(ctx); h != nil || err != nil {
 		t.Fatalf("HoldWrites without tables: %v, %v; want nothing to hold", h, err)
 	}
-	table := pgx.Identifier{spec.Schema(), "markers"}.Sanitize()
+	table := pgx.Identifier{play.Schema(), "markers"}.Sanitize()
 	if _, err := r.Admin().Exec(ctx, `CREATE TABLE `+table+` (id text PRIMARY KEY)`); err != nil {
 		t.Fatal(err)
 	}
-	h, err := spec.HoldWrites(ctx)
+	h, err := play.HoldWrites(ctx)
 	if err != nil || h == nil {
 		t.Fatalf("HoldWrites: %v, %v", h, err)
 	}
 	if !strings.Contains(h.String(), "markers") {
 		t.Errorf("the hold is on %s; want the markers table", h)
 	}
-	env, err := spec.Env(1)
+	env, err := play.Env(1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -239,14 +239,14 @@ func TestHoldWritesHoldsWritesNotReads(t *testing.T) {
 func TestHoldEffectsHoldsEveryDeliveryAtItsEffect(t *testing.T) {
 	ctx := t.Context()
 	r := startRun(t, ampleTimeout)
-	spec := newSpec(t, r, reference.Adapter())
-	h, err := spec.HoldEffects(ctx)
+	play := newPlay(t, r, reference.Adapter())
+	h, err := play.HoldEffects(ctx)
 	if err != nil {
 		t.Fatalf("HoldEffects: %v", err)
 	}
 	ev := event("held")
 	done := make(chan harness.Attempt, 1)
-	go func() { done <- spec.Deliver(ctx, 1, ev) }()
+	go func() { done <- play.Deliver(ctx, 1, ev) }()
 	eventually(t, patience, "the delivery waits for the hold", func() bool {
 		n, err := h.Waiting(ctx)
 		return err == nil && n == 1
@@ -262,7 +262,7 @@ func TestHoldEffectsHoldsEveryDeliveryAtItsEffect(t *testing.T) {
 	if a := <-done; !a.Acked() || a.Outcome != adapters.Applied {
 		t.Errorf("the delivery after the release ended %s; want Applied", a.Result())
 	}
-	if effects, err := spec.Effects(ctx, ev); err != nil || len(effects) != 1 {
+	if effects, err := play.Effects(ctx, ev); err != nil || len(effects) != 1 {
 		t.Errorf("the ledger holds %d effects, %v; want 1", len(effects), err)
 	}
 }

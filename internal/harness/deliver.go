@@ -41,7 +41,7 @@ type Attempt struct {
 	Outcome adapters.Outcome
 	// Err is non-nil when the delivery was not acknowledged.
 	Err error
-	// Started and Ended are offsets from the spec's start.
+	// Started and Ended are offsets from the play's start.
 	Started, Ended time.Duration
 }
 
@@ -66,10 +66,10 @@ func (a Attempt) Result() string {
 // Deliver delivers ev once to instance n. It never panics and never hangs:
 // a panic, a hang or a nonsensical answer is recorded as the attempt's error.
 //
-// Once the spec's budget has run out (see [Spec.StartBudget]) it delivers
+// Once the play's budget has run out (see [Play.StartBudget]) it delivers
 // nothing: it returns an attempt numbered 0, not in the history, whose
 // error wraps [ErrBudgetExpired].
-func (s *Spec) Deliver(ctx context.Context, n int, ev adapters.Event) Attempt {
+func (s *Play) Deliver(ctx context.Context, n int, ev adapters.Event) Attempt {
 	ctx, release, ok := s.bounded(ctx)
 	defer release()
 	if !ok {
@@ -106,7 +106,7 @@ func (s *Spec) Deliver(ctx context.Context, n int, ev adapters.Event) Attempt {
 // DeliverUntilTerminal delivers ev to instance n until an attempt is
 // terminal (see [Attempt.Terminal]) or maxTries attempts were made, as an
 // at-least-once broker does. It returns every attempt it made.
-func (s *Spec) DeliverUntilTerminal(ctx context.Context, n int, ev adapters.Event, maxTries int) []Attempt {
+func (s *Play) DeliverUntilTerminal(ctx context.Context, n int, ev adapters.Event, maxTries int) []Attempt {
 	var attempts []Attempt
 	for range maxTries {
 		a := s.Deliver(ctx, n, ev)
@@ -119,7 +119,7 @@ func (s *Spec) DeliverUntilTerminal(ctx context.Context, n int, ev adapters.Even
 }
 
 // History returns every attempt made for ev, in the order they ended.
-func (s *Spec) History(ev adapters.Event) []Attempt {
+func (s *Play) History(ev adapters.Event) []Attempt {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var out []Attempt
@@ -131,7 +131,7 @@ func (s *Spec) History(ev adapters.Event) []Attempt {
 	return out
 }
 
-func (s *Spec) nextAttempt(ev adapters.Event) int {
+func (s *Play) nextAttempt(ev adapters.Event) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	k := eventKey{ev.Namespace, ev.ID}
@@ -139,7 +139,7 @@ func (s *Spec) nextAttempt(ev adapters.Event) int {
 	return s.attempts[k]
 }
 
-func (s *Spec) guardDeliver(ctx context.Context, impl adapters.Implementation, d adapters.Delivery) (adapters.Outcome, error) {
+func (s *Play) guardDeliver(ctx context.Context, impl adapters.Implementation, d adapters.Delivery) (adapters.Outcome, error) {
 	timeout := s.run.opts.DeliveryTimeout
 	dctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)

@@ -36,10 +36,10 @@ func TestDeliverSurvivesAHungImplementation(t *testing.T) {
 		}
 		return adapters.Applied, nil
 	})
-	spec := newSpec(t, startRun(t, shortTimeout), adapter)
+	play := newPlay(t, startRun(t, shortTimeout), adapter)
 
 	hung := event("hang")
-	a := deliverBounded(t, spec, 1, hung, patience)
+	a := deliverBounded(t, play, 1, hung, patience)
 	if !errors.Is(a.Err, harness.ErrHung) {
 		t.Fatalf("Err = %v; want it to wrap ErrHung", a.Err)
 	}
@@ -54,24 +54,24 @@ func TestDeliverSurvivesAHungImplementation(t *testing.T) {
 
 	// The run goes on: other events are delivered, the hung event is
 	// delivered again with the next attempt number, and all is recorded.
-	if ok := deliverBounded(t, spec, 1, event("fine"), patience); !ok.Acked() || ok.Outcome != adapters.Applied {
+	if ok := deliverBounded(t, play, 1, event("fine"), patience); !ok.Acked() || ok.Outcome != adapters.Applied {
 		t.Errorf("a delivery after the hang ended %s; want Applied", ok.Result())
 	}
-	if again := deliverBounded(t, spec, 2, hung, patience); !errors.Is(again.Err, harness.ErrHung) || again.Delivery.Attempt != 2 {
+	if again := deliverBounded(t, play, 2, hung, patience); !errors.Is(again.Err, harness.ErrHung) || again.Delivery.Attempt != 2 {
 		t.Errorf("redelivery of the hung event: attempt %d ended %s; want attempt 2, hung", again.Delivery.Attempt, again.Result())
 	}
-	if got := attemptNumbers(spec.History(hung)); !slices.Equal(got, []int{1, 2}) {
+	if got := attemptNumbers(play.History(hung)); !slices.Equal(got, []int{1, 2}) {
 		t.Errorf("history of the hung event has attempts %v; want [1 2]", got)
 	}
 }
 
 func TestDeliverHonouringItsContextIsNotHung(t *testing.T) {
 	t.Parallel()
-	spec := newSpec(t, startRun(t, shortTimeout), delivering("slow", func(ctx context.Context, _ adapters.Delivery) (adapters.Outcome, error) {
+	play := newPlay(t, startRun(t, shortTimeout), delivering("slow", func(ctx context.Context, _ adapters.Delivery) (adapters.Outcome, error) {
 		<-ctx.Done()
 		return 0, ctx.Err()
 	}))
-	a := deliverBounded(t, spec, 1, event("slow"), patience)
+	a := deliverBounded(t, play, 1, event("slow"), patience)
 	if !errors.Is(a.Err, context.DeadlineExceeded) || errors.Is(a.Err, harness.ErrHung) {
 		t.Errorf("Err = %v; want context.DeadlineExceeded, not ErrHung: the implementation returned once its context ended", a.Err)
 	}
@@ -79,7 +79,7 @@ func TestDeliverHonouringItsContextIsNotHung(t *testing.T) {
 
 func TestDeliverSurvivesAPanic(t *testing.T) {
 	t.Parallel()
-	spec := newSpec(t, startRun(t, shortTimeout), delivering("panic", func(_ context.Context, d adapters.Delivery) (adapters.Outcome, error) {
+	play := newPlay(t, startRun(t, shortTimeout), delivering("panic", func(_ context.Context, d adapters.Delivery) (adapters.Outcome, error) {
 		switch d.ID {
 		case "string":
 			panic("kaboom 42")
@@ -96,7 +96,7 @@ func TestDeliverSurvivesAPanic(t *testing.T) {
 		{"nil", "panic called with nil argument"},
 	} {
 		t.Run(tc.id, func(t *testing.T) {
-			a := deliverBounded(t, spec, 1, event(tc.id), patience)
+			a := deliverBounded(t, play, 1, event(tc.id), patience)
 			if !errors.Is(a.Err, harness.ErrPanicked) {
 				t.Fatalf("Err = %v; want it to wrap ErrPanicked", a.Err)
 			}
@@ -116,18 +116,18 @@ func TestDeliverSurvivesAPanic(t *testing.T) {
 			}
 		})
 	}
-	if a := deliverBounded(t, spec, 1, event("fine"), patience); !a.Acked() {
+	if a := deliverBounded(t, play, 1, event("fine"), patience); !a.Acked() {
 		t.Errorf("a delivery after the panics ended %s; want Applied", a.Result())
 	}
 }
 
 func TestDeliverSurvivesGoexit(t *testing.T) {
 	t.Parallel()
-	spec := newSpec(t, startRun(t, shortTimeout), delivering("goexit", func(context.Context, adapters.Delivery) (adapters.Outcome, error) {
+	play := newPlay(t, startRun(t, shortTimeout), delivering("goexit", func(context.Context, adapters.Delivery) (adapters.Outcome, error) {
 		runtime.Goexit() // what t.FailNow does inside a test's adapter
 		return adapters.Applied, nil
 	}))
-	a := deliverBounded(t, spec, 1, event("goexit"), patience)
+	a := deliverBounded(t, play, 1, event("goexit"), patience)
 	if !errors.Is(a.Err, harness.ErrPanicked) || !strings.Contains(a.Result(), "runtime.Goexit") {
 		t.Errorf("Err = %v; want it to wrap ErrPanicked and say the call ran runtime.Goexit", a.Err)
 	}
@@ -139,7 +139,7 @@ func TestDeliverSurvivesGoexit(t *testing.T) {
 func TestDeliverRejectsInvalidOutcomes(t *testing.T) {
 	t.Parallel()
 	errNope := errors.New("nope")
-	spec := newSpec(t, startRun(t, shortTimeout), delivering("outcomes", func(_ context.Context, d adapters.Delivery) (adapters.Outcome, error) {
+	play := newPlay(t, startRun(t, shortTimeout), delivering("outcomes", func(_ context.Context, d adapters.Delivery) (adapters.Outcome, error) {
 		n, err := strconv.Atoi(string(d.Payload[1:])) // payload "o<n>" or "e<n>"
 		if err != nil {
 			return 0, err
@@ -154,7 +154,7 @@ func TestDeliverRejectsInvalidOutcomes(t *testing.T) {
 		return adapters.Event{Namespace: "outcomes", ID: payload, Payload: []byte(payload)}
 	}
 	for _, o := range []adapters.Outcome{0, 99, -1, 4} {
-		a := deliverBounded(t, spec, 1, ev(fmt.Sprintf("o%d", o)), patience)
+		a := deliverBounded(t, play, 1, ev(fmt.Sprintf("o%d", o)), patience)
 		if !errors.Is(a.Err, harness.ErrBadOutcome) || !strings.Contains(a.Result(), o.String()) {
 			t.Errorf("%s with a nil error: Err = %v; want ErrBadOutcome naming %s", o, a.Err, o)
 		}
@@ -163,11 +163,11 @@ func TestDeliverRejectsInvalidOutcomes(t *testing.T) {
 		}
 	}
 	// With an error the outcome is meaningless: the error is what counts.
-	if a := deliverBounded(t, spec, 1, ev("e99"), patience); !errors.Is(a.Err, errNope) || errors.Is(a.Err, harness.ErrBadOutcome) {
+	if a := deliverBounded(t, play, 1, ev("e99"), patience); !errors.Is(a.Err, errNope) || errors.Is(a.Err, harness.ErrBadOutcome) {
 		t.Errorf("Outcome(99) with an error: Err = %v; want the implementation's error", a.Err)
 	}
 	for _, o := range []adapters.Outcome{adapters.Applied, adapters.Duplicate, adapters.Rejected} {
-		if a := deliverBounded(t, spec, 1, ev(fmt.Sprintf("o%d", o)), patience); !a.Acked() || a.Outcome != o {
+		if a := deliverBounded(t, play, 1, ev(fmt.Sprintf("o%d", o)), patience); !a.Acked() || a.Outcome != o {
 			t.Errorf("%s: ended %s", o, a.Result())
 		}
 	}
@@ -195,14 +195,14 @@ func TestDeliverSurvivesAMisbehavingFactory(t *testing.T) {
 			// The factory misbehaves on its first call only.
 			var calls atomic.Int64
 			name := "factory-" + tc.name
-			spec := newSpec(t, run, adapters.Adapter{Name: name, New: func(context.Context, adapters.Env) (adapters.Implementation, error) {
+			play := newPlay(t, run, adapters.Adapter{Name: name, New: func(context.Context, adapters.Env) (adapters.Implementation, error) {
 				if calls.Add(1) == 1 {
 					return tc.build()
 				}
 				return fake{}, nil
 			}})
 			ev := event("1")
-			a := deliverBounded(t, spec, 1, ev, patience)
+			a := deliverBounded(t, play, 1, ev, patience)
 			if a.Err == nil {
 				t.Fatalf("delivery through a failed factory ended %s", a.Result())
 			}
@@ -219,13 +219,13 @@ func TestDeliverSurvivesAMisbehavingFactory(t *testing.T) {
 			}
 			// The failure is not cached: the next delivery builds the
 			// instance again, and it works.
-			if b := deliverBounded(t, spec, 1, ev, patience); !b.Acked() || b.Delivery.Attempt != 2 {
+			if b := deliverBounded(t, play, 1, ev, patience); !b.Acked() || b.Delivery.Attempt != 2 {
 				t.Errorf("the next delivery: attempt %d ended %s; want attempt 2, Applied", b.Delivery.Attempt, b.Result())
 			}
-			if got := attemptNumbers(spec.History(ev)); !slices.Equal(got, []int{1, 2}) {
+			if got := attemptNumbers(play.History(ev)); !slices.Equal(got, []int{1, 2}) {
 				t.Errorf("history has attempts %v; want [1 2]", got)
 			}
-			if _, err := spec.Instance(t.Context(), 1); err != nil || calls.Load() != 2 {
+			if _, err := play.Instance(t.Context(), 1); err != nil || calls.Load() != 2 {
 				t.Errorf("Instance(1) = %v after %d factory calls; want the instance built by call 2", err, calls.Load())
 			}
 		})
@@ -235,11 +235,11 @@ func TestDeliverSurvivesAMisbehavingFactory(t *testing.T) {
 func TestAFailingFactoryIsCalledForEveryDelivery(t *testing.T) {
 	t.Parallel()
 	var calls atomic.Int64
-	spec := newSpec(t, startRun(t, shortTimeout), adapters.Adapter{Name: "never", New: func(context.Context, adapters.Env) (adapters.Implementation, error) {
+	play := newPlay(t, startRun(t, shortTimeout), adapters.Adapter{Name: "never", New: func(context.Context, adapters.Env) (adapters.Implementation, error) {
 		calls.Add(1)
 		return nil, errors.New("still no database")
 	}})
-	attempts := spec.DeliverUntilTerminal(t.Context(), 1, event("1"), 4)
+	attempts := play.DeliverUntilTerminal(t.Context(), 1, event("1"), 4)
 	if got := attemptNumbers(attempts); !slices.Equal(got, []int{1, 2, 3, 4}) {
 		t.Errorf("attempts %v; want [1 2 3 4]", got)
 	}
@@ -248,7 +248,7 @@ func TestAFailingFactoryIsCalledForEveryDelivery(t *testing.T) {
 	}
 }
 
-func TestSpecCloseSurvivesAMisbehavingClose(t *testing.T) {
+func TestPlayCloseSurvivesAMisbehavingClose(t *testing.T) {
 	t.Parallel()
 	h := newHold(t)
 	run := startRun(t, shortTimeout)
@@ -265,25 +265,25 @@ func TestSpecCloseSurvivesAMisbehavingClose(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			spec := newSpec(t, run, adapterOf("close-"+tc.name, fake{close: tc.close}))
-			if _, err := spec.Instance(t.Context(), 1); err != nil {
+			play := newPlay(t, run, adapterOf("close-"+tc.name, fake{close: tc.close}))
+			if _, err := play.Instance(t.Context(), 1); err != nil {
 				t.Fatal(err)
 			}
 			done := make(chan error, 1)
-			go func() { done <- spec.Close(t.Context()) }()
+			go func() { done <- play.Close(t.Context()) }()
 			var err error
 			select {
 			case err = <-done:
 			case <-t.Context().Done():
 				t.Fatal("test context ended")
 			case <-time.After(patience):
-				t.Fatalf("Spec.Close did not return within %s", patience)
+				t.Fatalf("Play.Close did not return within %s", patience)
 			}
 			if !errors.Is(err, tc.is) || !strings.Contains(err.Error(), "close instance 1") {
 				t.Errorf("Close = %v; want it to wrap %v and name the instance", err, tc.is)
 			}
-			if schemaExists(t, run.Admin(), spec.Schema()) {
-				t.Errorf("schema %s survived a misbehaving Close", spec.Schema())
+			if schemaExists(t, run.Admin(), play.Schema()) {
+				t.Errorf("schema %s survived a misbehaving Close", play.Schema())
 			}
 		})
 	}
@@ -292,7 +292,7 @@ func TestSpecCloseSurvivesAMisbehavingClose(t *testing.T) {
 func TestDeliverUntilTerminal(t *testing.T) {
 	t.Parallel()
 	errTransient := errors.New("transient")
-	spec := newSpec(t, startRun(t, shortTimeout), delivering("scripted", func(_ context.Context, d adapters.Delivery) (adapters.Outcome, error) {
+	play := newPlay(t, startRun(t, shortTimeout), delivering("scripted", func(_ context.Context, d adapters.Delivery) (adapters.Outcome, error) {
 		switch {
 		case d.ID == "ack-on-3" && d.Attempt < 3:
 			return 0, errTransient
@@ -319,7 +319,7 @@ func TestDeliverUntilTerminal(t *testing.T) {
 		{"never", 5, func(a harness.Attempt) bool { return errors.Is(a.Err, errTransient) && !a.Terminal() }},
 	} {
 		t.Run(tc.id, func(t *testing.T) {
-			attempts := spec.DeliverUntilTerminal(t.Context(), 1, event(tc.id), 5)
+			attempts := play.DeliverUntilTerminal(t.Context(), 1, event(tc.id), 5)
 			want := make([]int, tc.want)
 			for i := range want {
 				want[i] = i + 1
@@ -338,13 +338,13 @@ func TestDeliverUntilTerminalStopsWhenItsContextEnds(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
-	spec := newSpec(t, startRun(t, shortTimeout), delivering("cancel", func(_ context.Context, d adapters.Delivery) (adapters.Outcome, error) {
+	play := newPlay(t, startRun(t, shortTimeout), delivering("cancel", func(_ context.Context, d adapters.Delivery) (adapters.Outcome, error) {
 		if d.Attempt == 2 {
 			cancel() // the broker shuts down
 		}
 		return 0, errors.New("not yet")
 	}))
-	if got := attemptNumbers(spec.DeliverUntilTerminal(ctx, 1, event("1"), 10)); !slices.Equal(got, []int{1, 2}) {
+	if got := attemptNumbers(play.DeliverUntilTerminal(ctx, 1, event("1"), 10)); !slices.Equal(got, []int{1, 2}) {
 		t.Errorf("attempts %v; want [1 2]: no redelivery once the context ended", got)
 	}
 }
@@ -353,7 +353,7 @@ func TestAttemptNumbersArePerEvent(t *testing.T) {
 	t.Parallel()
 	var mu sync.Mutex
 	seen := map[string][]int{}
-	spec := newSpec(t, startRun(t, shortTimeout), delivering("count", func(_ context.Context, d adapters.Delivery) (adapters.Outcome, error) {
+	play := newPlay(t, startRun(t, shortTimeout), delivering("count", func(_ context.Context, d adapters.Delivery) (adapters.Outcome, error) {
 		mu.Lock()
 		defer mu.Unlock()
 		seen[d.Event.String()] = append(seen[d.Event.String()], d.Attempt)
@@ -363,14 +363,14 @@ func TestAttemptNumbersArePerEvent(t *testing.T) {
 	b := adapters.Event{Namespace: "x", ID: "2"}
 	c := adapters.Event{Namespace: "y", ID: "1"} // same id, other namespace: another event
 	for i, ev := range []adapters.Event{a, b, a, c, a, b} {
-		spec.Deliver(t.Context(), 1+i%2, ev)
+		play.Deliver(t.Context(), 1+i%2, ev)
 	}
 	for _, tc := range []struct {
 		ev   adapters.Event
 		want []int
 	}{{a, []int{1, 2, 3}}, {b, []int{1, 2}}, {c, []int{1}}} {
 		ev, want := tc.ev, tc.want
-		if got := attemptNumbers(spec.History(ev)); !slices.Equal(got, want) {
+		if got := attemptNumbers(play.History(ev)); !slices.Equal(got, want) {
 			t.Errorf("history of %s: attempts %v; want %v", ev, got, want)
 		}
 		if got := seen[ev.String()]; !slices.Equal(got, want) {
@@ -384,7 +384,7 @@ func TestConcurrentDeliveriesGetDistinctAttempts(t *testing.T) {
 	const contenders = 64
 	var mu sync.Mutex
 	var seen []int
-	spec := newSpec(t, startRun(t, shortTimeout), delivering("race", func(_ context.Context, d adapters.Delivery) (adapters.Outcome, error) {
+	play := newPlay(t, startRun(t, shortTimeout), delivering("race", func(_ context.Context, d adapters.Delivery) (adapters.Outcome, error) {
 		mu.Lock()
 		seen = append(seen, d.Attempt)
 		mu.Unlock()
@@ -401,7 +401,7 @@ func TestConcurrentDeliveriesGetDistinctAttempts(t *testing.T) {
 			defer done.Done()
 			ready.Done()
 			<-release
-			got[i] = spec.Deliver(t.Context(), 1+i%3, ev)
+			got[i] = play.Deliver(t.Context(), 1+i%3, ev)
 		}()
 	}
 	ready.Wait()
@@ -418,7 +418,7 @@ func TestConcurrentDeliveriesGetDistinctAttempts(t *testing.T) {
 	if !slices.Equal(nums, want) || !slices.Equal(seen, want) {
 		t.Errorf("attempt numbers returned %v, seen by the implementation %v; want each of 1..%d once", nums, seen, contenders)
 	}
-	if n := len(spec.History(ev)); n != contenders {
+	if n := len(play.History(ev)); n != contenders {
 		t.Errorf("history holds %d attempts; want %d", n, contenders)
 	}
 }
@@ -427,7 +427,7 @@ func TestTheImplementationGetsACopyOfThePayload(t *testing.T) {
 	t.Parallel()
 	var mu sync.Mutex
 	var seen [][]byte
-	spec := newSpec(t, startRun(t, shortTimeout), delivering("mutate", func(_ context.Context, d adapters.Delivery) (adapters.Outcome, error) {
+	play := newPlay(t, startRun(t, shortTimeout), delivering("mutate", func(_ context.Context, d adapters.Delivery) (adapters.Outcome, error) {
 		mu.Lock()
 		seen = append(seen, bytes.Clone(d.Payload))
 		mu.Unlock()
@@ -438,13 +438,13 @@ func TestTheImplementationGetsACopyOfThePayload(t *testing.T) {
 	}))
 	original := []byte(`{"amount":100}`)
 	ev := adapters.Event{Namespace: "copy", ID: "1", Payload: bytes.Clone(original)}
-	spec.Deliver(t.Context(), 1, ev)
-	spec.Deliver(t.Context(), 2, ev)
+	play.Deliver(t.Context(), 1, ev)
+	play.Deliver(t.Context(), 2, ev)
 
 	if !bytes.Equal(ev.Payload, original) {
 		t.Errorf("the caller's payload became %q", ev.Payload)
 	}
-	for _, a := range spec.History(ev) {
+	for _, a := range play.History(ev) {
 		if !bytes.Equal(a.Delivery.Payload, original) {
 			t.Errorf("history says attempt %d delivered %q; want %q", a.Delivery.Attempt, a.Delivery.Payload, original)
 		}

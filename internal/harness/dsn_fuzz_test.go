@@ -26,7 +26,7 @@ func FuzzWithApplicationName(f *testing.F) {
 		f.Add(seed, "harmless-1a2b3c4d-s1-w1")
 	}
 	f.Fuzz(func(t *testing.T, dsn, name string) {
-		// The harness's names are plain: harmless-<run>-<spec>-w<n>.
+		// The harness's names are plain: harmless-<run>-<play>-w<n>.
 		if !plainName(name) {
 			t.Skip()
 		}

@@ -27,11 +27,11 @@ import (
 //     (see [pgproxy.Rule.Kind]);
 //   - [ServerCrashKind]: a crash of the run's server.
 //
-// The spec hands out no way to arm a fault that bypasses the count: its
+// The play hands out no way to arm a fault that bypasses the count: its
 // [Hooks] and [Proxy] keep the underlying [faults.Hooks] and
 // [pgproxy.Proxy] to themselves, and their Arm records what it arms. A
-// database-side fault armed with faults.Arm directly in the spec's schema
-// is noticed: [Spec.Close] then fails (see [faults.CountArmed]).
+// database-side fault armed with faults.Arm directly in the play's schema
+// is noticed: [Play.Close] then fails (see [faults.CountArmed]).
 const (
 	// ServerCrashKind counts the crashes of [Run.CrashServer].
 	ServerCrashKind = "server:crash"
@@ -45,13 +45,13 @@ var (
 	_ faults.Armed = serverCrash{}
 )
 
-// dbFault is a database-side fault a spec armed. Its evidence sequence does
+// dbFault is a database-side fault a play armed. Its evidence sequence does
 // not come through a crash of the server exactly: crash recovery restores
 // what was logged, which may be ahead of the last value (PostgreSQL logs
 // sequences 32 values ahead) or behind it (the firing of a transaction that
 // rolled back is not flushed). So the firings are counted in two parts:
 // base, those up to the last crash, and the sequence's value now minus
-// offset, its value right after the last restart. The spec's faultsMu
+// offset, its value right after the last restart. The play's faultsMu
 // guards base and offset.
 type dbFault struct {
 	fault        *faults.Fault
@@ -77,33 +77,33 @@ type serverCrash struct{}
 func (serverCrash) Kind() string                         { return ServerCrashKind }
 func (serverCrash) Fired(context.Context) (int64, error) { return 1, nil }
 
-// Hooks are a spec's Go-level fault hooks: [faults.Hooks], whose Arm also
+// Hooks are a play's Go-level fault hooks: [faults.Hooks], whose Arm also
 // records the fault, so that the run counts its firings.
 type Hooks struct {
 	hooks *faults.Hooks
-	spec  *Spec
+	play  *Play
 }
 
 // Arm arms p as [faults.Hooks.Arm] does, and records the fault for
 // [Run.FaultsFired].
 func (h *Hooks) Arm(p faults.HookPlan) *faults.HookFault {
 	f := h.hooks.Arm(p)
-	h.spec.record(f)
+	h.play.record(f)
 	return f
 }
 
-// Effect is the [adapters.EffectHook] the spec's effect calls (see
+// Effect is the [adapters.EffectHook] the play's effect calls (see
 // [faults.Hooks.Effect]).
 func (h *Hooks) Effect(ctx context.Context, d adapters.Delivery) error {
 	return h.hooks.Effect(ctx, d)
 }
 
-// Proxy is a spec's wire proxy: a [pgproxy.Proxy] whose Arm also records
-// the fault, so that the run counts its firings. The spec closes it, and
+// Proxy is a play's wire proxy: a [pgproxy.Proxy] whose Arm also records
+// the fault, so that the run counts its firings. The play closes it, and
 // points it at the server after a restart.
 type Proxy struct {
 	proxy *pgproxy.Proxy
-	spec  *Spec
+	play  *Play
 }
 
 // Arm arms r as [pgproxy.Proxy.Arm] does, and records the fault for
@@ -113,7 +113,7 @@ func (p *Proxy) Arm(r pgproxy.Rule) (*pgproxy.Fault, error) {
 	if err != nil {
 		return nil, err
 	}
-	p.spec.record(f)
+	p.play.record(f)
 	return f, nil
 }
 
@@ -135,18 +135,18 @@ func countByKind(ctx context.Context, armed []faults.Armed) (map[string]int64, e
 	return counts, nil
 }
 
-// record notes a fault the spec armed, for the run's counts.
-func (s *Spec) record(f faults.Armed) {
+// record notes a fault the play armed, for the run's counts.
+func (s *Play) record(f faults.Armed) {
 	s.faultsMu.Lock()
 	defer s.faultsMu.Unlock()
 	s.armed = append(s.armed, f)
 }
 
-// beforeCrash disarms the spec's database-side faults, so that none
+// beforeCrash disarms the play's database-side faults, so that none
 // planned for a delivery before the crash fires on one after the restart,
 // and folds their firings so far into their base, while the server is
 // still up.
-func (s *Spec) beforeCrash(ctx context.Context) error {
+func (s *Play) beforeCrash(ctx context.Context) error {
 	s.faultsMu.Lock()
 	defer s.faultsMu.Unlock()
 	for _, d := range s.dbFaults {
@@ -164,9 +164,9 @@ func (s *Spec) beforeCrash(ctx context.Context) error {
 	return nil
 }
 
-// afterRestart reads where the evidence sequences of the spec's
+// afterRestart reads where the evidence sequences of the play's
 // database-side faults stand after crash recovery: firings count from there.
-func (s *Spec) afterRestart(ctx context.Context) error {
+func (s *Play) afterRestart(ctx context.Context) error {
 	s.faultsMu.Lock()
 	defer s.faultsMu.Unlock()
 	for _, d := range s.dbFaults {
@@ -179,12 +179,12 @@ func (s *Spec) afterRestart(ctx context.Context) error {
 	return nil
 }
 
-// SleepingInFaults counts the connections of the spec's implementation
+// SleepingInFaults counts the connections of the play's implementation
 // instances whose backend sleeps in a [faults.Sleep] fault right now: the
 // deliveries a sleep really holds in the database, as opposed to those
 // whose sleep fired and then ended (a cancelled statement, a lost
 // connection).
-func (s *Spec) SleepingInFaults(ctx context.Context) (int, error) {
+func (s *Play) SleepingInFaults(ctx context.Context) (int, error) {
 	var n int
 	err := s.run.admin.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
 WHERE wait_event_type = 'Timeout' AND wait_event = 'PgSleep' AND usename = current_user AND starts_with(application_name, $1)`,
@@ -195,11 +195,11 @@ WHERE wait_event_type = 'Timeout' AND wait_event = 'PgSleep' AND usename = curre
 	return n, nil
 }
 
-// tally adds the firings of every fault the spec armed to the run's counts.
-// The spec's instances are closed by then, so nothing fires any more. It
-// fails when the spec's schema holds database-side faults armed around
-// [Spec.Arm] (with faults.Arm directly): their firings would go uncounted.
-func (s *Spec) tally(ctx context.Context) error {
+// tally adds the firings of every fault the play armed to the run's counts.
+// The play's instances are closed by then, so nothing fires any more. It
+// fails when the play's schema holds database-side faults armed around
+// [Play.Arm] (with faults.Arm directly): their firings would go uncounted.
+func (s *Play) tally(ctx context.Context) error {
 	s.faultsMu.Lock()
 	tallied := s.tallied
 	s.faultsMu.Unlock()
@@ -218,7 +218,7 @@ func (s *Spec) tally(ctx context.Context) error {
 	recorded, failed := len(s.dbFaults), s.failedArms
 	s.faultsMu.Unlock()
 	if inSchema > recorded+failed {
-		return fmt.Errorf("the spec's schema holds %d database-side faults, but %d were armed through Spec.Arm (and %d attempts failed): faults armed around it are not counted", inSchema, recorded, failed)
+		return fmt.Errorf("the play's schema holds %d database-side faults, but %d were armed through Play.Arm (and %d attempts failed): faults armed around it are not counted", inSchema, recorded, failed)
 	}
 	s.faultsMu.Lock()
 	s.dbFaults, s.armed, s.failedArms, s.tallied = nil, nil, 0, true
@@ -241,7 +241,7 @@ func (r *Run) addFired(counts map[string]int64) {
 
 // FaultsFired returns how many times faults of each kind fired in the run,
 // by kind (see [ServerCrashKind] for the names): the faults armed by every
-// spec closed so far (through [Spec.Arm], [Spec.Hooks] and [Spec.UseProxy])
+// play closed so far (through [Play.Arm], [Play.Hooks] and [Play.UseProxy])
 // and the crashes of [Run.CrashServer]. A kind that never fired is absent.
 //
 // A database-side fault that fires in the moment between the harness

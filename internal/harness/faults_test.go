@@ -36,12 +36,12 @@ func TestFaultKinds(t *testing.T) {
 
 // TestFaultsFiredCountsWhatFired arms a fault of each way of injecting one
 // (database-side, Go hook, wire proxy), makes each fire a known number of
-// times, and checks the run's counts once the spec is closed; a fault that
+// times, and checks the run's counts once the play is closed; a fault that
 // never fired is not counted.
 func TestFaultsFiredCountsWhatFired(t *testing.T) {
 	ctx := t.Context()
 	r := startRun(t, ampleTimeout)
-	spec, err := r.NewSpec(ctx, reference.Adapter())
+	play, err := r.NewPlay(ctx, reference.Adapter())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -50,29 +50,29 @@ func TestFaultsFiredCountsWhatFired(t *testing.T) {
 		if !closed {
 			ctx, cancel := cleanupContext()
 			defer cancel()
-			_ = spec.Close(ctx)
+			_ = play.Close(ctx)
 		}
 	})
-	proxy, err := spec.UseProxy(ctx) // before the instance is built, so it connects through it
+	proxy, err := play.UseProxy(ctx) // before the instance is built, so it connects through it
 	if err != nil {
 		t.Fatal(err)
 	}
 
 	raised := event("raised")
-	raise := armDB(t, spec, raised, faults.AtEffect, faults.Raise)
-	armDB(t, spec, event("never"), faults.AtCommit, faults.Terminate)
+	raise := armDB(t, play, raised, faults.AtEffect, faults.Raise)
+	armDB(t, play, event("never"), faults.AtCommit, faults.Terminate)
 	for range 2 {
-		if a := spec.Deliver(ctx, 1, raised); a.Acked() || !faults.IsInjected(a.Err) {
+		if a := play.Deliver(ctx, 1, raised); a.Acked() || !faults.IsInjected(a.Err) {
 			t.Fatalf("a delivery with a raise fault armed ended %s; want the injected error", a.Result())
 		}
 	}
-	if n, err := spec.Fired(ctx, raise); err != nil || n != 2 {
+	if n, err := play.Fired(ctx, raise); err != nil || n != 2 {
 		t.Fatalf("the raise fault fired %d times (%v); want 2", n, err)
 	}
 
 	hooked := event("hooked")
-	hook := spec.Hooks().Arm(faults.HookPlan{Namespace: hooked.Namespace, ID: hooked.ID, Attempt: 1, Action: faults.HookError})
-	if a := spec.Deliver(ctx, 1, hooked); !errors.Is(a.Err, faults.ErrInjected) || fired(t, hook) != 1 {
+	hook := play.Hooks().Arm(faults.HookPlan{Namespace: hooked.Namespace, ID: hooked.ID, Attempt: 1, Action: faults.HookError})
+	if a := play.Deliver(ctx, 1, hooked); !errors.Is(a.Err, faults.ErrInjected) || fired(t, hook) != 1 {
 		t.Fatalf("a delivery with a hook armed ended %s, the hook fired %d times; want the injected error, once", a.Result(), fired(t, hook))
 	}
 
@@ -81,19 +81,19 @@ func TestFaultsFiredCountsWhatFired(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if a := spec.Deliver(ctx, 1, cut); a.Acked() || fired(t, cutFault) != 1 {
+	if a := play.Deliver(ctx, 1, cut); a.Acked() || fired(t, cutFault) != 1 {
 		t.Fatalf("a delivery with a cut armed ended %s, the cut fired %d times; want an error, once", a.Result(), fired(t, cutFault))
 	}
-	if err := spec.WaitCut(ctx, cutFault); err != nil {
+	if err := play.WaitCut(ctx, cutFault); err != nil {
 		t.Fatal(err)
 	}
 
 	if got := r.FaultsFired(); len(got) != 0 {
-		t.Errorf("faults counted before the spec closed: %v; want none yet", got)
+		t.Errorf("faults counted before the play closed: %v; want none yet", got)
 	}
 	closed = true
-	if err := spec.Close(ctx); err != nil {
-		t.Fatalf("close the spec: %v", err)
+	if err := play.Close(ctx); err != nil {
+		t.Fatalf("close the play: %v", err)
 	}
 	want := map[string]int64{"db:raise@effect": 2, "hook:error": 1, "proxy:cut@before-commit": 1}
 	if got := r.FaultsFired(); !maps.Equal(got, want) {
@@ -110,13 +110,13 @@ func TestFaultsFiredAcrossACrash(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
 	defer cancel()
 	r := startClusterRun(ctx, t)
-	spec, err := r.NewSpec(ctx, reference.Adapter())
+	play, err := r.NewPlay(ctx, reference.Adapter())
 	if err != nil {
 		t.Fatal(err)
 	}
 	ev := event("crash")
-	f := armDB(t, spec, ev, faults.AtCommit, faults.Raise)
-	if a := spec.Deliver(ctx, 1, ev); a.Acked() {
+	f := armDB(t, play, ev, faults.AtCommit, faults.Raise)
+	if a := play.Deliver(ctx, 1, ev); a.Acked() {
 		t.Fatalf("the delivery before the crash ended %s; want the injected error", a.Result())
 	}
 	c, err := r.CrashServer(ctx)
@@ -128,21 +128,21 @@ func TestFaultsFiredAcrossACrash(t *testing.T) {
 	}
 	// The reference's pool reconnects by itself; a failed attempt or two on
 	// a dead connection reach no fault.
-	after := spec.DeliverUntilTerminal(ctx, 1, ev, 5)
+	after := play.DeliverUntilTerminal(ctx, 1, ev, 5)
 	if last := after[len(after)-1]; !last.Acked() || last.Outcome != adapters.Applied {
 		t.Errorf("after the restart the deliveries ended %s (the last of %d); want Applied: the fault planned before the crash must not fire after it", last.Result(), len(after))
 	}
-	fired, err := spec.Fired(ctx, f)
+	fired, err := play.Fired(ctx, f)
 	if err != nil {
 		t.Fatal(err)
 	}
 	raw, err := f.Fired(ctx)
-	t.Logf("the fault's evidence sequence says %d (%v); the spec counts %d", raw, err, fired)
+	t.Logf("the fault's evidence sequence says %d (%v); the play counts %d", raw, err, fired)
 	if fired != 1 {
 		t.Errorf("Fired after the restart: %d; want 1 (once before the crash, never after)", fired)
 	}
-	if err := spec.Close(ctx); err != nil {
-		t.Fatalf("close the spec: %v", err)
+	if err := play.Close(ctx); err != nil {
+		t.Fatalf("close the play: %v", err)
 	}
 	want := map[string]int64{"db:raise@commit": 1, harness.ServerCrashKind: 1}
 	if got := r.FaultsFired(); !maps.Equal(got, want) {
@@ -151,9 +151,9 @@ func TestFaultsFiredAcrossACrash(t *testing.T) {
 }
 
 // armDB arms a database-side fault on every attempt of ev.
-func armDB(t *testing.T, spec *harness.Spec, ev adapters.Event, point faults.Point, action faults.Action) *faults.Fault {
+func armDB(t *testing.T, play *harness.Play, ev adapters.Event, point faults.Point, action faults.Action) *faults.Fault {
 	t.Helper()
-	f, err := spec.Arm(t.Context(), faults.Plan{Namespace: ev.Namespace, ID: ev.ID, Point: point, Action: action})
+	f, err := play.Arm(t.Context(), faults.Plan{Namespace: ev.Namespace, ID: ev.ID, Point: point, Action: action})
 	if err != nil {
 		t.Fatalf("arm %s %s: %v", action, point, err)
 	}
@@ -170,7 +170,7 @@ func fired(t *testing.T, f faults.Armed) int64 {
 	return n
 }
 
-// TestNoArmingAroundTheCount: a spec's hooks and proxy arm faults only
+// TestNoArmingAroundTheCount: a play's hooks and proxy arm faults only
 // through methods that record them for Run.FaultsFired. Neither has a
 // method (a promoted one of the type it wraps, say) that arms without
 // recording or hands out the type it wraps.
@@ -194,22 +194,22 @@ func TestNoArmingAroundTheCount(t *testing.T) {
 	}
 }
 
-// TestArmingAroundSpecArmFailsClose: a database-side fault armed with
-// faults.Arm directly in the spec's schema would fire uncounted, so the
-// spec's Close says so rather than report a tally without it.
-func TestArmingAroundSpecArmFailsClose(t *testing.T) {
+// TestArmingAroundPlayArmFailsClose: a database-side fault armed with
+// faults.Arm directly in the play's schema would fire uncounted, so the
+// play's Close says so rather than report a tally without it.
+func TestArmingAroundPlayArmFailsClose(t *testing.T) {
 	ctx := t.Context()
 	r := startRun(t, ampleTimeout)
-	spec, err := r.NewSpec(ctx, reference.Adapter())
+	play, err := r.NewPlay(ctx, reference.Adapter())
 	if err != nil {
 		t.Fatal(err)
 	}
 	ev := event("around")
-	armDB(t, spec, ev, faults.AtEffect, faults.Raise)
-	if _, err := faults.Arm(ctx, r.Admin(), spec.Schema(), faults.Plan{Namespace: ev.Namespace, ID: ev.ID, Point: faults.AtCommit, Action: faults.Raise}); err != nil {
+	armDB(t, play, ev, faults.AtEffect, faults.Raise)
+	if _, err := faults.Arm(ctx, r.Admin(), play.Schema(), faults.Plan{Namespace: ev.Namespace, ID: ev.ID, Point: faults.AtCommit, Action: faults.Raise}); err != nil {
 		t.Fatal(err)
 	}
-	if err := spec.Close(ctx); err == nil || !strings.Contains(err.Error(), "2 database-side faults, but 1 were armed through Spec.Arm") {
-		t.Errorf("Close of a spec with a fault armed around Spec.Arm: %v; want an error saying so", err)
+	if err := play.Close(ctx); err == nil || !strings.Contains(err.Error(), "2 database-side faults, but 1 were armed through Play.Arm") {
+		t.Errorf("Close of a play with a fault armed around Play.Arm: %v; want an error saying so", err)
 	}
 }

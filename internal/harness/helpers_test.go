@@ -133,24 +133,24 @@ func startRunOpts(t *testing.T, opts harness.Options) *harness.Run {
 	return r
 }
 
-// newSpec creates a spec of adapter in r, closed when the test ends.
-func newSpec(t *testing.T, r *harness.Run, adapter adapters.Adapter) *harness.Spec {
+// newPlay creates a play of adapter in r, closed when the test ends.
+func newPlay(t *testing.T, r *harness.Run, adapter adapters.Adapter) *harness.Play {
 	t.Helper()
-	spec, err := r.NewSpec(t.Context(), adapter)
+	play, err := r.NewPlay(t.Context(), adapter)
 	if err != nil {
-		t.Fatalf("new spec: %v", err)
+		t.Fatalf("new play: %v", err)
 	}
-	atEnd(t, "spec "+spec.Schema(), spec.Close)
-	return spec
+	atEnd(t, "play "+play.Schema(), play.Close)
+	return play
 }
 
 // deliverBounded delivers ev to instance n and fails the test, without
 // waiting further, if Deliver does not return within limit.
-func deliverBounded(t *testing.T, spec *harness.Spec, n int, ev adapters.Event, limit time.Duration) harness.Attempt {
+func deliverBounded(t *testing.T, play *harness.Play, n int, ev adapters.Event, limit time.Duration) harness.Attempt {
 	t.Helper()
 	done := make(chan harness.Attempt, 1)
 	start := time.Now()
-	go func() { done <- spec.Deliver(t.Context(), n, ev) }()
+	go func() { done <- play.Deliver(t.Context(), n, ev) }()
 	select {
 	case a := <-done:
 		t.Logf("Deliver returned after %s: %s", time.Since(start).Round(time.Millisecond), a.Result())

@@ -18,22 +18,22 @@ import (
 const holdLockTimeout = 10 * time.Second
 
 // WriteHold is a lock the harness holds, in a transaction of its own, on
-// tables of a spec's schema: the implementation's ([Spec.HoldWrites]) or
-// the ledger ([Spec.HoldEffects]). Reads go on; every INSERT, UPDATE or
+// tables of a play's schema: the implementation's ([Play.HoldWrites]) or
+// the ledger ([Play.HoldEffects]). Reads go on; every INSERT, UPDATE or
 // DELETE there waits until the hold is released, or until the server
 // crashes.
 type WriteHold struct {
-	spec   *Spec
+	play   *Play
 	tx     pgx.Tx
 	tables []string
 	oids   []uint32
 }
 
-// HoldWrites takes an EXCLUSIVE lock on every table of [Spec.StateTables].
+// HoldWrites takes an EXCLUSIVE lock on every table of [Play.StateTables].
 // With it, a delivery stops at its first write to the implementation's
 // state, after whatever it committed before that write. It returns nil and
 // no error when the implementation keeps no table in the schema.
-func (s *Spec) HoldWrites(ctx context.Context) (*WriteHold, error) {
+func (s *Play) HoldWrites(ctx context.Context) (*WriteHold, error) {
 	tables, err := s.StateTables(ctx)
 	if err != nil || len(tables) == 0 {
 		return nil, err
@@ -41,17 +41,17 @@ func (s *Spec) HoldWrites(ctx context.Context) (*WriteHold, error) {
 	return s.hold(ctx, tables)
 }
 
-// HoldEffects takes an EXCLUSIVE lock on the spec's ledger: every delivery
+// HoldEffects takes an EXCLUSIVE lock on the play's ledger: every delivery
 // stops at its effect, inside its transaction, with its claim made, until
-// the hold is released. Unlike [Spec.HoldWrites] it holds every
+// the hold is released. Unlike [Play.HoldWrites] it holds every
 // implementation, since every one applies its effect there.
-func (s *Spec) HoldEffects(ctx context.Context) (*WriteHold, error) {
+func (s *Play) HoldEffects(ctx context.Context) (*WriteHold, error) {
 	return s.hold(ctx, []string{ledger.Table(s.schema)})
 }
 
 // hold takes an EXCLUSIVE lock on tables, quoted and schema-qualified.
-func (s *Spec) hold(ctx context.Context, tables []string) (_ *WriteHold, err error) {
-	h := &WriteHold{spec: s, tables: tables}
+func (s *Play) hold(ctx context.Context, tables []string) (_ *WriteHold, err error) {
+	h := &WriteHold{play: s, tables: tables}
 	if h.tx, err = s.run.admin.Begin(ctx); err != nil {
 		return nil, fmt.Errorf("hold writes to %s: %w", h, err)
 	}
@@ -76,13 +76,13 @@ func (s *Spec) hold(ctx context.Context, tables []string) (_ *WriteHold, err err
 // String names the held tables.
 func (h *WriteHold) String() string { return strings.Join(h.tables, ", ") }
 
-// Waiting counts the connections of the spec's implementation instances
+// Waiting counts the connections of the play's implementation instances
 // that wait for the hold.
 func (h *WriteHold) Waiting(ctx context.Context) (int, error) {
 	var n int
-	err := h.spec.run.admin.QueryRow(ctx, `SELECT count(DISTINCT l.pid) FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+	err := h.play.run.admin.QueryRow(ctx, `SELECT count(DISTINCT l.pid) FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
 WHERE NOT l.granted AND l.relation = ANY($1::oid[]) AND a.usename = current_user AND starts_with(a.application_name, $2)`,
-		h.oids, h.spec.AppNamePrefix()).Scan(&n)
+		h.oids, h.play.AppNamePrefix()).Scan(&n)
 	if err != nil {
 		return 0, fmt.Errorf("count the deliveries waiting for the hold on %s: %w", h, err)
 	}

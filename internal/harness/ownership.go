@@ -15,11 +15,12 @@ import (
 // only what it can prove it created. A schema is the harness's when all
 // three hold:
 //
-//   - its name is exactly harmless_<run id>_<spec>, the run id 8 lowercase
-//     hex digits and the spec s1, s2, ... as [Run.NewSpec] names them;
+//   - its name is exactly harmless_<run id>_<play>, the run id 8 lowercase
+//     hex digits and the play s1, s2, ... as [Run.NewPlay] names the run's
+//     plays in turn;
 //   - its owner (nspowner) is the role the harness connects as;
-//   - its comment is exactly [schemaMarker] of that run id and spec, which
-//     [Spec.install] sets in the same transaction as CREATE SCHEMA, so that
+//   - its comment is exactly [schemaMarker] of that run id and play, which
+//     [Play.install] sets in the same transaction as CREATE SCHEMA, so that
 //     no schema of the harness ever exists without it.
 //
 // A schema named like one of the harness's but created by hand carries no
@@ -31,14 +32,18 @@ import (
 // place rather than guessed at).
 const schemaMarkerVersion = "v1"
 
-// specSchemaPattern is the exact name of a spec's schema; group 1 is the
-// run id, group 2 the spec's name.
-var specSchemaPattern = regexp.MustCompile(`^harmless_([0-9a-f]{8})_(s[1-9][0-9]{0,18})$`)
+// playSchemaPattern is the exact name of a play's schema; group 1 is the
+// run id, group 2 the play's name.
+var playSchemaPattern = regexp.MustCompile(`^harmless_([0-9a-f]{8})_(s[1-9][0-9]{0,18})$`)
 
-// schemaMarker is the comment the harness puts on the schema of spec of
-// run runID, e.g. "harmless run 1a2b3c4d spec s3 v1".
-func schemaMarker(runID, spec string) string {
-	return fmt.Sprintf("harmless run %s spec %s %s", runID, spec, schemaMarkerVersion)
+// schemaMarker is the comment the harness puts on the schema of the play
+// named play (s1, s2, ...) of run runID, e.g. "harmless run 1a2b3c4d spec s3 v1". The word "spec" in
+// it predates the name [Play] and stays: s3 names the run's third play,
+// and a marker in another wording would not be recognised, so the
+// leftovers of earlier runs would never be cleaned up. A new wording needs
+// a new [schemaMarkerVersion] and the recognition of v1 besides.
+func schemaMarker(runID, play string) string {
+	return fmt.Sprintf("harmless run %s spec %s %s", runID, play, schemaMarkerVersion)
 }
 
 // schemaFacts is what the catalog says of a schema, as far as ownership
@@ -60,7 +65,7 @@ FROM pg_namespace n `
 // ownership decides whether f is a schema the harness created. It returns
 // the schema's run id when it is; otherwise why not, in words for the log.
 func (f schemaFacts) ownership() (runID string, notOurs string) {
-	m := specSchemaPattern.FindStringSubmatch(f.Name)
+	m := playSchemaPattern.FindStringSubmatch(f.Name)
 	if m == nil {
 		return "", "its name is not harmless_<8 hex digits>_s<number>"
 	}

@@ -123,7 +123,7 @@ func keeperGone(t *testing.T, db *pgxpool.Pool, run *harness.Run) {
 }
 
 // die ends run as a killed process would: its connections are cut and it
-// closes nothing (Run.Close would close its specs). It returns once the
+// closes nothing (Run.Close would close its plays). It returns once the
 // run's keeper has left pg_stat_activity.
 func die(t *testing.T, db *pgxpool.Pool, run *harness.Run) {
 	t.Helper()
@@ -135,7 +135,7 @@ func die(t *testing.T, db *pgxpool.Pool, run *harness.Run) {
 }
 
 // TestStartDropsOnlyTheHarnesssOwnLeftovers: on a database of its own,
-// schemas named like the harness's that a user made (a word for the spec,
+// schemas named like the harness's that a user made (a word for the play,
 // no marker, the marker of another run, the right marker on another role's
 // schema) survive Start with their rows, each logged with the reason; so
 // does the schema of a live run, and a leftover that an object outside it
@@ -150,7 +150,7 @@ func TestStartDropsOnlyTheHarnesssOwnLeftovers(t *testing.T) {
 		l.create(t, db)
 	}
 
-	// A run that dies without closing its specs, as a killed process
+	// A run that dies without closing its plays, as a killed process
 	// would: the leftovers.
 	// Nothing of it is closed when the test ends: the database is dropped.
 	gone, err := harness.Start(t.Context(), harness.Options{Provision: provision.Options{DSN: dsn}, DeliveryTimeout: ampleTimeout})
@@ -159,11 +159,11 @@ func TestStartDropsOnlyTheHarnesssOwnLeftovers(t *testing.T) {
 	}
 	var leftovers [2]string
 	for i := range leftovers {
-		spec, err := gone.NewSpec(t.Context(), adapterOf("gone", fake{}))
+		play, err := gone.NewPlay(t.Context(), adapterOf("gone", fake{}))
 		if err != nil {
 			t.Fatal(err)
 		}
-		leftovers[i] = spec.Schema()
+		leftovers[i] = play.Schema()
 	}
 	leftover, depended := leftovers[0], leftovers[1]
 	// A user's view on the second one's ledger: dropping that schema with
@@ -172,7 +172,7 @@ func TestStartDropsOnlyTheHarnesssOwnLeftovers(t *testing.T) {
 		t.Fatal(err)
 	}
 	live := startOn(t, dsn, nil)
-	liveSpec := newSpec(t, live, adapterOf("live", fake{}))
+	livePlay := newPlay(t, live, adapterOf("live", fake{}))
 	die(t, db, gone)
 
 	var log logLines
@@ -191,7 +191,7 @@ func TestStartDropsOnlyTheHarnesssOwnLeftovers(t *testing.T) {
 			t.Errorf("Start logged %q about %s; want that it left it in place as %s", lines, l.schema, l.why)
 		}
 	}
-	for schema, why := range map[string]string{liveSpec.Schema(): "still alive", depended: "view reports.effects"} {
+	for schema, why := range map[string]string{livePlay.Schema(): "still alive", depended: "view reports.effects"} {
 		if !schemaExists(t, db, schema) {
 			t.Errorf("Start dropped %s", schema)
 		}
@@ -205,70 +205,70 @@ func TestStartDropsOnlyTheHarnesssOwnLeftovers(t *testing.T) {
 	}
 }
 
-// TestSpecCloseDropsOnlyWhatItCreated: a spec whose schema already existed
+// TestPlayCloseDropsOnlyWhatItCreated: a play whose schema already existed
 // (CREATE SCHEMA failed on it) leaves it alone, even when it carries the
-// very marker the spec would have set; a spec whose schema an object
+// very marker the play would have set; a play whose schema an object
 // outside it depends on leaves it too, and says so.
-func TestSpecCloseDropsOnlyWhatItCreated(t *testing.T) {
+func TestPlayCloseDropsOnlyWhatItCreated(t *testing.T) {
 	t.Parallel()
 	dsn := pgtest.NewDatabase(t)
 	db := poolOn(t, dsn)
 	run := startOn(t, dsn, nil)
 
-	// The name and marker of the run's next spec, made first by someone
+	// The name and marker of the run's next play, made first by someone
 	// else.
 	taken := lookAlike{
 		schema: fmt.Sprintf("harmless_%s_s1", run.ID()),
 		setup:  fmt.Sprintf("COMMENT ON SCHEMA %%s IS 'harmless run %s spec s1 v1'", run.ID()),
 	}
 	taken.create(t, db)
-	if spec, err := run.NewSpec(t.Context(), adapterOf("taken", fake{})); err == nil {
-		spec.Close(t.Context())
-		t.Fatalf("NewSpec succeeded on the existing schema %s", taken.schema)
+	if play, err := run.NewPlay(t.Context(), adapterOf("taken", fake{})); err == nil {
+		play.Close(t.Context())
+		t.Fatalf("NewPlay succeeded on the existing schema %s", taken.schema)
 	}
-	taken.intact(t, db, "a failed NewSpec")
+	taken.intact(t, db, "a failed NewPlay")
 
-	spec, err := run.NewSpec(t.Context(), adapterOf("depended", fake{}))
+	play, err := run.NewPlay(t.Context(), adapterOf("depended", fake{}))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := db.Exec(t.Context(), "CREATE SCHEMA reports; CREATE VIEW reports.effects AS SELECT count(*) AS n FROM "+ledger.Table(spec.Schema())); err != nil {
+	if _, err := db.Exec(t.Context(), "CREATE SCHEMA reports; CREATE VIEW reports.effects AS SELECT count(*) AS n FROM "+ledger.Table(play.Schema())); err != nil {
 		t.Fatal(err)
 	}
-	err = spec.Close(t.Context())
+	err = play.Close(t.Context())
 	if err == nil || !strings.Contains(err.Error(), "view reports.effects") {
-		t.Errorf("Close with a view outside on the spec's ledger: %v; want an error naming the view", err)
+		t.Errorf("Close with a view outside on the play's ledger: %v; want an error naming the view", err)
 	}
-	if !schemaExists(t, db, spec.Schema()) {
-		t.Errorf("Close dropped %s, and the user's view with it", spec.Schema())
+	if !schemaExists(t, db, play.Schema()) {
+		t.Errorf("Close dropped %s, and the user's view with it", play.Schema())
 	}
 	if _, err := db.Exec(t.Context(), "DROP VIEW reports.effects"); err != nil {
 		t.Fatal(err)
 	}
 	// Without the view, closing again drops it.
-	if err := spec.Close(t.Context()); err != nil {
+	if err := play.Close(t.Context()); err != nil {
 		t.Errorf("Close once the view is gone: %v", err)
 	}
-	if schemaExists(t, db, spec.Schema()) {
-		t.Errorf("schema %s survived Close", spec.Schema())
+	if schemaExists(t, db, play.Schema()) {
+		t.Errorf("schema %s survived Close", play.Schema())
 	}
 }
 
-// TestSpecSchemaCarriesItsMarker: the schema of a spec has the harness's
+// TestPlaySchemaCarriesItsMarker: the schema of a play has the harness's
 // marker and belongs to the run's role from the moment it exists.
-func TestSpecSchemaCarriesItsMarker(t *testing.T) {
+func TestPlaySchemaCarriesItsMarker(t *testing.T) {
 	t.Parallel()
 	run := startRun(t, ampleTimeout)
-	spec := newSpec(t, run, adapterOf("marked", fake{}))
+	play := newPlay(t, run, adapterOf("marked", fake{}))
 	var comment *string
 	var mine bool
 	err := run.Admin().QueryRow(t.Context(), `SELECT obj_description(oid, 'pg_namespace'), pg_get_userbyid(nspowner) = current_user
-FROM pg_namespace WHERE nspname = $1`, spec.Schema()).Scan(&comment, &mine)
+FROM pg_namespace WHERE nspname = $1`, play.Schema()).Scan(&comment, &mine)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if want := fmt.Sprintf("harmless run %s spec s1 v1", run.ID()); comment == nil || *comment != want || !mine {
-		t.Errorf("schema %s: comment %v, owned by the current role %t; want %q and true", spec.Schema(), comment, mine, want)
+		t.Errorf("schema %s: comment %v, owned by the current role %t; want %q and true", play.Schema(), comment, mine, want)
 	}
 }
 
@@ -285,7 +285,7 @@ func connectAs(t *testing.T, r pgtest.Role, applicationName string) *pgx.Conn {
 
 // TestStartNeedsCreateOnTheDatabase: a role that may connect but not create
 // schemas gets one error at Start that names the missing grant, not a
-// failure in every spec.
+// failure in every play.
 func TestStartNeedsCreateOnTheDatabase(t *testing.T) {
 	t.Parallel()
 	role := pgtest.NewRole(t)

@@ -13,15 +13,15 @@ import (
 )
 
 // UseProxy puts a wire-protocol proxy (package faults/pgproxy) between the
-// spec's implementation and the server: every instance built after the call
+// play's implementation and the server: every instance built after the call
 // connects through it, so the harness can cut connections at protocol
 // points, whatever the implementation's language, and the implementation
 // keeps its address when the server comes back from a crash at another
 // one (see [Run.RestartServer]). It returns the proxy,
-// which the spec closes at its end; the run counts the firings of the rules
+// which the play closes at its end; the run counts the firings of the rules
 // armed on it (see [Run.FaultsFired]). Calling it again returns the same
 // proxy.
-func (s *Spec) UseProxy(ctx context.Context) (*Proxy, error) {
+func (s *Play) UseProxy(ctx context.Context) (*Proxy, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.proxy != nil {
@@ -35,15 +35,15 @@ func (s *Spec) UseProxy(ctx context.Context) (*Proxy, error) {
 	if err != nil {
 		return nil, fmt.Errorf("proxy to %s: %w", upstream, err)
 	}
-	s.proxy = &Proxy{proxy: proxy, spec: s}
+	s.proxy = &Proxy{proxy: proxy, play: s}
 	return s.proxy, nil
 }
 
-// followServer points the spec's proxy, if it has one, at the server at
+// followServer points the play's proxy, if it has one, at the server at
 // dsn, for the connections opened from now on: after a restart, a
 // container's server is at a new host port, while the implementation keeps
 // the proxy's address.
-func (s *Spec) followServer(dsn string) error {
+func (s *Play) followServer(dsn string) error {
 	s.mu.Lock()
 	proxy := s.proxy
 	s.mu.Unlock()
@@ -67,8 +67,8 @@ func upstreamOf(dsn string) (string, error) {
 }
 
 // serverDSN is the DSN instances connect with: the server's, or the
-// proxy's when the spec uses one. The caller holds s.mu.
-func (s *Spec) serverDSN() (string, error) {
+// proxy's when the play uses one. The caller holds s.mu.
+func (s *Play) serverDSN() (string, error) {
 	if s.proxy == nil {
 		return s.run.server.DSN(), nil
 	}
@@ -81,7 +81,7 @@ func (s *Spec) serverDSN() (string, error) {
 // then. It pins the backends by pid and start time first (see
 // [faults.Backends]), so a pid the system reuses meanwhile is not waited
 // for.
-func (s *Spec) WaitCut(ctx context.Context, fault *pgproxy.Fault) error {
+func (s *Play) WaitCut(ctx context.Context, fault *pgproxy.Fault) error {
 	backends, err := faults.Backends(ctx, s.run.admin, fault.PIDs()...)
 	if err != nil {
 		return fmt.Errorf("wait for the backends cut by %s: %w", fault, err)

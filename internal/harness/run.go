@@ -42,10 +42,10 @@ type Run struct {
 	admin  *pgxpool.Pool
 	keeper *pgx.Conn
 	opts   Options
-	specs  atomic.Int64
+	plays  atomic.Int64
 
 	mu    sync.Mutex
-	open  map[*Spec]struct{} // the specs not closed yet
+	open  map[*Play]struct{} // the plays not closed yet
 	fired map[string]int64   // firings by fault kind, see FaultsFired
 }
 
@@ -65,7 +65,7 @@ func Start(ctx context.Context, opts Options) (_ *Run, err error) {
 	if _, err := rand.Read(raw[:]); err != nil {
 		return nil, fmt.Errorf("run id: %w", err)
 	}
-	r := &Run{id: hex.EncodeToString(raw[:]), opts: opts, open: map[*Spec]struct{}{}, fired: map[string]int64{}}
+	r := &Run{id: hex.EncodeToString(raw[:]), opts: opts, open: map[*Play]struct{}{}, fired: map[string]int64{}}
 
 	r.server, err = provision.Open(ctx, opts.Provision)
 	if err != nil {
@@ -106,8 +106,8 @@ func Start(ctx context.Context, opts Options) (_ *Run, err error) {
 }
 
 // canCreateSchemas checks the one privilege the harness needs beyond
-// connecting: CREATE on the database, for the schema of each spec. Without
-// it every spec would fail alike; this says so once, before any runs.
+// connecting: CREATE on the database, for the schema of each play. Without
+// it every play would fail alike; this says so once, before any runs.
 func (r *Run) canCreateSchemas(ctx context.Context) error {
 	var can bool
 	var role, database string
@@ -117,7 +117,7 @@ func (r *Run) canCreateSchemas(ctx context.Context) error {
 		return fmt.Errorf("check the privileges of the harness's role: %w", err)
 	}
 	if !can {
-		return fmt.Errorf("role %q may not create schemas in database %q, and harmless creates one per spec: grant it with GRANT CREATE ON DATABASE %s TO %s (see docs/safety.md)",
+		return fmt.Errorf("role %q may not create schemas in database %q, and harmless creates one for each play of a fixture: grant it with GRANT CREATE ON DATABASE %s TO %s (see docs/safety.md)",
 			role, database, pgx.Identifier{database}.Sanitize(), pgx.Identifier{role}.Sanitize())
 	}
 	return nil
@@ -206,17 +206,17 @@ func (r *Run) ServerVersion(ctx context.Context) (string, error) {
 	return v, nil
 }
 
-// Close closes the specs still open, then the run's connections, and
-// releases the server. Specs are normally closed one by one as they end;
+// Close closes the plays still open, then the run's connections, and
+// releases the server. Plays are normally closed one by one as they end;
 // one still open here was cut off, e.g. by an interrupt arriving between
 // two specs of a Ginkgo Ordered container, which skips the rest of the
 // container and with it the cleanup registered by its BeforeAll.
 func (r *Run) Close(ctx context.Context) error {
 	var errs []error
-	for _, s := range r.openSpecs() {
-		r.opts.Logf("closing spec %s, which was left open", s.name)
+	for _, s := range r.openPlays() {
+		r.opts.Logf("closing play %s, which was left open", s.name)
 		if err := s.Close(ctx); err != nil {
-			errs = append(errs, fmt.Errorf("close spec %s: %w", s.name, err))
+			errs = append(errs, fmt.Errorf("close play %s: %w", s.name, err))
 		}
 	}
 	if r.admin != nil {
@@ -231,11 +231,13 @@ func (r *Run) Close(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// NewSpec creates a fresh environment for one spec of adapter.
-func (r *Run) NewSpec(ctx context.Context, adapter adapters.Adapter) (*Spec, error) {
-	n := r.specs.Add(1)
+// NewPlay creates a fresh environment, with a schema of its own, for one
+// play of a fixture's scenario with adapter. The run names its plays s1,
+// s2, ... in turn.
+func (r *Run) NewPlay(ctx context.Context, adapter adapters.Adapter) (*Play, error) {
+	n := r.plays.Add(1)
 	name := fmt.Sprintf("s%d", n)
-	s := &Spec{
+	s := &Play{
 		run:     r,
 		adapter: adapter,
 		name:    name,
@@ -252,15 +254,15 @@ func (r *Run) NewSpec(ctx context.Context, adapter adapters.Adapter) (*Spec, err
 	return s, nil
 }
 
-// forget removes s from the run's open specs.
-func (r *Run) forget(s *Spec) {
+// forget removes s from the run's open plays.
+func (r *Run) forget(s *Play) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	delete(r.open, s)
 }
 
-// openSpecs returns the specs not closed yet.
-func (r *Run) openSpecs() []*Spec {
+// openPlays returns the plays not closed yet.
+func (r *Run) openPlays() []*Play {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return slices.Collect(maps.Keys(r.open))

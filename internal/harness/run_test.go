@@ -21,7 +21,7 @@ import (
 
 // leaky is an implementation on one connection of its own that applies the
 // effect in a transaction, and whose Close leaves the connection open: the
-// spec must kill it.
+// play must kill it.
 type leaky struct {
 	env     adapters.Env
 	mu      sync.Mutex
@@ -78,43 +78,43 @@ func (l *leaky) Close(context.Context) error { return nil }
 
 func (l *leaky) pid() uint32 { return l.conn.PgConn().PID() }
 
-func TestNewSpecGivesAFreshEnvironment(t *testing.T) {
+func TestNewPlayGivesAFreshEnvironment(t *testing.T) {
 	t.Parallel()
 	run := startRun(t, ampleTimeout)
 	adapter, built := leakyAdapter(t)
-	spec := newSpec(t, run, adapter)
-	second := newSpec(t, run, adapter)
+	play := newPlay(t, run, adapter)
+	second := newPlay(t, run, adapter)
 
-	for i, s := range []*harness.Spec{spec, second} {
+	for i, s := range []*harness.Play{play, second} {
 		if want := fmt.Sprintf("harmless_%s_s%d", run.ID(), i+1); s.Schema() != want {
-			t.Errorf("spec %d has schema %q; want %q", i+1, s.Schema(), want)
+			t.Errorf("play %d has schema %q; want %q", i+1, s.Schema(), want)
 		}
 		var ledgerTable *string
 		if err := run.Admin().QueryRow(t.Context(), `SELECT to_regclass($1)::text`, ledger.Table(s.Schema())).Scan(&ledgerTable); err != nil || ledgerTable == nil {
-			t.Errorf("spec %d: no ledger %s (%v)", i+1, ledger.Table(s.Schema()), err)
+			t.Errorf("play %d: no ledger %s (%v)", i+1, ledger.Table(s.Schema()), err)
 		}
 		if want := run.AppNamePrefix() + fmt.Sprintf("s%d-", i+1); s.AppNamePrefix() != want {
-			t.Errorf("spec %d has application_name prefix %q; want %q", i+1, s.AppNamePrefix(), want)
+			t.Errorf("play %d has application_name prefix %q; want %q", i+1, s.AppNamePrefix(), want)
 		}
 	}
 
-	env, err := spec.Env(2)
+	env, err := play.Env(2)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if env.Schema != spec.Schema() || env.Instance != 2 || !effectIn(env.Effect, ledger.Table(spec.Schema())) || env.Clock == nil {
+	if env.Schema != play.Schema() || env.Instance != 2 || !effectIn(env.Effect, ledger.Table(play.Schema())) || env.Clock == nil {
 		t.Errorf("Env(2) = %+v", env)
 	}
 
 	ev := event("1")
-	if a := spec.Deliver(t.Context(), 1, ev); !a.Acked() {
+	if a := play.Deliver(t.Context(), 1, ev); !a.Acked() {
 		t.Fatalf("delivery ended %s", a.Result())
 	}
 	l := built()[0]
-	if want := spec.AppNamePrefix() + "w1"; l.appName != want {
+	if want := play.AppNamePrefix() + "w1"; l.appName != want {
 		t.Errorf("instance 1 connected as %q; want %q", l.appName, want)
 	}
-	effects, err := spec.Effects(t.Context(), ev)
+	effects, err := play.Effects(t.Context(), ev)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -122,17 +122,17 @@ func TestNewSpecGivesAFreshEnvironment(t *testing.T) {
 		t.Errorf("ledger of %s: %+v; want one effect by attempt 1 from backend %d", ev, effects, l.pid())
 	}
 	if other, err := second.Effects(t.Context(), ev); err != nil || len(other) != 0 {
-		t.Errorf("the other spec's ledger has %+v (%v); specs must not share state", other, err)
+		t.Errorf("the other play's ledger has %+v (%v); plays must not share state", other, err)
 	}
 }
 
-func TestSpecCloseDropsItsSchemaAndKillsOnlyItsConnections(t *testing.T) {
+func TestPlayCloseDropsItsSchemaAndKillsOnlyItsConnections(t *testing.T) {
 	t.Parallel()
 	run := startRun(t, ampleTimeout)
 	adapter, built := leakyAdapter(t)
-	spec := newSpec(t, run, adapter)
+	play := newPlay(t, run, adapter)
 	for n := 1; n <= 2; n++ {
-		if a := spec.Deliver(t.Context(), n, event(fmt.Sprint(n))); !a.Acked() {
+		if a := play.Deliver(t.Context(), n, event(fmt.Sprint(n))); !a.Acked() {
 			t.Fatalf("delivery to instance %d ended %s", n, a.Result())
 		}
 	}
@@ -144,30 +144,30 @@ func TestSpecCloseDropsItsSchemaAndKillsOnlyItsConnections(t *testing.T) {
 		}
 		return connect(t, dsn)
 	}
-	// A connection carrying the spec's prefix, as a stray goroutine of the
+	// A connection carrying the play's prefix, as a stray goroutine of the
 	// implementation might open.
-	stray := tagged(spec.AppNamePrefix() + "w9-stray")
-	// Bystanders: an unrelated connection, one named like another spec
-	// whose name starts with this spec's (s1 and s10), and one of another
-	// role that carries the spec's prefix: anyone can choose an
+	stray := tagged(play.AppNamePrefix() + "w9-stray")
+	// Bystanders: an unrelated connection, one named like another play
+	// whose name starts with this play's (s1 and s10), and one of another
+	// role that carries the play's prefix: anyone can choose an
 	// application_name, so it alone does not make a connection the run's.
 	bystanders := map[string]*pgx.Conn{
 		"unrelated":     tagged("bystander-" + randomHex(t, 4)),
-		"sibling spec":  tagged(strings.TrimSuffix(spec.AppNamePrefix(), "-") + "0-w1"),
+		"sibling play":  tagged(strings.TrimSuffix(play.AppNamePrefix(), "-") + "0-w1"),
 		"default named": connect(t, base),
-		"another role":  connectAs(t, pgtest.NewRole(t), spec.AppNamePrefix()+"w8-another-role"),
+		"another role":  connectAs(t, pgtest.NewRole(t), play.AppNamePrefix()+"w8-another-role"),
 	}
 	victims := map[string]uint32{"stray": stray.PgConn().PID()}
 	for i, l := range built() {
 		victims[fmt.Sprintf("instance %d", i+1)] = l.pid()
 	}
 
-	if err := spec.Close(t.Context()); err != nil {
+	if err := play.Close(t.Context()); err != nil {
 		t.Fatalf("close: %v", err)
 	}
 
-	if schemaExists(t, run.Admin(), spec.Schema()) {
-		t.Errorf("schema %s survived Close", spec.Schema())
+	if schemaExists(t, run.Admin(), play.Schema()) {
+		t.Errorf("schema %s survived Close", play.Schema())
 	}
 	// Close returns once its victims are gone from pg_stat_activity.
 	for what, pid := range victims {
@@ -180,19 +180,19 @@ func TestSpecCloseDropsItsSchemaAndKillsOnlyItsConnections(t *testing.T) {
 	}
 	for what, conn := range bystanders {
 		if _, err := conn.Exec(t.Context(), "SELECT 1"); err != nil {
-			t.Errorf("the %s connection died with the spec: %v", what, err)
+			t.Errorf("the %s connection died with the play: %v", what, err)
 		}
 	}
 	var keeper bool
 	if err := run.Admin().QueryRow(t.Context(), `SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE application_name = $1)`, run.AppNamePrefix()+"keeper").Scan(&keeper); err != nil || !keeper {
-		t.Errorf("the run's keeper is gone after a spec closed (%v)", err)
+		t.Errorf("the run's keeper is gone after a play closed (%v)", err)
 	}
 	// The run goes on.
-	if next := newSpec(t, run, adapter); next.Deliver(t.Context(), 1, event("next")).Err != nil {
-		t.Errorf("a spec after the closed one does not work")
+	if next := newPlay(t, run, adapter); next.Deliver(t.Context(), 1, event("next")).Err != nil {
+		t.Errorf("a play after the closed one does not work")
 	}
-	if err := spec.Close(t.Context()); err != nil {
-		t.Errorf("closing a spec twice: %v", err)
+	if err := play.Close(t.Context()); err != nil {
+		t.Errorf("closing a play twice: %v", err)
 	}
 }
 
@@ -203,11 +203,11 @@ func TestStartDropsTheSchemasOfARunWhoseKeeperIsGone(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	spec, err := gone.NewSpec(ctx, adapterOf("gone", fake{}))
+	play, err := gone.NewPlay(ctx, adapterOf("gone", fake{}))
 	if err != nil {
 		t.Fatal(err)
 	}
-	schema := spec.Schema()
+	schema := play.Schema()
 	pool := pgtest.Pool(t)
 	atEnd(t, "schema "+schema, func(ctx context.Context) error {
 		_, err := pool.Exec(ctx, "DROP SCHEMA IF EXISTS "+pgx.Identifier{schema}.Sanitize()+" CASCADE")
@@ -220,7 +220,7 @@ func TestStartDropsTheSchemasOfARunWhoseKeeperIsGone(t *testing.T) {
 		t.Fatalf("schema %s of a live run was dropped", schema)
 	}
 
-	// The run dies without closing its spec, as a killed process would.
+	// The run dies without closing its play, as a killed process would.
 	if err := gone.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -251,33 +251,33 @@ func TestStartFailsWithoutADatabase(t *testing.T) {
 	}
 }
 
-// TestRunCloseClosesTheSpecsLeftOpen: a spec whose own cleanup never ran
+// TestRunCloseClosesThePlaysLeftOpen: a play whose own cleanup never ran
 // (an interrupt between two specs of a Ginkgo Ordered container skips it)
 // is closed by Run.Close: its schema dropped, its connections ended.
-func TestRunCloseClosesTheSpecsLeftOpen(t *testing.T) {
+func TestRunCloseClosesThePlaysLeftOpen(t *testing.T) {
 	t.Parallel()
 	run, err := harness.Start(t.Context(), harness.Options{DeliveryTimeout: ampleTimeout, Provision: provision.Options{DSN: pgtest.DSN(t)}})
 	if err != nil {
 		t.Fatalf("start run: %v", err)
 	}
 	adapter, built := leakyAdapter(t)
-	spec, err := run.NewSpec(t.Context(), adapter)
+	play, err := run.NewPlay(t.Context(), adapter)
 	if err != nil {
-		t.Fatalf("new spec: %v", err)
+		t.Fatalf("new play: %v", err)
 	}
-	if a := spec.Deliver(t.Context(), 1, event("1")); !a.Acked() {
+	if a := play.Deliver(t.Context(), 1, event("1")); !a.Acked() {
 		t.Fatalf("delivery ended %s", a.Result())
 	}
 	if err := run.Close(t.Context()); err != nil {
 		t.Fatalf("close the run: %v", err)
 	}
 	db := pgtest.Pool(t)
-	if schemaExists(t, db, spec.Schema()) {
-		t.Errorf("schema %s of a spec left open survived Run.Close", spec.Schema())
+	if schemaExists(t, db, play.Schema()) {
+		t.Errorf("schema %s of a play left open survived Run.Close", play.Schema())
 	}
 	for _, l := range built() {
 		if backendAlive(t, db, l.pid()) {
-			t.Errorf("the connection (pid %d) of a spec left open survived Run.Close", l.pid())
+			t.Errorf("the connection (pid %d) of a play left open survived Run.Close", l.pid())
 		}
 	}
 }

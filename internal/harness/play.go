@@ -15,10 +15,14 @@ import (
 	"github.com/harmless-dev/harmless/internal/ledger"
 )
 
-// Spec is the environment of one spec: its own schema with the ledger and
-// the fault points, its Go-level hooks, the implementation instances it
-// built and the history of every delivery it made.
-type Spec struct {
+// Play is the environment of one play of a fixture's scenario: its own
+// schema with the ledger and the fault points, its Go-level hooks, the
+// implementation instances it built and the history of every delivery it
+// made. A fixture's Ordered container makes one play of each scenario
+// variant and judges one or more rules on it; those rules (Ginkgo specs)
+// share the play and all it gathered, and the play ends after the last of
+// them.
+type Play struct {
 	run     *Run
 	adapter adapters.Adapter
 	name    string
@@ -29,7 +33,7 @@ type Spec struct {
 	manual  *ManualClock // the clock, when the adapter accepts the harness's
 	proxy   *Proxy       // between instances and server, once UseProxy was called
 
-	// faultsMu guards the faults the spec armed, counted when it closes:
+	// faultsMu guards the faults the play armed, counted when it closes:
 	// every one in armed, the database-side ones in dbFaults too, to be
 	// disarmed and recounted around a crash.
 	faultsMu sync.Mutex
@@ -43,7 +47,7 @@ type Spec struct {
 	budget budget // see StartBudget
 
 	mu        sync.Mutex
-	created   bool // the spec created its schema and has not dropped it
+	created   bool // the play created its schema and has not dropped it
 	instances map[int]adapters.Implementation
 	attempts  map[eventKey]int
 	history   []Attempt
@@ -52,8 +56,8 @@ type Spec struct {
 
 type eventKey struct{ namespace, id string }
 
-func (s *Spec) install(ctx context.Context) error {
-	s.hooks = &Hooks{hooks: faults.NewHooks(), spec: s}
+func (s *Play) install(ctx context.Context) error {
+	s.hooks = &Hooks{hooks: faults.NewHooks(), play: s}
 	s.clock = adapters.SystemClock{}
 	if s.adapter.Declares.AcceptsClock {
 		// A round second far from the real time, so an implementation
@@ -98,29 +102,29 @@ func (s *Spec) install(ctx context.Context) error {
 // (a backslash with standard_conforming_strings off) never occurs there.
 func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
 
-// Clock returns the clock the spec's instances get and, when the adapter
+// Clock returns the clock the play's instances get and, when the adapter
 // accepts the harness's clock, the manual clock behind it (else nil).
-func (s *Spec) Clock() (clock adapters.Clock, manual *ManualClock) { return s.clock, s.manual }
+func (s *Play) Clock() (clock adapters.Clock, manual *ManualClock) { return s.clock, s.manual }
 
-// Schema is the spec's schema.
-func (s *Spec) Schema() string { return s.schema }
+// Schema is the play's schema.
+func (s *Play) Schema() string { return s.schema }
 
-// AppNamePrefix is the application_name prefix of the connections the spec's
+// AppNamePrefix is the application_name prefix of the connections the play's
 // implementation instances open.
-func (s *Spec) AppNamePrefix() string { return s.run.AppNamePrefix() + s.name + "-" }
+func (s *Play) AppNamePrefix() string { return s.run.AppNamePrefix() + s.name + "-" }
 
 // Adapter is the adapter under test.
-func (s *Spec) Adapter() adapters.Adapter { return s.adapter }
+func (s *Play) Adapter() adapters.Adapter { return s.adapter }
 
-// Hooks are the spec's Go-level fault hooks, called by the effect. The
+// Hooks are the play's Go-level fault hooks, called by the effect. The
 // run counts the firings of the faults armed on them (see
 // [Run.FaultsFired]).
-func (s *Spec) Hooks() *Hooks { return s.hooks }
+func (s *Play) Hooks() *Hooks { return s.hooks }
 
-// Arm plans a database-side fault in the spec's schema. The run counts its
-// firings when the spec closes (see [Run.FaultsFired]). It is the only way
+// Arm plans a database-side fault in the play's schema. The run counts its
+// firings when the play closes (see [Run.FaultsFired]). It is the only way
 // to arm one: Close fails when the schema holds a fault it did not arm.
-func (s *Spec) Arm(ctx context.Context, p faults.Plan) (*faults.Fault, error) {
+func (s *Play) Arm(ctx context.Context, p faults.Plan) (*faults.Fault, error) {
 	f, err := faults.Arm(ctx, s.run.admin, s.schema, p)
 	if err != nil {
 		s.faultsMu.Lock()
@@ -138,14 +142,14 @@ func (s *Spec) Arm(ctx context.Context, p faults.Plan) (*faults.Fault, error) {
 
 // Disarm disarms a database-side fault (see [faults.Fault.Disarm]): it never
 // fires again, and its firings so far are still counted.
-func (s *Spec) Disarm(ctx context.Context, f *faults.Fault) error {
+func (s *Play) Disarm(ctx context.Context, f *faults.Fault) error {
 	return f.Disarm(ctx)
 }
 
 // Fired reports how often a database-side fault fired. For a fault armed
-// with [Spec.Arm] it corrects for crashes of the server, which leave the
+// with [Play.Arm] it corrects for crashes of the server, which leave the
 // fault's evidence unreliable (see [Run.FaultsFired]).
-func (s *Spec) Fired(ctx context.Context, f *faults.Fault) (int64, error) {
+func (s *Play) Fired(ctx context.Context, f *faults.Fault) (int64, error) {
 	s.faultsMu.Lock()
 	defer s.faultsMu.Unlock()
 	for _, d := range s.dbFaults {
@@ -157,19 +161,19 @@ func (s *Spec) Fired(ctx context.Context, f *faults.Fault) (int64, error) {
 }
 
 // Effects returns the ledger's effects of ev.
-func (s *Spec) Effects(ctx context.Context, ev adapters.Event) ([]ledger.Entry, error) {
+func (s *Play) Effects(ctx context.Context, ev adapters.Event) ([]ledger.Entry, error) {
 	return ledger.Entries(ctx, s.run.admin, s.schema, ev.Namespace, ev.ID)
 }
 
 // Env is the environment handed to instance n of the implementation.
-func (s *Spec) Env(n int) (adapters.Env, error) {
+func (s *Play) Env(n int) (adapters.Env, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.env(n)
 }
 
 // env is Env for a caller that holds s.mu.
-func (s *Spec) env(n int) (adapters.Env, error) {
+func (s *Play) env(n int) (adapters.Env, error) {
 	server, err := s.serverDSN()
 	if err != nil {
 		return adapters.Env{}, err
@@ -190,7 +194,7 @@ func (s *Spec) env(n int) (adapters.Env, error) {
 
 // Instance returns implementation instance n (from 1), building it with the
 // adapter's factory the first time. Instances are built one at a time.
-func (s *Spec) Instance(ctx context.Context, n int) (adapters.Implementation, error) {
+func (s *Play) Instance(ctx context.Context, n int) (adapters.Implementation, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if impl, ok := s.instances[n]; ok {
@@ -213,10 +217,10 @@ func (s *Spec) Instance(ctx context.Context, n int) (adapters.Implementation, er
 	return impl, nil
 }
 
-// StateRows counts the rows the implementation stores in the spec's schema:
+// StateRows counts the rows the implementation stores in the play's schema:
 // every table there but the harness's own. It is how the harness sees
 // deduplication state without knowing the implementation's tables.
-func (s *Spec) StateRows(ctx context.Context) (int64, error) {
+func (s *Play) StateRows(ctx context.Context) (int64, error) {
 	tables, err := s.StateTables(ctx)
 	if err != nil {
 		return 0, err
@@ -232,10 +236,10 @@ func (s *Spec) StateRows(ctx context.Context) (int64, error) {
 	return total, nil
 }
 
-// StateTables lists the tables the implementation keeps in the spec's
+// StateTables lists the tables the implementation keeps in the play's
 // schema, every table there but the harness's own, each quoted and
 // schema-qualified.
-func (s *Spec) StateTables(ctx context.Context) ([]string, error) {
+func (s *Play) StateTables(ctx context.Context) ([]string, error) {
 	rows, err := s.run.admin.Query(ctx, `SELECT format('%I.%I', schemaname, tablename) FROM pg_tables
 WHERE schemaname = $1 AND tablename NOT LIKE 'harmless\_%' ORDER BY tablename`, s.schema)
 	if err != nil {
@@ -250,7 +254,7 @@ WHERE schemaname = $1 AND tablename NOT LIKE 'harmless\_%' ORDER BY tablename`, 
 
 // Purge asks instance n to purge the state of events claimed before cutoff.
 // It never panics and never hangs, as Deliver.
-func (s *Spec) Purge(ctx context.Context, n int, cutoff time.Time) (int64, error) {
+func (s *Play) Purge(ctx context.Context, n int, cutoff time.Time) (int64, error) {
 	ctx, release, ok := s.bounded(ctx)
 	defer release()
 	if !ok {
@@ -273,11 +277,11 @@ func (s *Spec) Purge(ctx context.Context, n int, cutoff time.Time) (int64, error
 	return removed, nil
 }
 
-// Close closes the spec's instances, kills any connection they left behind,
-// adds the firings of the faults the spec armed to the run's counts (see
-// [Run.FaultsFired]) and drops the spec's schema, if it is still the
+// Close closes the play's instances, kills any connection they left behind,
+// adds the firings of the faults the play armed to the run's counts (see
+// [Run.FaultsFired]) and drops the play's schema, if it is still the
 // harness's (see [dropOwnSchema]).
-func (s *Spec) Close(ctx context.Context) error {
+func (s *Play) Close(ctx context.Context) error {
 	s.run.forget(s)
 	s.stopBudget()
 	var errs []error
@@ -292,7 +296,7 @@ func (s *Spec) Close(ctx context.Context) error {
 	}
 	if s.proxy != nil {
 		if err := s.proxy.proxy.Close(); err != nil {
-			errs = append(errs, fmt.Errorf("close the spec's proxy: %w", err))
+			errs = append(errs, fmt.Errorf("close the play's proxy: %w", err))
 		}
 	}
 	if _, err := faults.TerminateBackends(ctx, s.run.admin, s.AppNamePrefix()); err != nil {
@@ -301,7 +305,7 @@ func (s *Spec) Close(ctx context.Context) error {
 	if err := s.tally(ctx); err != nil {
 		errs = append(errs, err)
 	}
-	// Only a schema this spec created, and only while it still carries the
+	// Only a schema this play created, and only while it still carries the
 	// marker and belongs to the harness's role: a schema of that name that
 	// already existed (CREATE SCHEMA failed on it) is someone else's.
 	s.mu.Lock()
