@@ -151,7 +151,8 @@ type Env struct {
 	// Instance numbers the instances built for one play, from 1: two
 	// instances stand for two workers of the same service.
 	Instance int
-	// Logf, when not nil, writes a diagnostic line to the spec's output.
+	// Logf, when not nil, writes a diagnostic line to the run's log (where
+	// suite.WithLogf sends it; harmless certify -v prints it).
 	Logf func(format string, args ...any)
 }
 

@@ -10,7 +10,7 @@ import (
 )
 
 // Effect is the harness-owned database effect that [Env.Effect] carries: one
-// INSERT into the spec's ledger table recording the event's namespace, id,
+// INSERT into the play's ledger table recording the event's namespace, id,
 // payload digest and the delivery attempt. The ledger is how the harness
 // counts what was applied.
 //

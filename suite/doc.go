@@ -33,18 +33,20 @@
 // at all and the messages of failures outside a rule's check (a timeout,
 // an interrupt).
 //
-// # How a spec works
+// # How a fixture is played
 //
-// Every fixture's play (an Ordered container) gets a fresh schema holding
-// the harness's effect ledger and its fault points, and builds instances of
-// the implementation (two workers) through the adapter's factory; the rules
-// of that play are its specs, each judging what the play gathered. The
+// Every play of a fixture (an Ordered container: the fixture's scenario, or
+// one variant of it) gets a fresh schema holding the harness's effect
+// ledger and its fault points, and builds instances of the implementation
+// (two workers) through the adapter's factory; the rules of that play are
+// its specs, each judging what the play gathered, and they share the
+// play's schema and instances rather than getting their own. The
 // harness delivers events as an at-least-once broker does, redelivering
 // whatever is not acknowledged, and then judges the ledger, not the
 // implementation's own report. Faults are injected by database triggers, by
 // Go hooks inside the effect and by killing connections; every play that
 // plans a fault checks that it fired.
 //
-// An implementation that hangs fails its spec through timeouts and the run
-// goes on; one that panics or returns nonsense fails the rule with a message.
+// An implementation that hangs fails the rules of its play through timeouts
+// and the run goes on; one that panics or returns nonsense fails the rule with a message.
 package suite

@@ -35,7 +35,7 @@
 // refuse an empty id, invalid UTF-8 and NUL bytes with an error wrapping
 // [adapters.ErrInvalidInput]; all compare payload digests on conflict
 // (Duplicate or Rejected), purge markers older than a cutoff, and create
-// their own tables in the spec's schema. The first three share the built-in adapters'
+// their own tables in the play's schema. The first three share the built-in adapters'
 // package kit (pool, identity check, digest comparison) and, among
 // themselves, internal/marker (declaration, marker table, and the pgx
 // plumbing of the first two).

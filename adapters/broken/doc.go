@@ -3,7 +3,7 @@
 // the suite's checks: every one must fail at least one rule, and the rule
 // that catches it is named below. Apart from its bug, each is the reference
 // implementation (package reference): the same effect through
-// adapters.Effect.Apply, the same processed-events table in the spec's
+// adapters.Effect.Apply, the same processed-events table in the play's
 // schema, the harness's clock, the same identity checks and the same
 // declaration (conflict policy "reject", the reference's redelivery window,
 // AcceptsClock).

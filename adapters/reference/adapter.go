@@ -19,8 +19,8 @@ const Name = "reference"
 const Window = 24 * time.Hour
 
 // Adapter returns the `reference` adapter: a [Store] per instance, each with
-// its own connection pool, sharing one processed-events table in the spec's
-// schema.
+// its own connection pool, sharing one processed-events table in the
+// play's schema ([adapters.Env.Schema]).
 func Adapter() adapters.Adapter {
 	return adapters.Adapter{
 		Name: Name,
