@@ -39,7 +39,7 @@ const (
 var names = []string{busyIsDuplicate, caseFolded, checkThenInsert, earlyPurge, effectFirst, ignorePayload, inMemory, lossyKey, markerFirst, noNamespace, noPurge, sqlSplice, truncatedKey}
 
 // world is one adapter in a fresh schema with its ledger, as the harness
-// sets up a spec, with instances built on demand.
+// sets up a play of a fixture, with instances built on demand.
 type world struct {
 	t         *testing.T
 	adapter   adapters.Adapter
