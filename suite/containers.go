@@ -1,14 +1,16 @@
 package suite
 
-import "context"
+import (
+	"context"
 
-// ContainerServer is a throwaway PostgreSQL server in a container, as
-// package github.com/harmless-dev/harmless/container's Start returns it: the
-// suite owns it, crashes and restarts it for the crash-recovery fixtures,
-// and removes it at the end. It is an alias of an interface literal, so that
-// the container package's Start fits WithContainers while neither package
-// imports the other.
-type ContainerServer = interface {
+	"github.com/harmless-dev/harmless/internal/provision"
+)
+
+// ContainerServer is a throwaway PostgreSQL server in a container, such as
+// the *Server that package github.com/harmless-dev/harmless/suite/container
+// starts: the suite owns it, crashes and restarts it for the crash-recovery
+// fixtures, and removes it at the end.
+type ContainerServer interface {
 	// DSN is a superuser connection string with the password; it changes
 	// on Restart.
 	DSN() string
@@ -28,15 +30,16 @@ type ContainerServer = interface {
 
 // WithContainers lets the suite start PostgreSQL in a throwaway container
 // when no DSN is given (WithDSN, $HARMLESS_DSN, $DATABASE_URL): pass
-// container.Start from package github.com/harmless-dev/harmless/container.
+// container.Start from package github.com/harmless-dev/harmless/suite/container.
 //
-//	suite.Run(t, adapter, suite.WithContainers(container.Start))
+//	suite.RunWith(t, []suite.Option{suite.WithContainers(container.Start)}, adapter)
 //
 // The suite does not link the container machinery (testcontainers-go, the
 // moby client, gopsutil) itself, so that a program that never asks for a
 // container does not carry it. Without this option the suite goes from a
 // DSN straight to a throwaway cluster from local server binaries, and
 // WithProvisioning("container") fails saying to pass container.Start.
-func WithContainers(start func(ctx context.Context, image string, logf func(format string, args ...any)) (ContainerServer, error)) Option {
-	return func(c *config) { c.provision.Container = start }
+func WithContainers[S ContainerServer](start func(ctx context.Context, image string, logf func(format string, args ...any)) (S, error)) Option {
+	engine := provision.Engine(start)
+	return func(c *config) { c.provision.Container = engine }
 }

@@ -15,7 +15,7 @@ import (
 	"github.com/harmless-dev/harmless/adapters"
 	"github.com/harmless-dev/harmless/adapters/builtin"
 	"github.com/harmless-dev/harmless/adapters/reference"
-	"github.com/harmless-dev/harmless/container"
+	"github.com/harmless-dev/harmless/suite/container"
 	"github.com/harmless-dev/harmless/fixtures"
 	"github.com/harmless-dev/harmless/internal/matrix"
 	"github.com/harmless-dev/harmless/internal/provision"

@@ -21,7 +21,7 @@ import (
 	"github.com/harmless-dev/harmless/adapters"
 	"github.com/harmless-dev/harmless/adapters/builtin"
 	"github.com/harmless-dev/harmless/adapters/exec"
-	"github.com/harmless-dev/harmless/container"
+	"github.com/harmless-dev/harmless/suite/container"
 	"github.com/harmless-dev/harmless/fixtures"
 	"github.com/harmless-dev/harmless/internal/docgen"
 	"github.com/harmless-dev/harmless/internal/redact"

@@ -38,7 +38,7 @@ var light = []struct {
 
 // heavyUsers are the packages that do link the container machinery: the
 // container engine itself and the command, which always offers it.
-var heavyUsers = []string{module + "/container", module + "/cmd/harmless"}
+var heavyUsers = []string{module + "/suite/container", module + "/cmd/harmless"}
 
 // deps returns the packages pkg links that are not in the standard library,
 // the module's own included.

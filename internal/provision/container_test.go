@@ -19,7 +19,7 @@ import (
 	"github.com/moby/moby/client"
 	"github.com/testcontainers/testcontainers-go"
 
-	"github.com/harmless-dev/harmless/container"
+	"github.com/harmless-dev/harmless/suite/container"
 	// Dot-imported: the tests read as the package's own, as they did there.
 	. "github.com/harmless-dev/harmless/internal/provision"
 )
@@ -49,14 +49,14 @@ func runChild(mode string) int {
 			return 1
 		}
 		// Open with the real process environment, as the CLI would.
-		_, err := Open(ctx, Options{Logf: logf, Container: container.Start})
+		_, err := Open(ctx, Options{Logf: logf, Container: Engine(container.Start)})
 		fmt.Println(err)
 		if !errors.Is(err, ErrNoDatabase) {
 			return 1
 		}
 		return 0
 	case "hold-container":
-		srv, err := Open(ctx, Options{Only: KindContainer, Logf: logf, Container: container.Start})
+		srv, err := Open(ctx, Options{Only: KindContainer, Logf: logf, Container: Engine(container.Start)})
 		if err != nil {
 			fmt.Println("error:", err)
 			return 1
@@ -130,7 +130,7 @@ func needEngine(t *testing.T) {
 // openContainer opens a server the container way, with package
 // container's engine, as the CLI does.
 func openContainer(ctx context.Context, logf func(string, ...any)) (*Server, error) {
-	return Open(ctx, Options{Only: KindContainer, Getenv: Env("HARMLESS_IMAGE", os.Getenv("HARMLESS_IMAGE")), Logf: logf, Container: container.Start})
+	return Open(ctx, Options{Only: KindContainer, Getenv: Env("HARMLESS_IMAGE", os.Getenv("HARMLESS_IMAGE")), Logf: logf, Container: Engine(container.Start)})
 }
 
 // TestContainerWayNeedsAnEngine checks that a program that links no

@@ -8,11 +8,9 @@ import (
 
 // Container is a throwaway server in a container that a container engine
 // started (Options.Container): ready, private as the package documentation
-// says, and owned by this process. It is an alias of an interface literal,
-// not a named type, so that package container can return it and package
-// suite accept it without either naming this internal package: the three
-// spell the same type.
-type Container = interface {
+// says, and owned by this process. Package container's *Server is one;
+// package suite's ContainerServer is the same interface, public.
+type Container interface {
 	// DSN is a superuser connection string with the password; it changes
 	// on Restart (the engine maps a new host port).
 	DSN() string
@@ -39,10 +37,23 @@ type Container = interface {
 // containers.
 type StartContainer = func(ctx context.Context, image string, logf func(format string, args ...any)) (Container, error)
 
+// Engine turns a function that starts some concrete kind of container
+// server, such as package container's Start, into a StartContainer. On an
+// error it returns a nil Container, never a typed nil.
+func Engine[S Container](start func(ctx context.Context, image string, logf func(format string, args ...any)) (S, error)) StartContainer {
+	return func(ctx context.Context, image string, logf func(format string, args ...any)) (Container, error) {
+		c, err := start(ctx, image, logf)
+		if err != nil {
+			return nil, err
+		}
+		return c, nil
+	}
+}
+
 // errNoContainerEngine is the container way's reason when the program did
 // not link one: it says how to enable it.
 const errNoContainerEngine = "not linked into this program: pass container.Start from " +
-	"github.com/harmless-dev/harmless/container (suite.WithContainers(container.Start)); the harmless command links it"
+	"github.com/harmless-dev/harmless/suite/container (suite.WithContainers(container.Start)); the harmless command links it"
 
 // openContainer starts a throwaway server through st.container.
 func openContainer(ctx context.Context, st settings) (*Server, error) {

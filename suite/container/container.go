@@ -7,7 +7,7 @@
 // container when no DSN is set (in CI with a container engine, say) passes
 // Start:
 //
-//	suite.Run(t, adapter, suite.WithContainers(container.Start))
+//	suite.RunWith(t, []suite.Option{suite.WithContainers(container.Start)}, adapter)
 //
 // Without it, the suite uses a DSN or a throwaway cluster from local
 // server binaries, and forcing the container way is an error that says to
@@ -101,35 +101,8 @@ var _ tclog.Logger = logAdapter(nil)
 
 // Server is a throwaway PostgreSQL server in a container, started by Start
 // and owned by this process: its holder may crash it, start it again and
-// must close it. It is an interface literal (an alias, not a named type) so
-// that Start's type is the one suite.WithContainers takes, without this
-// package and the suite naming each other.
-type Server = interface {
-	// DSN is a superuser connection string with the password; it changes
-	// on Restart (the engine maps a new host port), so read it again.
-	DSN() string
-	// Secrets are the passwords DSN carries (the one generated for this
-	// server), so that whoever writes logs can hide them. They do not
-	// change on Restart.
-	Secrets() []string
-	// Version is the server's server_version.
-	Version() string
-	// Crash sends the container SIGKILL and returns once it stopped.
-	Crash(ctx context.Context) error
-	// Restart starts the crashed container again and returns once the
-	// server accepts connections, after crash recovery.
-	Restart(ctx context.Context) error
-	// Close removes the container.
-	Close(ctx context.Context) error
-	// String describes the container for logs, without credentials.
-	String() string
-}
-
-// Start is provision's container hook.
-var _ provision.StartContainer = Start
-
-// pgContainer is a throwaway server in a container.
-type pgContainer struct {
+// must close it. It fits suite.WithContainers (suite.ContainerServer).
+type Server struct {
 	ctr      *tcpostgres.PostgresContainer
 	provider *testcontainers.DockerProvider
 	image    string
@@ -142,29 +115,37 @@ type pgContainer struct {
 	dsn string
 }
 
-func (c *pgContainer) String() string {
+// String describes the container for logs, without credentials.
+func (c *Server) String() string {
 	return fmt.Sprintf("container %.12s (%s)", c.ctr.GetContainerID(), c.image)
 }
 
-func (c *pgContainer) DSN() string {
+// DSN is a superuser connection string with the password; it changes on
+// Restart (the engine maps a new host port), so read it again.
+func (c *Server) DSN() string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.dsn
 }
 
-func (c *pgContainer) Secrets() []string { return []string{c.password} }
+// Secrets are the passwords DSN carries (the one generated for this
+// server), so that whoever writes logs can hide them. They do not change on
+// Restart.
+func (c *Server) Secrets() []string { return []string{c.password} }
 
 // ID is the container's ID at the engine, for whoever wants to look at it
-// there (its log, its state): not part of Server, reach it with a type
-// assertion to interface{ ID() string }.
-func (c *pgContainer) ID() string      { return c.ctr.GetContainerID() }
-func (c *pgContainer) Version() string { return c.version }
+// there (its log, its state). The suite does not need it: reach it through
+// the *Server that Start returns.
+func (c *Server) ID() string { return c.ctr.GetContainerID() }
+
+// Version is the server's server_version.
+func (c *Server) Version() string { return c.version }
 
 // Start starts a throwaway PostgreSQL server in a container from image and
 // returns it once it accepts connections; logf receives progress lines and
 // may be nil. Before it starts anything, it removes the containers left by
 // harmless processes that are gone. The caller must Close the server.
-func Start(ctx context.Context, image string, logf func(format string, args ...any)) (srv Server, err error) {
+func Start(ctx context.Context, image string, logf func(format string, args ...any)) (srv *Server, err error) {
 	if logf == nil {
 		logf = func(string, ...any) {}
 	}
@@ -219,7 +200,7 @@ func Start(ctx context.Context, image string, logf func(format string, args ...a
 		}
 		return nil, fmt.Errorf("start container from %s: %w", image, err)
 	}
-	c := &pgContainer{ctr: ctr, provider: provider, image: image, host: host, password: password, logf: logf}
+	c := &Server{ctr: ctr, provider: provider, image: image, host: host, password: password, logf: logf}
 	defer func() {
 		if err != nil {
 			_ = ctr.Terminate(context.WithoutCancel(ctx), testcontainers.StopTimeout(0))
@@ -368,7 +349,7 @@ func engineIsLocal(ctx context.Context, cli client.APIClient) bool {
 	return false
 }
 
-func (c *pgContainer) hostPort() string {
+func (c *Server) hostPort() string {
 	u, err := url.Parse(c.DSN())
 	if err != nil {
 		return ""
@@ -378,7 +359,7 @@ func (c *pgContainer) hostPort() string {
 
 // waitReady reads the published port (it changes on every start), sets
 // c.dsn and waits until the server accepts connections.
-func (c *pgContainer) waitReady(ctx context.Context) (string, error) {
+func (c *Server) waitReady(ctx context.Context) (string, error) {
 	port, err := c.ctr.MappedPort(ctx, containerPort)
 	if err != nil {
 		return "", fmt.Errorf("published port: %w", err)
@@ -397,7 +378,7 @@ func (c *pgContainer) waitReady(ctx context.Context) (string, error) {
 }
 
 // logTail returns the last lines of the container's log, for errors.
-func (c *pgContainer) logTail() string {
+func (c *Server) logTail() string {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	r, err := c.ctr.Logs(ctx)
@@ -411,7 +392,7 @@ func (c *pgContainer) logTail() string {
 
 // Crash sends the container SIGKILL (a real crash: no clean shutdown) and
 // returns once the engine says it stopped.
-func (c *pgContainer) Crash(ctx context.Context) error {
+func (c *Server) Crash(ctx context.Context) error {
 	cli := c.provider.Client()
 	id := c.ctr.GetContainerID()
 	if _, err := cli.ContainerKill(ctx, id, client.ContainerKillOptions{Signal: "SIGKILL"}); err != nil {
@@ -437,7 +418,7 @@ func (c *pgContainer) Crash(ctx context.Context) error {
 
 // Restart starts the crashed container again (PostgreSQL runs crash
 // recovery) and returns once it accepts connections, on a new host port.
-func (c *pgContainer) Restart(ctx context.Context) error {
+func (c *Server) Restart(ctx context.Context) error {
 	st, err := c.ctr.State(ctx)
 	if err != nil {
 		return fmt.Errorf("inspect: %w", err)
@@ -453,7 +434,7 @@ func (c *pgContainer) Restart(ctx context.Context) error {
 }
 
 // Close removes the container and lets go of the engine.
-func (c *pgContainer) Close(ctx context.Context) error {
+func (c *Server) Close(ctx context.Context) error {
 	defer c.provider.Close()
 	if err := c.ctr.Terminate(ctx, testcontainers.StopTimeout(0)); err != nil {
 		return fmt.Errorf("remove container: %w", err)
