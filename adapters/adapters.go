@@ -2,8 +2,10 @@ package adapters
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"time"
 	"unicode/utf8"
 )
@@ -125,6 +127,45 @@ type Declaration struct {
 	// AcceptsClock reports whether the implementation uses [Env.Clock] for
 	// every time it records or compares, so the harness can move time.
 	AcceptsClock bool
+}
+
+// declarationJSON is a [Declaration] as JSON spells it, in the exec
+// protocol's hello (docs/protocol.md) and in a certificate's declared and
+// verified capabilities (docs/reports.md): the window in seconds.
+type declarationJSON struct {
+	ConflictPolicy   ConflictPolicy `json:"conflict_policy"`
+	RedeliveryWindow float64        `json:"redelivery_window_s"`
+	AcceptsClock     bool           `json:"accepts_clock"`
+}
+
+// MarshalJSON encodes d as
+// {"conflict_policy":"reject","redelivery_window_s":86400,"accepts_clock":true},
+// the window in seconds ("" and 0 declare no policy and no window).
+func (d Declaration) MarshalJSON() ([]byte, error) {
+	return json.Marshal(declarationJSON{d.ConflictPolicy, d.RedeliveryWindow.Seconds(), d.AcceptsClock})
+}
+
+// UnmarshalJSON decodes what [Declaration.MarshalJSON] encodes. Absent
+// fields are zero and unknown fields are ignored, as for a struct; a
+// window that is negative, not a number or too long for a time.Duration
+// is an error, since no duration stands for it. It does not check the
+// conflict policy: [Adapter.Validate] does, and so does the exec
+// protocol's hello.
+func (d *Declaration) UnmarshalJSON(data []byte) error {
+	if string(data) == "null" {
+		return nil
+	}
+	var j declarationJSON
+	if err := json.Unmarshal(data, &j); err != nil {
+		return err
+	}
+	w := j.RedeliveryWindow
+	// 2^63 ns, one past the longest time.Duration, is exact in a float64.
+	if math.IsNaN(w) || w < 0 || w*float64(time.Second) >= math.MaxInt64 {
+		return fmt.Errorf("declaration: redelivery_window_s %v is not a duration between 0 and %.0f seconds", w, time.Duration(math.MaxInt64).Seconds())
+	}
+	*d = Declaration{ConflictPolicy: j.ConflictPolicy, RedeliveryWindow: time.Duration(w * float64(time.Second)), AcceptsClock: j.AcceptsClock}
+	return nil
 }
 
 // Env is what the harness gives an implementation instance at construction.

@@ -9,6 +9,7 @@ import (
 	"github.com/harmless-dev/harmless/adapters"
 	"github.com/harmless-dev/harmless/fixtures"
 	"github.com/harmless-dev/harmless/internal/pgtest"
+	"github.com/harmless-dev/harmless/suite/certificate"
 )
 
 // budgetChildEnv names, in a child process of TestBudgetRunsOut, the case
@@ -67,7 +68,7 @@ func TestBudgetRunsOut(t *testing.T) {
 		if r.Fixture != fixtures.DoubleDelivery {
 			continue
 		}
-		if r.Verdict != VerdictFail {
+		if r.Verdict != certificate.VerdictFail {
 			t.Errorf("rule %s: verdict %s; want fail, the budget having run out", r.ID, r.Verdict)
 			continue
 		}

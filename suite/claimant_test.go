@@ -15,6 +15,7 @@ import (
 	"github.com/harmless-dev/harmless/adapters/reference"
 	"github.com/harmless-dev/harmless/fixtures"
 	"github.com/harmless-dev/harmless/internal/pgtest"
+	"github.com/harmless-dev/harmless/suite/certificate"
 )
 
 // claimantChildEnv names, in a child process of TestFailedClaimant, the
@@ -22,7 +23,7 @@ import (
 const claimantChildEnv = "HARMLESS_TEST_CLAIMANT"
 
 // lostEvent is what the failed-claimant rule says of a lost event.
-var lostEvent = expect{VerdictFail, "the event is lost: "}
+var lostEvent = expect{certificate.VerdictFail, "the event is lost: "}
 
 // claimantCases are implementations whose contenders wait for the
 // claimant in ways the database does not all show, which must pass the
@@ -169,11 +170,11 @@ func TestFailedClaimant(t *testing.T) {
 				[]string{"HARMLESS_DSN=" + dsn, claimantChildEnv + "=" + name}, 0, 1)
 			t.Logf("the failed-claimant rule against %s took %s (the child process %s)",
 				name, time.Duration(cert.Duration*float64(time.Second)).Round(time.Millisecond), elapsed.Round(time.Millisecond))
-			var got *RuleResult
+			var got *certificate.RuleResult
 			for i, r := range cert.Rules {
 				if r.ID == fixtures.ConcurrentDeliveryFailedClaimantNotLost {
 					got = &cert.Rules[i]
-				} else if r.Verdict != VerdictSkipped {
+				} else if r.Verdict != certificate.VerdictSkipped {
 					t.Errorf("rule %s ran (%s): the label filter did not hold", r.ID, r.Verdict)
 				}
 			}

@@ -19,6 +19,7 @@ import (
 	"github.com/harmless-dev/harmless/fixtures"
 	"github.com/harmless-dev/harmless/internal/matrix"
 	"github.com/harmless-dev/harmless/internal/provision"
+	"github.com/harmless-dev/harmless/suite/certificate"
 )
 
 // crashChildEnv names, in a child process of TestCrashRecovery, the case of
@@ -28,7 +29,7 @@ const crashChildEnv = "HARMLESS_TEST_CRASH"
 // expect is the verdict a rule must get and, unless it passes, what its
 // message must mention.
 type expect struct {
-	verdict Verdict
+	verdict certificate.Verdict
 	says    string
 }
 
@@ -40,9 +41,9 @@ type crashCase struct {
 }
 
 var (
-	pass        = expect{verdict: VerdictPass}
-	lostEffects = expect{VerdictFail, "has 0 effects (expected 1)"}
-	twoEffects  = expect{VerdictFail, "has 2 effects (expected 1)"}
+	pass        = expect{verdict: certificate.VerdictPass}
+	lostEffects = expect{certificate.VerdictFail, "has 0 effects (expected 1)"}
+	twoEffects  = expect{certificate.VerdictFail, "has 2 effects (expected 1)"}
 )
 
 // crashCases are the built-in adapters whose verdict on crash-recovery the
@@ -58,7 +59,7 @@ var crashCases = map[string]crashCase{
 	"unlogged": {
 		adapter: unloggedAdapter(),
 		want: map[string]expect{
-			fixtures.CrashRecoveryAppliedSurvives:     {VerdictFail, "its deduplication state did not survive the crash"},
+			fixtures.CrashRecoveryAppliedSurvives:     {certificate.VerdictFail, "its deduplication state did not survive the crash"},
 			fixtures.CrashRecoveryInFlightExactlyOnce: pass,
 		},
 	},
@@ -71,15 +72,15 @@ var crashCases = map[string]crashCase{
 		adapter: adapters.Adapter{Name: "slow-process-start", Declares: reference.Adapter().Declares, New: newProcesses},
 		want: map[string]expect{
 			fixtures.CrashRecoveryAppliedSurvives:     pass,
-			fixtures.CrashRecoveryInFlightExactlyOnce: {VerdictPass, "16 of 16 in-flight deliveries were held by a sleep"},
+			fixtures.CrashRecoveryInFlightExactlyOnce: {certificate.VerdictPass, "16 of 16 in-flight deliveries were held by a sleep"},
 		},
 	},
 	// One connection, opened by the factory and kept for ever.
 	"no-reconnect": {
 		adapter: adapters.Adapter{Name: "no-reconnect", Declares: reference.Adapter().Declares, New: newOneConn},
 		want: map[string]expect{
-			fixtures.CrashRecoveryAppliedSurvives:     {VerdictFail, "it did not reconnect by itself"},
-			fixtures.CrashRecoveryInFlightExactlyOnce: {VerdictFail, "was never acknowledged after the restart"},
+			fixtures.CrashRecoveryAppliedSurvives:     {certificate.VerdictFail, "it did not reconnect by itself"},
+			fixtures.CrashRecoveryInFlightExactlyOnce: {certificate.VerdictFail, "was never acknowledged after the restart"},
 		},
 	},
 }
@@ -307,7 +308,7 @@ func runCrashCase(t *testing.T, name string, c crashCase, kind provision.Kind) {
 		want, ok := c.want[r.ID]
 		switch {
 		case !ok:
-			if r.Verdict != VerdictSkipped {
+			if r.Verdict != certificate.VerdictSkipped {
 				t.Errorf("rule %s of another fixture ran (%s): the label filter did not hold", r.ID, r.Verdict)
 			}
 		case r.Verdict != want.verdict:
@@ -352,7 +353,7 @@ func checkAgainstMatrix(t *testing.T, row matrix.Row, c crashCase) {
 	t.Helper()
 	fails := false
 	for _, e := range c.want {
-		fails = fails || e.verdict == VerdictFail
+		fails = fails || e.verdict == certificate.VerdictFail
 	}
 	if want := row.Expect(fixtures.CrashRecovery) == matrix.MustFail; fails != want {
 		t.Errorf("the case of %s fails crash-recovery: %t; the verdict matrix says %t", row.Adapter, fails, want)

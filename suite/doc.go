@@ -1,6 +1,10 @@
 // Package suite is the harmless conformance suite: Ginkgo v2 specs that play
 // the fixtures of package fixtures against any implementation behind an
-// [adapters.Adapter], and a certificate that says which rules held.
+// [adapters.Adapter], and a certificate that says which rules held. The
+// certificate's model and its reports are package [certificate]
+// (suite/certificate), which a program that only reads or renders
+// certificates can import without linking Ginkgo or the harness; this
+// package builds the certificate from what its specs recorded.
 //
 // There are three ways to run it, each giving every adapter a certificate
 // of its own, from a run (and a database) of its own.

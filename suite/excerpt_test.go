@@ -12,13 +12,14 @@ import (
 	"github.com/onsi/ginkgo/v2/types"
 
 	"github.com/harmless-dev/harmless/fixtures"
+	"github.com/harmless-dev/harmless/suite/certificate"
 )
 
 // failedRule returns the certificate's result for rule id when the specs
 // of variants failed with the given problems each, as registerRule fails
 // them (with an excerpt, the whole message in the spec's record) and
 // verdict folds them.
-func failedRule(t *testing.T, id string, variants map[string][]string) RuleResult {
+func failedRule(t *testing.T, id string, variants map[string][]string) certificate.RuleResult {
 	t.Helper()
 	r, err := fixtures.Lookup(id)
 	if err != nil {
@@ -39,12 +40,12 @@ func failedRule(t *testing.T, id string, variants map[string][]string) RuleResul
 			report: &types.SpecReport{
 				LeafNodeType: types.NodeTypeIt,
 				State:        types.SpecStateFailed,
-				Failure:      types.Failure{Message: excerpt(msg, ginkgoExcerptLines, ginkgoEvidence)},
+				Failure:      types.Failure{Message: certificate.RuleResult{Message: msg}.Excerpt(ginkgoExcerptLines, ginkgoEvidence)},
 			},
 		})
 	}
 	results := ruleResults([]fixtures.Rule{r}, specs)
-	if len(results) != 1 || results[0].Verdict != VerdictFail {
+	if len(results) != 1 || results[0].Verdict != certificate.VerdictFail {
 		t.Fatalf("results %+v; want one failed rule", results)
 	}
 	return results[0]
@@ -77,7 +78,7 @@ func TestCertificateKeepsEveryProblem(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var back RuleResult
+	var back certificate.RuleResult
 	if err := json.Unmarshal(data, &back); err != nil {
 		t.Fatal(err)
 	}
@@ -94,8 +95,8 @@ func TestCertificateKeepsEveryProblem(t *testing.T) {
 	}
 	cut := 0
 	for line := range strings.SplitSeq(back.Message, "\n") {
-		if len(line) > maxMessageLine {
-			t.Errorf("a line of %d bytes; want at most %d", len(line), maxMessageLine)
+		if len(line) > certificate.MaxMessageLine {
+			t.Errorf("a line of %d bytes; want at most %d", len(line), certificate.MaxMessageLine)
 		}
 		if strings.Contains(line, "bytes left out") {
 			cut++
@@ -112,6 +113,13 @@ func TestCertificateKeepsEveryProblem(t *testing.T) {
 	}
 }
 
+// What RuleResult.Excerpt documents: no line of an excerpt is longer than
+// excerptLine bytes, and a problem shows at most excerptProblemLines lines.
+const (
+	excerptLine         = 400
+	excerptProblemLines = 6
+)
+
 var moreProblems = regexp.MustCompile(`^- … and (\d+) more problems?; see the JSON$`)
 
 // TestExcerptIsShort: an excerpt shows each variant's header, its first
@@ -123,7 +131,7 @@ func TestExcerptIsShort(t *testing.T) {
 		"plain":                        roundProblems("plain", 20),
 		"with a sleep after the claim": roundProblems("overlap", 10),
 	})
-	for _, maxLines := range []int{ExcerptLines, 12} {
+	for _, maxLines := range []int{certificate.ExcerptLines, 12} {
 		ex := r.Excerpt(maxLines, hint)
 		lines := strings.Split(ex, "\n")
 		if len(lines) > maxLines {
@@ -153,45 +161,26 @@ func TestExcerptIsShort(t *testing.T) {
 			t.Errorf("%d lines: %d problems shown and %d said to be left out; want 30 in all, some left out:\n%s", maxLines, total-left, left, ex)
 		}
 	}
-	if ex := r.Excerpt(ExcerptLines, hint); !strings.Contains(ex, "- round 2 (plain,") {
-		t.Errorf("with %d lines the excerpt shows only the first problem of each variant:\n%s", ExcerptLines, ex)
+	if ex := r.Excerpt(certificate.ExcerptLines, hint); !strings.Contains(ex, "- round 2 (plain,") {
+		t.Errorf("with %d lines the excerpt shows only the first problem of each variant:\n%s", certificate.ExcerptLines, ex)
 	}
 
 	// A problem of many lines is cut to a few.
 	long := failedRule(t, fixtures.ConcurrentDeliveryOneEffect, map[string][]string{
 		"plain": {"round 1: 60 deliveries:" + strings.Repeat("\n  error: something else", 60)},
 	})
-	ex := long.Excerpt(ExcerptLines, hint)
+	ex := long.Excerpt(certificate.ExcerptLines, hint)
 	if n := strings.Count(ex, "error: something else"); n != excerptProblemLines-2 || !strings.Contains(ex, "… and 56 more lines of this problem; "+hint) {
 		t.Errorf("a problem of 61 lines shows %d of its further lines; want %d and how many more:\n%s", n, excerptProblemLines-2, ex)
 	}
 
 	// A message of another shape (a Ginkgo failure, say) is cut too.
-	free := RuleResult{Message: strings.Repeat("a line of a progress report\n", 100) + "the end"}
-	ex = free.Excerpt(ExcerptLines, hint)
-	if lines := strings.Split(ex, "\n"); len(lines) != ExcerptLines || lines[len(lines)-1] != "… and 62 more lines; "+hint {
+	free := certificate.RuleResult{Message: strings.Repeat("a line of a progress report\n", 100) + "the end"}
+	ex = free.Excerpt(certificate.ExcerptLines, hint)
+	if lines := strings.Split(ex, "\n"); len(lines) != certificate.ExcerptLines || lines[len(lines)-1] != "… and 62 more lines; "+hint {
 		t.Errorf("a message of 101 plain lines gives an excerpt of %d lines ending %q", len(lines), lines[len(lines)-1])
 	}
-	if short := (RuleResult{Message: "one line\n- one problem\n  on two lines"}); short.Excerpt(ExcerptLines, hint) != short.Message {
-		t.Errorf("a short message was changed: %q", short.Excerpt(ExcerptLines, hint))
-	}
-}
-
-func TestElide(t *testing.T) {
-	if got := elide("short", 10); got != "short" {
-		t.Errorf("elide of a short line = %q", got)
-	}
-	line := "start " + strings.Repeat("é", 5000) + " the cause"
-	got := elide(line, 200)
-	if len(got) > 200 || !utf8.ValidString(got) || !strings.HasPrefix(got, "start é") || !strings.HasSuffix(got, "é the cause") {
-		t.Errorf("elide(%d bytes, 200) = %q (%d bytes); want at most 200 bytes of valid UTF-8, the start and the end", len(line), got, len(got))
-	}
-	m := regexp.MustCompile(` …\((\d+) bytes left out\)… `).FindStringSubmatchIndex(got)
-	if m == nil {
-		t.Fatalf("elide does not say what it left out: %q", got)
-	}
-	n, _ := strconv.Atoi(got[m[2]:m[3]])
-	if kept := len(got) - (m[1] - m[0]); kept+n != len(line) {
-		t.Errorf("elide kept %d bytes and says it left out %d, of %d", kept, n, len(line))
+	if short := (certificate.RuleResult{Message: "one line\n- one problem\n  on two lines"}); short.Excerpt(certificate.ExcerptLines, hint) != short.Message {
+		t.Errorf("a short message was changed: %q", short.Excerpt(certificate.ExcerptLines, hint))
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/onsi/gomega"
 
 	"github.com/harmless-dev/harmless/adapters"
+	"github.com/harmless-dev/harmless/suite/certificate"
 )
 
 // Run certifies each of adapters from a Go test, with the default options,
@@ -91,7 +92,7 @@ func RunWith(t *testing.T, opts []Option, adapters ...adapters.Adapter) {
 // the run was interrupted. Ginkgo keeps listening for them once the run
 // has ended, so a program that goes on after Certify should handle them
 // itself (see os/signal) rather than rely on their default action.
-func Certify(ctx context.Context, adapter adapters.Adapter, opts ...Option) (Certificate, error) {
+func Certify(ctx context.Context, adapter adapters.Adapter, opts ...Option) (certificate.Certificate, error) {
 	s := newState(ctx, adapter, opts)
 	err := host(certifyT{}, "harmless certify "+adapter.Name, []*state{s}, opts)
 	cert := *s.cert
@@ -151,7 +152,7 @@ func host(t ginkgo.GinkgoTestingT, description string, states []*state, opts []O
 			errs = append(errs, err)
 		}
 		if reason := interruption(report); reason != "" {
-			s.cert.interrupt(reason)
+			interrupt(s.cert, reason)
 		}
 		s.deliver()
 	}
@@ -160,11 +161,11 @@ func host(t ginkgo.GinkgoTestingT, description string, states []*state, opts []O
 
 // goTestEvidence says, in a Go test's output, where the evidence left out
 // of a failed rule's excerpt is.
-const goTestEvidence = "all in the certificate (suite.WithCertificate, Certificate.WriteJSON)"
+const goTestEvidence = "all in the certificate (suite.WithCertificate, certificate.Certificate.WriteJSON)"
 
 // reportRules reports each rule of cert as a subtest of t: a failed rule
 // with an excerpt of its message.
-func reportRules(t *testing.T, cert Certificate) {
+func reportRules(t *testing.T, cert certificate.Certificate) {
 	t.Helper()
 	if cert.Error != "" {
 		t.Errorf("harmless: the run could not start: %s", cert.Error)
@@ -173,11 +174,11 @@ func reportRules(t *testing.T, cert Certificate) {
 	for _, r := range cert.Rules {
 		t.Run(r.ID, func(t *testing.T) {
 			switch r.Verdict {
-			case VerdictFail:
-				t.Errorf("%s %s failed:\n%s", r.Level, r.ID, r.Excerpt(ExcerptLines, goTestEvidence))
-			case VerdictSkipped:
+			case certificate.VerdictFail:
+				t.Errorf("%s %s failed:\n%s", r.Level, r.ID, r.Excerpt(certificate.ExcerptLines, goTestEvidence))
+			case certificate.VerdictSkipped:
 				t.Errorf("%s %s did not run (%s): a certification runs every rule", r.Level, r.ID, r.Message)
-			case VerdictNotSupported:
+			case certificate.VerdictNotSupported:
 				t.Skipf("%s %s could not run: %s", r.Level, r.ID, r.Message)
 			}
 		})

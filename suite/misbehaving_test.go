@@ -18,6 +18,7 @@ import (
 	"github.com/harmless-dev/harmless/adapters/reference"
 	"github.com/harmless-dev/harmless/fixtures"
 	"github.com/harmless-dev/harmless/internal/pgtest"
+	"github.com/harmless-dev/harmless/suite/certificate"
 )
 
 // The child process's environment: which misbehaving adapter to run the
@@ -173,7 +174,7 @@ func runChildSuite(t *testing.T, env, parent string, lookup func(name string) (a
 		t.Fatalf("%s=%q names no case", env, name)
 	}
 	path := os.Getenv(childCertEnv)
-	RunWith(t, append(opts, WithLogf(t.Logf), WithCertificate(func(c Certificate) {
+	RunWith(t, append(opts, WithLogf(t.Logf), WithCertificate(func(c certificate.Certificate) {
 		if err := c.WriteJSON(path); err != nil {
 			t.Errorf("%v", err)
 		}
@@ -202,7 +203,7 @@ func TestMisbehavingImplementations(t *testing.T) {
 // runChild runs the suite against adapter name in a child process and
 // returns its certificate and output. The child must fail (exit code 1) in
 // bounded time, without crashing.
-func runChild(t *testing.T, dsn, name string) (Certificate, string) {
+func runChild(t *testing.T, dsn, name string) (certificate.Certificate, string) {
 	t.Helper()
 	cert, output, _ := runTestChild(t, childTest, nil, []string{"HARMLESS_DSN=" + dsn, childAdapterEnv + "=" + name}, 1)
 	return cert, output
@@ -213,7 +214,7 @@ func runChild(t *testing.T, dsn, name string) (Certificate, string) {
 // certificate the child wrote to childCertEnv, its output and how long it
 // ran. The child must end in bounded time, with one of exit codes (0 is a
 // passed suite, 1 a failed one), without crashing.
-func runTestChild(t *testing.T, test string, args, env []string, codes ...int) (Certificate, string, time.Duration) {
+func runTestChild(t *testing.T, test string, args, env []string, codes ...int) (certificate.Certificate, string, time.Duration) {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "certificate.json")
 	ctx, cancel := context.WithTimeout(t.Context(), childLimit)
@@ -248,7 +249,7 @@ func runTestChild(t *testing.T, test string, args, env []string, codes ...int) (
 	if err != nil {
 		t.Fatalf("no certificate: %v\n%s", err, tail(output.String(), 60))
 	}
-	var cert Certificate
+	var cert certificate.Certificate
 	if err := json.Unmarshal(data, &cert); err != nil {
 		t.Fatalf("certificate: %v\n%s", err, data)
 	}
@@ -257,7 +258,7 @@ func runTestChild(t *testing.T, test string, args, env []string, codes ...int) (
 
 // checkCertificate checks the certificate of misbehaving m's run: no rule
 // may be skipped, and the rules m breaks must fail saying why.
-func checkCertificate(t *testing.T, cert Certificate, m misbehaving) {
+func checkCertificate(t *testing.T, cert certificate.Certificate, m misbehaving) {
 	t.Helper()
 	if cert.Adapter != m.adapter.Name || cert.Error != "" {
 		t.Errorf("certificate of %q with error %q; want one of %q that started", cert.Adapter, cert.Error, m.adapter.Name)
@@ -273,14 +274,14 @@ func checkCertificate(t *testing.T, cert Certificate, m misbehaving) {
 		failing[id] = true
 	}
 	for _, r := range cert.Rules {
-		if r.Verdict == VerdictSkipped {
+		if r.Verdict == certificate.VerdictSkipped {
 			t.Errorf("rule %s was skipped (%s): the run did not go on", r.ID, r.Message)
 			continue
 		}
-		if m.failing != nil && !failing[r.ID] || m.failing == nil && r.Verdict == VerdictNotSupported {
+		if m.failing != nil && !failing[r.ID] || m.failing == nil && r.Verdict == certificate.VerdictNotSupported {
 			continue
 		}
-		if r.Verdict != VerdictFail {
+		if r.Verdict != certificate.VerdictFail {
 			t.Errorf("rule %s: verdict %s; want fail", r.ID, r.Verdict)
 		} else if !strings.Contains(r.Message, m.says) {
 			t.Errorf("rule %s failed without mentioning %q:\n%s", r.ID, m.says, r.Message)
@@ -297,17 +298,17 @@ func checkCertificate(t *testing.T, cert Certificate, m misbehaving) {
 // checkBounded checks that no line of a rule's message in cert is longer
 // than a certificate allows, and that the excerpt of each stays within its
 // lines and each of its lines within its bound.
-func checkBounded(t *testing.T, cert Certificate) {
+func checkBounded(t *testing.T, cert certificate.Certificate) {
 	t.Helper()
 	for _, r := range cert.Rules {
 		for line := range strings.SplitSeq(r.Message, "\n") {
-			if len(line) > maxMessageLine {
-				t.Errorf("rule %s: a line of %d bytes in the certificate; want at most %d: %.200q…", r.ID, len(line), maxMessageLine, line)
+			if len(line) > certificate.MaxMessageLine {
+				t.Errorf("rule %s: a line of %d bytes in the certificate; want at most %d: %.200q…", r.ID, len(line), certificate.MaxMessageLine, line)
 			}
 		}
-		ex := r.Excerpt(ExcerptLines, "see the certificate")
-		if n := strings.Count(ex, "\n") + 1; n > ExcerptLines {
-			t.Errorf("rule %s: an excerpt of %d lines; want at most %d:\n%s", r.ID, n, ExcerptLines, ex)
+		ex := r.Excerpt(certificate.ExcerptLines, "see the certificate")
+		if n := strings.Count(ex, "\n") + 1; n > certificate.ExcerptLines {
+			t.Errorf("rule %s: an excerpt of %d lines; want at most %d:\n%s", r.ID, n, certificate.ExcerptLines, ex)
 		}
 		for line := range strings.SplitSeq(ex, "\n") {
 			if len(line) > excerptLine {

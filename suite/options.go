@@ -7,6 +7,7 @@ import (
 
 	"github.com/harmless-dev/harmless/internal/harness"
 	"github.com/harmless-dev/harmless/internal/provision"
+	"github.com/harmless-dev/harmless/suite/certificate"
 )
 
 // Option configures the suite.
@@ -21,12 +22,12 @@ type config struct {
 	overlapRounds   int
 	overlapSleep    time.Duration
 	logf            func(format string, args ...any)
-	onCertificate   []func(Certificate)
+	onCertificate   []func(certificate.Certificate)
 	onFixture       []func(FixtureProgress)
 	onSecret        []func(string)
 	seed            uint64
 	seedSet         bool
-	protocol        *Protocol
+	protocol        *certificate.Protocol
 	// budget, when set, replaces every scenario's budget: the harness's
 	// own tests use it to make a budget run out.
 	budget time.Duration
@@ -114,7 +115,7 @@ func WithSecrets(fn func(secret string)) Option {
 }
 
 // WithCertificate calls fn with the certificate once the suite has run.
-func WithCertificate(fn func(Certificate)) Option {
+func WithCertificate(fn func(certificate.Certificate)) Option {
 	return func(c *config) { c.onCertificate = append(c.onCertificate, fn) }
 }
 
@@ -135,25 +136,9 @@ func WithSeed(seed uint64) Option {
 	return func(c *config) { c.seed, c.seedSet = seed, true }
 }
 
-// Protocol describes how the harness drove an implementation that runs in
-// another process.
-type Protocol struct {
-	// Name is the protocol's name, e.g. "harmless-exec".
-	Name string `json:"name"`
-	// Version is the protocol version both sides spoke.
-	Version int `json:"version"`
-	// Command is the command that runs the implementation.
-	Command string `json:"command"`
-	// Implementation is the name and version the implementation reported.
-	Implementation string `json:"implementation"`
-	// MaxInFlight is how many requests one process of the implementation
-	// handles at once, as it declared.
-	MaxInFlight int `json:"max_in_flight"`
-}
-
 // WithProtocol records in the certificate how the harness drove an
 // implementation that runs in another process. In-process adapters leave
 // it out, and so does their certificate.
-func WithProtocol(p Protocol) Option {
+func WithProtocol(p certificate.Protocol) Option {
 	return func(c *config) { c.protocol = &p }
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/harmless-dev/harmless/adapters/reference"
 	"github.com/harmless-dev/harmless/fixtures"
 	"github.com/harmless-dev/harmless/internal/pgtest"
+	"github.com/harmless-dev/harmless/suite/certificate"
 )
 
 // retentionChildEnv names, in a child process of TestRetentionExpiry, the
@@ -110,21 +111,21 @@ func realTime(window time.Duration) adapters.Declaration {
 // a child process, and the verdict each of its rules must get.
 type retentionCase struct {
 	adapter adapters.Adapter
-	want    map[string]Verdict
+	want    map[string]certificate.Verdict
 	// says is what the message of every rule that must not pass mentions.
 	says string
 }
 
 // retentionVerdicts gives every retention-expiry rule verdict v, except
 // those in fail, which must fail.
-func retentionVerdicts(v Verdict, fail ...string) map[string]Verdict {
-	want := map[string]Verdict{}
+func retentionVerdicts(v certificate.Verdict, fail ...string) map[string]certificate.Verdict {
+	want := map[string]certificate.Verdict{}
 	for _, id := range []string{fixtures.RetentionExpiryKeptInsideWindow, fixtures.RetentionExpiryPurgedAfterWindow,
 		fixtures.RetentionExpiryConcurrentPurge, fixtures.RetentionExpiryStateBounded} {
 		want[id] = v
 	}
 	for _, id := range fail {
-		want[id] = VerdictFail
+		want[id] = certificate.VerdictFail
 	}
 	return want
 }
@@ -133,34 +134,34 @@ var retentionCases = map[string]retentionCase{
 	// Correct, in real time: every rule must pass.
 	"reference-realtime": {
 		adapter: storeAdapter("reference-realtime", realTime(realTimeWindow), purgeRight),
-		want:    retentionVerdicts(VerdictPass),
+		want:    retentionVerdicts(certificate.VerdictPass),
 	},
 	// The bugs of broken-early-purge and broken-no-purge, in real time.
 	"early-purge-realtime": {
 		adapter: storeAdapter("early-purge-realtime", realTime(realTimeWindow), purgeEarly),
-		want:    retentionVerdicts(VerdictPass, fixtures.RetentionExpiryKeptInsideWindow, fixtures.RetentionExpiryConcurrentPurge),
+		want:    retentionVerdicts(certificate.VerdictPass, fixtures.RetentionExpiryKeptInsideWindow, fixtures.RetentionExpiryConcurrentPurge),
 		says:    "ended Applied",
 	},
 	"no-purge-realtime": {
 		adapter: storeAdapter("no-purge-realtime", realTime(realTimeWindow), purgeNothing),
-		want:    retentionVerdicts(VerdictPass, fixtures.RetentionExpiryPurgedAfterWindow, fixtures.RetentionExpiryStateBounded),
+		want:    retentionVerdicts(certificate.VerdictPass, fixtures.RetentionExpiryPurgedAfterWindow, fixtures.RetentionExpiryStateBounded),
 		says:    "0 removed",
 	},
 	// A window declared, on the harness's clock, and no way to purge.
 	"no-purger": {
 		adapter: storeAdapter("no-purger", reference.Adapter().Declares, purgeMissing),
-		want:    retentionVerdicts(VerdictFail),
+		want:    retentionVerdicts(certificate.VerdictFail),
 		says:    "does not implement adapters.Purger",
 	},
 	// Too long a window to wait out without the harness's clock.
 	"long-window-realtime": {
 		adapter: storeAdapter("long-window-realtime", realTime(time.Hour), purgeRight),
-		want:    retentionVerdicts(VerdictNotSupported),
+		want:    retentionVerdicts(certificate.VerdictNotSupported),
 		says:    "declares a window of 1h; real-time mode needs a window of at most 10s",
 	},
 	"no-window": {
 		adapter: storeAdapter("no-window", realTime(0), purgeRight),
-		want:    retentionVerdicts(VerdictNotSupported),
+		want:    retentionVerdicts(certificate.VerdictNotSupported),
 		says:    "declares no redelivery window",
 	},
 }
@@ -195,12 +196,12 @@ func TestRetentionExpiry(t *testing.T) {
 				want, ok := c.want[r.ID]
 				switch {
 				case !ok:
-					if r.Verdict != VerdictSkipped {
+					if r.Verdict != certificate.VerdictSkipped {
 						t.Errorf("rule %s of another fixture ran (%s): the label filter did not hold", r.ID, r.Verdict)
 					}
 				case r.Verdict != want:
 					t.Errorf("rule %s: verdict %s; want %s\n%s", r.ID, r.Verdict, want, r.Message)
-				case want != VerdictPass && !strings.Contains(r.Message, c.says):
+				case want != certificate.VerdictPass && !strings.Contains(r.Message, c.says):
 					t.Errorf("rule %s is %s without saying %q:\n%s", r.ID, r.Verdict, c.says, r.Message)
 				}
 			}

@@ -8,6 +8,7 @@ import (
 	"github.com/harmless-dev/harmless/adapters/reference"
 	"github.com/harmless-dev/harmless/fixtures"
 	"github.com/harmless-dev/harmless/internal/pgtest"
+	"github.com/harmless-dev/harmless/suite/certificate"
 )
 
 // runChildEnv names, in a child process of TestRunReportsEveryRule, the
@@ -33,8 +34,8 @@ func TestRunReportsEveryRule(t *testing.T) {
 	env := []string{"HARMLESS_DSN=" + dsn, runChildEnv + "=reference"}
 	t.Run("a filter that matches nothing fails", func(t *testing.T) {
 		cert, output, _ := runTestChild(t, "TestRunChild", []string{"-ginkgo.label-filter=fixture:no-such-fixture"}, env, 1)
-		if cert.Count(VerdictSkipped) != len(fixtures.Rules()) {
-			t.Errorf("%d rules skipped; want all %d", cert.Count(VerdictSkipped), len(fixtures.Rules()))
+		if cert.Count(certificate.VerdictSkipped) != len(fixtures.Rules()) {
+			t.Errorf("%d rules skipped; want all %d", cert.Count(certificate.VerdictSkipped), len(fixtures.Rules()))
 		}
 		for _, r := range fixtures.Rules() {
 			if want := "--- FAIL: TestRunChild/" + r.ID + " "; !strings.Contains(output, want) {

@@ -12,6 +12,7 @@ import (
 	"github.com/harmless-dev/harmless/adapters/reference"
 	"github.com/harmless-dev/harmless/fixtures"
 	"github.com/harmless-dev/harmless/internal/pgtest"
+	"github.com/harmless-dev/harmless/suite/certificate"
 )
 
 // strictChildEnv names the strict case a child process runs.
@@ -115,7 +116,7 @@ func TestStrictImplementations(t *testing.T) {
 					continue
 				}
 				ran++
-				if r.Verdict != VerdictPass {
+				if r.Verdict != certificate.VerdictPass {
 					t.Errorf("rule %s: verdict %s; want pass\n%s", r.ID, r.Verdict, r.Message)
 				}
 				if says, ok := c.says[r.ID]; ok && !strings.Contains(r.Message, says) {

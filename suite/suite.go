@@ -18,6 +18,7 @@ import (
 	"github.com/harmless-dev/harmless/fixtures"
 	"github.com/harmless-dev/harmless/internal/harness"
 	"github.com/harmless-dev/harmless/internal/redact"
+	"github.com/harmless-dev/harmless/suite/certificate"
 )
 
 // Version is the suite's version, recorded in every certificate.
@@ -86,7 +87,7 @@ type state struct {
 	// hosted says Run or Certify runs the container's suite and hands the
 	// certificate on itself, once RunSpecs returned; cert holds it then.
 	hosted bool
-	cert   *Certificate
+	cert   *certificate.Certificate
 }
 
 // newState prepares a registration of adapter.
@@ -307,7 +308,7 @@ type FixtureProgress struct {
 	// Rules holds the verdict of each of the fixture's rules that has a
 	// spec in the run (filtered out or not), in catalogue order, as the
 	// certificate will state it.
-	Rules []RuleResult
+	Rules []certificate.RuleResult
 	// Started is when the fixture's first spec that ran started.
 	Started time.Time
 	// Duration is how long the fixture's specs ran, from the start of the
@@ -316,7 +317,9 @@ type FixtureProgress struct {
 }
 
 // Count returns how many of the fixture's rules have verdict v.
-func (p FixtureProgress) Count(v Verdict) int { return count(p.Rules, v) }
+func (p FixtureProgress) Count(v certificate.Verdict) int {
+	return certificate.Certificate{Rules: p.Rules}.Count(v)
+}
 
 // fixtureRun collects the specs of the fixture that runs now.
 type fixtureRun struct {
@@ -387,7 +390,7 @@ func (s *state) rand(stream string) *rand.Rand {
 }
 
 // ErrSetup marks a run that could not start: a bad adapter or option, or no
-// database. Certificate.Error carries it.
+// database. [certificate.Certificate].Error carries it.
 var ErrSetup = errors.New("harmless could not start")
 
 func (c config) validate() error {
@@ -463,12 +466,12 @@ type judgement struct {
 // found, then, when guess is set, the real-world bug such a failure usually
 // means. Each problem is a line starting with "- ", its further lines
 // indented by two spaces, so that an excerpt can tell them apart (see
-// [RuleResult.Excerpt]); the certificate keeps them all, each line
-// bounded (see boundLines).
+// [certificate.RuleResult.Excerpt]); the certificate keeps them all, each
+// line bounded (see [certificate.Problem]).
 func failureMessage(r fixtures.Rule, problems []string, guess bool) string {
 	msg := fmt.Sprintf("%s %s violated: %s", r.Level, r.ID, r.Doc)
 	for _, p := range problems {
-		msg += "\n" + problemStart + boundLines(strings.ReplaceAll(p, "\n", "\n"+problemCont), maxMessageLine)
+		msg += "\n" + certificate.Problem(p)
 	}
 	if guess && r.Suspect != "" {
 		msg += "\nThis usually means: " + r.Suspect + "."

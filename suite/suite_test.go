@@ -9,6 +9,7 @@ import (
 	"github.com/harmless-dev/harmless/fixtures"
 	"github.com/harmless-dev/harmless/internal/provision"
 	"github.com/harmless-dev/harmless/suite"
+	"github.com/harmless-dev/harmless/suite/certificate"
 )
 
 // TestReference certifies the reference implementation: the suite must pass
@@ -18,10 +19,10 @@ import (
 // was declared and verified, the faults that fired and the seed; each
 // fixture's progress is reported once.
 func TestReference(t *testing.T) {
-	var cert *suite.Certificate
+	var cert *certificate.Certificate
 	var progress []suite.FixtureProgress
 	suite.RunWith(t, []suite.Option{
-		suite.WithCertificate(func(c suite.Certificate) { cert = &c }),
+		suite.WithCertificate(func(c certificate.Certificate) { cert = &c }),
 		suite.WithFixtureProgress(func(p suite.FixtureProgress) { progress = append(progress, p) }),
 	}, reference.Adapter())
 	if cert == nil {
@@ -31,8 +32,8 @@ func TestReference(t *testing.T) {
 	if cert.Seed != uint64(ginkgo.GinkgoRandomSeed()) {
 		t.Errorf("seed %d; want Ginkgo's, %d", cert.Seed, ginkgo.GinkgoRandomSeed())
 	}
-	if cert.Harness.Version != suite.Version || cert.Harness.Commit == "" || cert.Protocol != nil {
-		t.Errorf("harness %+v, protocol %+v; want version %s, a commit and no protocol", cert.Harness, cert.Protocol, suite.Version)
+	if cert.SuiteVersion != suite.Version || cert.Harness.Commit == "" || cert.Protocol != nil {
+		t.Errorf("suite %q, harness %+v, protocol %+v; want version %s, a commit and no protocol", cert.SuiteVersion, cert.Harness, cert.Protocol, suite.Version)
 	}
 	if cert.Verified != cert.Declared || cert.Declared.ConflictPolicy == "" || cert.Declared.RedeliveryWindow == 0 || !cert.Declared.AcceptsClock {
 		t.Errorf("declared %+v, verified %+v; want the reference's whole declaration, all verified", cert.Declared, cert.Verified)
@@ -58,22 +59,22 @@ func TestReference(t *testing.T) {
 	}
 	// On a server the run owns every rule runs; on one named by a DSN the
 	// rules that crash the server cannot, and the run is partial.
-	wantStatus := suite.StatusCertified
+	wantStatus := certificate.StatusCertified
 	if cert.DatabaseKind == string(provision.KindDSN) {
-		wantStatus = suite.StatusPartial
+		wantStatus = certificate.StatusPartial
 		for _, r := range cert.NotRun() {
 			if !needsOwned[r.Fixture] {
 				t.Errorf("rule %s did not run on a DSN: %s", r.ID, r.Message)
 			}
 		}
 	}
-	if cert.Status != wantStatus || cert.Certified != (wantStatus == suite.StatusCertified) {
+	if cert.Status != wantStatus || cert.Certified != (wantStatus == certificate.StatusCertified) {
 		t.Errorf("reference on a %s server: status %s, certified %t; want %s\n%s", cert.DatabaseKind, cert.Status, cert.Certified, wantStatus, cert.Table())
 	}
 	for _, r := range cert.Rules {
-		want := suite.VerdictPass
+		want := certificate.VerdictPass
 		if needsOwned[r.Fixture] && cert.DatabaseKind == string(provision.KindDSN) {
-			want = suite.VerdictNotSupported
+			want = certificate.VerdictNotSupported
 		}
 		if r.Verdict != want {
 			t.Errorf("rule %s: verdict %s on a %s server; want %s\n%s", r.ID, r.Verdict, cert.DatabaseKind, want, r.Message)
@@ -83,9 +84,9 @@ func TestReference(t *testing.T) {
 
 // checkProgress checks the fixture progress of a run of every fixture: one
 // report per fixture, whose verdicts are the certificate's.
-func checkProgress(t *testing.T, progress []suite.FixtureProgress, cert suite.Certificate) {
+func checkProgress(t *testing.T, progress []suite.FixtureProgress, cert certificate.Certificate) {
 	t.Helper()
-	verdicts := map[string]suite.Verdict{}
+	verdicts := map[string]certificate.Verdict{}
 	for _, r := range cert.Rules {
 		verdicts[r.ID] = r.Verdict
 	}

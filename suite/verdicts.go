@@ -9,6 +9,7 @@ import (
 	"github.com/onsi/ginkgo/v2/types"
 
 	"github.com/harmless-dev/harmless/fixtures"
+	"github.com/harmless-dev/harmless/suite/certificate"
 )
 
 // outcome is what a rule's spec found, as its It recorded it while it ran.
@@ -118,7 +119,7 @@ func (s *state) registerRule(id string, judge func() judgement) {
 		case len(j.problems) > 0:
 			msg := failureMessage(r, j.problems, !j.unplayed)
 			rec.outcome, rec.message = outcomeFail, msg
-			ginkgo.Fail(excerpt(msg, ginkgoExcerptLines, ginkgoEvidence))
+			ginkgo.Fail(certificate.RuleResult{Message: msg}.Excerpt(ginkgoExcerptLines, ginkgoEvidence))
 		default:
 			rec.outcome, rec.message = outcomePass, j.note
 			if j.note != "" {
@@ -139,16 +140,16 @@ func (s *state) record(sr types.SpecReport) *specRecord {
 
 // ruleResults folds the records of the specs of each of rules into the
 // rule's verdict. A rule none of whose specs was reported is skipped.
-func ruleResults(rules []fixtures.Rule, specs []*specRecord) []RuleResult {
+func ruleResults(rules []fixtures.Rule, specs []*specRecord) []certificate.RuleResult {
 	byRule := map[string][]*specRecord{}
 	for _, rec := range specs {
 		if rec.report != nil {
 			byRule[rec.rule.ID] = append(byRule[rec.rule.ID], rec)
 		}
 	}
-	results := make([]RuleResult, 0, len(rules))
+	results := make([]certificate.RuleResult, 0, len(rules))
 	for _, r := range rules {
-		res := RuleResult{ID: r.ID, Fixture: r.Fixture, Level: r.Level, Doc: r.Doc}
+		res := certificate.RuleResult{ID: r.ID, Fixture: r.Fixture, Level: r.Level, Doc: r.Doc}
 		res.Verdict, res.Message = verdict(byRule[r.ID])
 		results = append(results, res)
 	}
@@ -159,9 +160,9 @@ func ruleResults(rules []fixtures.Rule, specs []*specRecord) []RuleResult {
 const noSpecRan = "no spec of this rule ran"
 
 // verdict folds the records of a rule's reported specs into one verdict.
-func verdict(specs []*specRecord) (Verdict, string) {
+func verdict(specs []*specRecord) (certificate.Verdict, string) {
 	if len(specs) == 0 {
-		return VerdictSkipped, noSpecRan
+		return certificate.VerdictSkipped, noSpecRan
 	}
 	var failed, notSupported, notes []string
 	passed, skipped := 0, 0
@@ -204,13 +205,13 @@ func verdict(specs []*specRecord) (Verdict, string) {
 	// error that quotes a 1 MiB id is cut in its middle.
 	switch {
 	case len(failed) > 0:
-		return VerdictFail, boundLines(strings.Join(failed, "\n"), maxMessageLine)
+		return certificate.VerdictFail, certificate.BoundLines(strings.Join(failed, "\n"))
 	case skipped > 0:
-		return VerdictSkipped, fmt.Sprintf("%d of %d specs did not run", skipped, len(specs))
+		return certificate.VerdictSkipped, fmt.Sprintf("%d of %d specs did not run", skipped, len(specs))
 	case passed == 0 && len(notSupported) > 0:
-		return VerdictNotSupported, boundLines(strings.Join(notSupported, "\n"), maxMessageLine)
+		return certificate.VerdictNotSupported, certificate.BoundLines(strings.Join(notSupported, "\n"))
 	case len(notSupported) > 0:
 		notes = append(notes, "partly not supported: "+strings.Join(notSupported, "\n"))
 	}
-	return VerdictPass, boundLines(strings.Join(notes, "\n"), maxMessageLine)
+	return certificate.VerdictPass, certificate.BoundLines(strings.Join(notes, "\n"))
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/harmless-dev/harmless/internal/execchild"
 	"github.com/harmless-dev/harmless/internal/pgtest"
 	"github.com/harmless-dev/harmless/suite"
+	"github.com/harmless-dev/harmless/suite/certificate"
 )
 
 // TestReferenceOverTheProtocolIsCertified certifies the reference Store run
@@ -19,8 +20,8 @@ func TestReferenceOverTheProtocolIsCertified(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var cert suite.Certificate
-	suite.RunWith(t, []suite.Option{suite.WithDSN(pgtest.DSN(t)), suite.WithCertificate(func(c suite.Certificate) { cert = c })}, adapter)
+	var cert certificate.Certificate
+	suite.RunWith(t, []suite.Option{suite.WithDSN(pgtest.DSN(t)), suite.WithCertificate(func(c certificate.Certificate) { cert = c })}, adapter)
 	// On a server named by a DSN the crash-recovery rules cannot run: the
 	// run is then partial, and those are the only rules that did not run.
 	for _, r := range cert.NotRun() {
@@ -28,7 +29,7 @@ func TestReferenceOverTheProtocolIsCertified(t *testing.T) {
 			t.Errorf("rule %s did not run on a %s server: %s", r.ID, cert.DatabaseKind, r.Message)
 		}
 	}
-	if cert.Status == suite.StatusNotCertified {
+	if cert.Status == certificate.StatusNotCertified {
 		t.Fatalf("not certified:\n%s", cert.Table())
 	}
 	for _, r := range cert.Rules {

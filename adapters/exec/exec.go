@@ -196,7 +196,7 @@ func handshake(ctx context.Context, proc *process, harness string) (Info, error)
 	return Info{
 		Protocol:       hello.Protocol,
 		Implementation: hello.Implementation,
-		Declares:       hello.Declares.Declaration(),
+		Declares:       hello.Declares,
 		MaxInFlight:    hello.MaxInFlight,
 	}, nil
 }

@@ -13,7 +13,7 @@ import (
 	"github.com/harmless-dev/harmless/fixtures"
 	"github.com/harmless-dev/harmless/internal/matrix"
 	"github.com/harmless-dev/harmless/internal/pgtest"
-	"github.com/harmless-dev/harmless/suite"
+	"github.com/harmless-dev/harmless/suite/certificate"
 )
 
 var catchRateRuns = flag.Int("catch-rate-runs", 0, "run TestCatchRate with this many certify runs per adapter (0 skips it)")
@@ -44,13 +44,13 @@ func TestCatchRate(t *testing.T) {
 			if err != nil {
 				t.Fatalf("%s run %d: no certificate: %v", adapter, i+1, err)
 			}
-			var cert suite.Certificate
+			var cert certificate.Certificate
 			if err := json.Unmarshal(data, &cert); err != nil {
 				t.Fatal(err)
 			}
 			var messages []string
 			for _, r := range cert.Rules {
-				if r.Fixture == fixtures.ConcurrentDelivery && r.Verdict == suite.VerdictFail {
+				if r.Fixture == fixtures.ConcurrentDelivery && r.Verdict == certificate.VerdictFail {
 					messages = append(messages, r.Message)
 				}
 			}
@@ -123,13 +123,13 @@ func TestCatchRates(t *testing.T) {
 				if err != nil {
 					t.Fatalf("run %d: no certificate: %v", i+1, err)
 				}
-				var cert suite.Certificate
+				var cert certificate.Certificate
 				if err := json.Unmarshal(data, &cert); err != nil {
 					t.Fatal(err)
 				}
 				failed := map[string]bool{}
 				for _, r := range cert.Rules {
-					if r.Level == fixtures.Must && r.Verdict == suite.VerdictFail {
+					if r.Level == fixtures.Must && r.Verdict == certificate.VerdictFail {
 						failed[r.Fixture] = true
 					}
 				}

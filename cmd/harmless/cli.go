@@ -26,6 +26,7 @@ import (
 	"github.com/harmless-dev/harmless/internal/docgen"
 	"github.com/harmless-dev/harmless/internal/redact"
 	"github.com/harmless-dev/harmless/suite"
+	"github.com/harmless-dev/harmless/suite/certificate"
 )
 
 // Exit codes.
@@ -41,11 +42,11 @@ const (
 const suiteTimeout = 7 * 24 * time.Hour
 
 // exitCode is the exit code of a certificate's status.
-func exitCode(st suite.Status) int {
+func exitCode(st certificate.Status) int {
 	switch st {
-	case suite.StatusCertified:
+	case certificate.StatusCertified:
 		return exitCertified
-	case suite.StatusPartial:
+	case certificate.StatusPartial:
 		return exitPartial
 	}
 	return exitNotCertified
@@ -192,7 +193,7 @@ func implementation(ctx context.Context, f certifyFlags) (adapters.Adapter, []su
 	if err != nil {
 		return adapters.Adapter{}, nil, fmt.Errorf("--exec %q: %w", f.exec, err)
 	}
-	return adapter, []suite.Option{suite.WithProtocol(suite.Protocol{
+	return adapter, []suite.Option{suite.WithProtocol(certificate.Protocol{
 		Name:           exec.ProtocolName,
 		Version:        info.Protocol,
 		Command:        info.Command,
@@ -368,9 +369,9 @@ func (m *masker) certify(args []string) int {
 		// Ginkgo says "Interrupted by User" for either signal; name it. A
 		// run stopped while it set up, or in the moment after its last
 		// spec, is interrupted too.
-		cert.Status, cert.Certified, cert.Interrupted = suite.StatusInterrupted, false, "interrupted by "+signalName(sig)
+		cert.Status, cert.Certified, cert.Interrupted = certificate.StatusInterrupted, false, "interrupted by "+signalName(sig)
 	}
-	if cert.Error != "" && cert.Status != suite.StatusInterrupted {
+	if cert.Error != "" && cert.Status != certificate.StatusInterrupted {
 		fmt.Fprintf(stderr, "harmless certify: %s\n", cert.Error)
 		return exitUsage
 	}
@@ -379,7 +380,7 @@ func (m *masker) certify(args []string) int {
 		return exitUsage
 	}
 	out.result(cert)
-	if cert.Status == suite.StatusInterrupted {
+	if cert.Status == certificate.StatusInterrupted {
 		return exitInterrupted(sig)
 	}
 	return exitCode(cert.Status)

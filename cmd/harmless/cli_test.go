@@ -16,6 +16,7 @@ import (
 	"github.com/harmless-dev/harmless/fixtures"
 	"github.com/harmless-dev/harmless/internal/pgtest"
 	"github.com/harmless-dev/harmless/suite"
+	"github.com/harmless-dev/harmless/suite/certificate"
 )
 
 func TestUsageErrorsExit2(t *testing.T) {
@@ -152,15 +153,15 @@ func TestCertify(t *testing.T) {
 			t.Errorf("progress lines for %v; want one per fixture of the catalogue, and no line per spec:\n%s", ran, stderr)
 		}
 		cert := readCertificate(t, path)
-		if cert.Status != suite.StatusPartial || cert.Certified || cert.Adapter != "reference" || cert.SuiteVersion != suite.Version || !strings.HasPrefix(cert.Database, "1") {
+		if cert.Status != certificate.StatusPartial || cert.Certified || cert.Adapter != "reference" || cert.SuiteVersion != suite.Version || !strings.HasPrefix(cert.Database, "1") {
 			t.Errorf("certificate header wrong: %+v", cert)
 		}
 		passed := map[string]bool{}
 		for _, r := range cert.Rules {
-			if r.Verdict == suite.VerdictPass {
+			if r.Verdict == certificate.VerdictPass {
 				passed[r.Fixture] = true
 			}
-			if needsOwned[r.Fixture] && (r.Verdict != suite.VerdictNotSupported || !strings.Contains(r.Message, "needs a server the harness owns")) {
+			if needsOwned[r.Fixture] && (r.Verdict != certificate.VerdictNotSupported || !strings.Contains(r.Message, "needs a server the harness owns")) {
 				t.Errorf("rule %s on a DSN: verdict %s (%s); want not-supported, saying why", r.ID, r.Verdict, r.Message)
 			}
 		}
@@ -184,9 +185,9 @@ func TestCertify(t *testing.T) {
 		}
 		cert := readCertificate(t, path)
 		for _, r := range cert.Rules {
-			want := suite.VerdictSkipped
+			want := certificate.VerdictSkipped
 			if r.Fixture == fixtures.DoubleDelivery {
-				want = suite.VerdictPass
+				want = certificate.VerdictPass
 			}
 			if r.Verdict != want {
 				t.Errorf("rule %s: verdict %s; want %s", r.ID, r.Verdict, want)
@@ -201,7 +202,7 @@ func TestCertify(t *testing.T) {
 		if want := fmt.Sprintf("\nPARTIAL: reference\n%d passed, 0 failed, %d skipped\n", ran, len(fixtures.Rules())-ran); !strings.Contains(stdout, want) {
 			t.Errorf("summary lines wrong:\n%s", stdout)
 		}
-		if cert.Status != suite.StatusPartial || cert.Certified {
+		if cert.Status != certificate.StatusPartial || cert.Certified {
 			t.Errorf("a filtered run's status %s, certified %t; want partial", cert.Status, cert.Certified)
 		}
 	})

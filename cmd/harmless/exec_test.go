@@ -16,7 +16,7 @@ import (
 	"github.com/harmless-dev/harmless/internal/execchild"
 	"github.com/harmless-dev/harmless/internal/pgtest"
 	"github.com/harmless-dev/harmless/internal/provision"
-	"github.com/harmless-dev/harmless/suite"
+	"github.com/harmless-dev/harmless/suite/certificate"
 )
 
 func TestMain(m *testing.M) {
@@ -139,7 +139,7 @@ func TestWorkflowCertifiesThePythonExample(t *testing.T) {
 		t.Errorf("certificate: adapter %s on a %s, certified %t\n%s", cert.Adapter, cert.DatabaseKind, cert.Certified, cert.Table())
 	}
 	for _, r := range cert.Rules {
-		if r.Verdict != suite.VerdictPass {
+		if r.Verdict != certificate.VerdictPass {
 			t.Errorf("rule %s: %s; want every rule to run and pass: %s", r.ID, r.Verdict, r.Message)
 		}
 	}
@@ -173,9 +173,9 @@ func TestBrokenPythonExampleFailsConcurrentDelivery(t *testing.T) {
 	cert := readCertificate(t, path)
 	for _, r := range cert.Rules {
 		switch {
-		case r.Fixture == fixtures.ConcurrentDelivery && r.Verdict != suite.VerdictFail:
+		case r.Fixture == fixtures.ConcurrentDelivery && r.Verdict != certificate.VerdictFail:
 			t.Errorf("%s: %s, want fail", r.ID, r.Verdict)
-		case r.Fixture == fixtures.DoubleDelivery && r.Verdict != suite.VerdictPass:
+		case r.Fixture == fixtures.DoubleDelivery && r.Verdict != certificate.VerdictPass:
 			t.Errorf("%s: %s, want pass (the implementation is broken only under concurrency): %s", r.ID, r.Verdict, r.Message)
 		}
 	}
@@ -196,7 +196,7 @@ func TestExecFailuresAreReported(t *testing.T) {
 	}
 	cert := readCertificate(t, path)
 	for _, r := range cert.Rules {
-		if r.Fixture == fixtures.DoubleDelivery && (r.Verdict != suite.VerdictFail || !strings.Contains(r.Message, execchild.LastWords) || !strings.Contains(r.Message, "exit status 3")) {
+		if r.Fixture == fixtures.DoubleDelivery && (r.Verdict != certificate.VerdictFail || !strings.Contains(r.Message, execchild.LastWords) || !strings.Contains(r.Message, "exit status 3")) {
 			t.Errorf("%s: %s, want a failure quoting the exit status and the child's stderr: %s", r.ID, r.Verdict, r.Message)
 		}
 	}
@@ -251,7 +251,7 @@ func TestOneAtATimeChildrenAreCertified(t *testing.T) {
 				t.Fatalf("the run was on a %q server with protocol %+v; want a throwaway cluster and max_in_flight 1", cert.DatabaseKind, cert.Protocol)
 			}
 			for _, r := range cert.Rules {
-				if r.Verdict != suite.VerdictPass {
+				if r.Verdict != certificate.VerdictPass {
 					t.Errorf("rule %s: %s; want pass\n%s", r.ID, r.Verdict, r.Message)
 				}
 			}

@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/harmless-dev/harmless/internal/pgtest"
-	"github.com/harmless-dev/harmless/suite"
+	"github.com/harmless-dev/harmless/suite/certificate"
 )
 
 // interruptLimit bounds a certify run that was sent a signal: it must
@@ -35,7 +35,7 @@ var (
 type interrupted struct {
 	code           int
 	stdout, stderr string
-	cert           suite.Certificate
+	cert           certificate.Certificate
 }
 
 // interruptCertify runs certify with -v and args, sends sig once the
@@ -109,15 +109,15 @@ func (r interrupted) check(t *testing.T, want int) {
 	if !strings.Contains(r.stdout, "\nINTERRUPTED: reference\n") || strings.Contains(r.stdout, "NOT CERTIFIED") {
 		t.Errorf("stdout does not end with the INTERRUPTED verdict:\n%s", r.stdout)
 	}
-	if r.cert.Status != suite.StatusInterrupted || r.cert.Certified || r.cert.Interrupted == "" {
+	if r.cert.Status != certificate.StatusInterrupted || r.cert.Certified || r.cert.Interrupted == "" {
 		t.Errorf("certificate: status %s, certified %t, interrupted %q; want interrupted", r.cert.Status, r.cert.Certified, r.cert.Interrupted)
 	}
 	passed := 0
 	for _, rule := range r.cert.Rules {
 		switch rule.Verdict {
-		case suite.VerdictFail:
+		case certificate.VerdictFail:
 			t.Errorf("rule %s failed in an interrupted run: %s", rule.ID, rule.Message)
-		case suite.VerdictPass:
+		case certificate.VerdictPass:
 			passed++
 		}
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/harmless-dev/harmless/fixtures"
 	"github.com/harmless-dev/harmless/suite"
+	"github.com/harmless-dev/harmless/suite/certificate"
 )
 
 // ANSI colours of the terminal output.
@@ -21,11 +22,11 @@ const (
 
 // verdictColors colour each verdict on a terminal: pass green, fail red,
 // not-supported and skipped yellow.
-var verdictColors = map[suite.Verdict]string{
-	suite.VerdictPass:         green,
-	suite.VerdictFail:         red,
-	suite.VerdictNotSupported: yellow,
-	suite.VerdictSkipped:      yellow,
+var verdictColors = map[certificate.Verdict]string{
+	certificate.VerdictPass:         green,
+	certificate.VerdictFail:         red,
+	certificate.VerdictNotSupported: yellow,
+	certificate.VerdictSkipped:      yellow,
 }
 
 // verbosity is how much certify prints while the suite runs.
@@ -68,7 +69,7 @@ func (p *printer) shortenedNote() string {
 }
 
 // A failed rule's message on the terminal is an excerpt (see
-// suite.RuleResult.Excerpt): at most suite.ExcerptLines lines, fewer when
+// certificate.RuleResult.Excerpt): at most certificate.ExcerptLines lines, fewer when
 // many rules failed, so that the failures together take about
 // failureLines lines, but never fewer than excerptMinLines each.
 const (
@@ -79,7 +80,7 @@ const (
 // excerptLines is how many lines each failed rule's message may take when
 // n rules failed.
 func excerptLines(n int) int {
-	return min(suite.ExcerptLines, max(excerptMinLines, failureLines/max(n, 1)))
+	return min(certificate.ExcerptLines, max(excerptMinLines, failureLines/max(n, 1)))
 }
 
 func newPrinter(stdout, stderr io.Writer, level verbosity, getenv func(string) string) *printer {
@@ -150,7 +151,7 @@ func (p *printer) fixture(f suite.FixtureProgress) {
 	const countsWidth = 36
 	var counts []string
 	width := 0
-	for _, v := range []suite.Verdict{suite.VerdictPass, suite.VerdictFail, suite.VerdictNotSupported, suite.VerdictSkipped} {
+	for _, v := range []certificate.Verdict{certificate.VerdictPass, certificate.VerdictFail, certificate.VerdictNotSupported, certificate.VerdictSkipped} {
 		if n := f.Count(v); n > 0 {
 			s := fmt.Sprintf("%d %s", n, v)
 			width += len(s)
@@ -169,18 +170,18 @@ func (p *printer) fixture(f suite.FixtureProgress) {
 // each failure's message; always a FAIL line per failed rule, the verdict
 // line (CERTIFIED, PARTIAL or NOT CERTIFIED) and the summary counts, and for
 // a partial run, last, the MUST rules that did not run and why.
-func (p *printer) result(cert suite.Certificate) {
+func (p *printer) result(cert certificate.Certificate) {
 	if p.level >= normal {
 		fmt.Fprintf(p.stdout, "\nharmless %s (commit %s): %s on PostgreSQL %s (%s), seed %d\n",
-			cert.Harness.Version, cert.Harness.Commit, cert.Adapter, cert.Database, cert.DatabaseKind, cert.Seed)
+			cert.SuiteVersion, cert.Harness.Commit, cert.Adapter, cert.Database, cert.DatabaseKind, cert.Seed)
 		if cert.Protocol != nil {
 			fmt.Fprintf(p.stdout, "protocol %s\n", cert.Protocol)
 		}
 		fmt.Fprintf(p.stdout, "\n%s\n", p.table(cert))
 	}
-	lines, shortened := excerptLines(cert.Count(suite.VerdictFail)), false
+	lines, shortened := excerptLines(cert.Count(certificate.VerdictFail)), false
 	for _, r := range cert.Rules {
-		if r.Verdict != suite.VerdictFail {
+		if r.Verdict != certificate.VerdictFail {
 			continue
 		}
 		if p.level >= normal {
@@ -196,10 +197,10 @@ func (p *printer) result(cert suite.Certificate) {
 	}
 	fmt.Fprintf(p.stdout, "%s: %s\n", paint(p.colorOut, statusColors[cert.Status], cert.Headline()), cert.Adapter)
 	fmt.Fprintln(p.stdout, cert.Summary())
-	if cert.Status == suite.StatusInterrupted {
+	if cert.Status == certificate.StatusInterrupted {
 		fmt.Fprintf(p.stdout, "the run was stopped (%s) and certifies nothing; no rule failed because of it, and what it created was removed\n", cert.Interrupted)
 	}
-	if notRun := cert.NotRun(); cert.Status == suite.StatusPartial {
+	if notRun := cert.NotRun(); cert.Status == certificate.StatusPartial {
 		fmt.Fprintf(p.stdout, "%d MUST rules did not run, so this run certifies nothing about them:\n", len(notRun))
 		for _, r := range notRun {
 			fmt.Fprintf(p.stdout, "  %s (%s): %s\n", r.ID, r.Verdict, r.FirstLine())
@@ -209,17 +210,17 @@ func (p *printer) result(cert suite.Certificate) {
 
 // statusColors colour the verdict line: certified green, partial and
 // interrupted yellow, not certified red.
-var statusColors = map[suite.Status]string{
-	suite.StatusCertified:    green,
-	suite.StatusPartial:      yellow,
-	suite.StatusNotCertified: red,
-	suite.StatusInterrupted:  yellow,
+var statusColors = map[certificate.Status]string{
+	certificate.StatusCertified:    green,
+	certificate.StatusPartial:      yellow,
+	certificate.StatusNotCertified: red,
+	certificate.StatusInterrupted:  yellow,
 }
 
 // table is the certificate's verdict table, each verdict coloured on a
 // terminal. The verdict is the last column, so colour does not upset the
 // alignment.
-func (p *printer) table(cert suite.Certificate) string {
+func (p *printer) table(cert certificate.Certificate) string {
 	table := cert.Table()
 	if !p.colorOut {
 		return table

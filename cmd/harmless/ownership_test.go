@@ -17,7 +17,7 @@ import (
 	"github.com/harmless-dev/harmless/internal/harness"
 	"github.com/harmless-dev/harmless/internal/pgtest"
 	"github.com/harmless-dev/harmless/internal/provision"
-	"github.com/harmless-dev/harmless/suite"
+	"github.com/harmless-dev/harmless/suite/certificate"
 )
 
 // poolOn is a pool on dsn, closed when the test ends.
@@ -48,22 +48,22 @@ func harmlessSchemas(t *testing.T, db *pgxpool.Pool) []string {
 // wantPartialOnADSN checks the certificate of a run of the reference on a
 // server named by a DSN: partial, every rule passed but those that need a
 // server the harness owns, which are not-supported and say so.
-func wantPartialOnADSN(t *testing.T, cert suite.Certificate) {
+func wantPartialOnADSN(t *testing.T, cert certificate.Certificate) {
 	t.Helper()
 	needsOwned := map[string]bool{}
 	for _, f := range fixtures.Catalog() {
 		needsOwned[f.ID] = f.NeedsOwnedServer
 	}
-	if cert.Status != suite.StatusPartial || cert.Certified || len(cert.Rules) != len(fixtures.Rules()) {
+	if cert.Status != certificate.StatusPartial || cert.Certified || len(cert.Rules) != len(fixtures.Rules()) {
 		t.Errorf("certificate: status %s, certified %t, %d rules; want partial, not certified, %d rules", cert.Status, cert.Certified, len(cert.Rules), len(fixtures.Rules()))
 	}
 	for _, r := range cert.Rules {
 		switch {
 		case needsOwned[r.Fixture]:
-			if r.Verdict != suite.VerdictNotSupported || !strings.Contains(r.Message, "needs a server the harness owns") {
+			if r.Verdict != certificate.VerdictNotSupported || !strings.Contains(r.Message, "needs a server the harness owns") {
 				t.Errorf("rule %s: %s (%s); want not-supported, as it needs a server the harness owns", r.ID, r.Verdict, r.Message)
 			}
-		case r.Verdict != suite.VerdictPass:
+		case r.Verdict != certificate.VerdictPass:
 			t.Errorf("rule %s: %s (%s); want pass", r.ID, r.Verdict, r.Message)
 		}
 	}

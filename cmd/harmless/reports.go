@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/harmless-dev/harmless/suite"
+	"github.com/harmless-dev/harmless/suite/certificate"
 )
 
 // stepSummaryEnv names the file GitHub Actions shows as the step's summary:
@@ -14,7 +14,7 @@ const stepSummaryEnv = "GITHUB_STEP_SUMMARY"
 
 // writeReports writes the reports f asks for (--json, --junit, --markdown)
 // and appends the Markdown summary to $GITHUB_STEP_SUMMARY when it is set.
-func writeReports(f certifyFlags, cert suite.Certificate, getenv func(string) string) error {
+func writeReports(f certifyFlags, cert certificate.Certificate, getenv func(string) string) error {
 	for _, out := range []struct {
 		path  string
 		write func(string) error
@@ -37,7 +37,7 @@ func writeReports(f certifyFlags, cert suite.Certificate, getenv func(string) st
 // writeMarkdown writes the certificate's Markdown summary to path, replacing
 // the file, or appending to it (after a blank line, if it holds something)
 // when appendTo is set.
-func writeMarkdown(cert suite.Certificate, path string, appendTo bool) error {
+func writeMarkdown(cert certificate.Certificate, path string, appendTo bool) error {
 	var md bytes.Buffer
 	if err := cert.WriteMarkdown(&md); err != nil {
 		return err

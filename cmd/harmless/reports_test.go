@@ -13,12 +13,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/harmless-dev/harmless/adapters"
 	"github.com/harmless-dev/harmless/faults"
 	"github.com/harmless-dev/harmless/faults/pgproxy"
 	"github.com/harmless-dev/harmless/fixtures"
 	"github.com/harmless-dev/harmless/internal/harness"
 	"github.com/harmless-dev/harmless/internal/pgtest"
 	"github.com/harmless-dev/harmless/suite"
+	"github.com/harmless-dev/harmless/suite/certificate"
 )
 
 // progressLine matches a fixture's progress line on stderr; group 1 is the
@@ -73,7 +75,7 @@ type junitCounts struct {
 // checkJUnit parses the JUnit report at path and checks it against the
 // certificate of the same run: one testcase per rule, named with its id,
 // failures carrying the rule's message, and counts that add up.
-func checkJUnit(t *testing.T, path string, cert suite.Certificate) {
+func checkJUnit(t *testing.T, path string, cert certificate.Certificate) {
 	t.Helper()
 	data, err := os.ReadFile(path)
 	if err != nil {
@@ -87,7 +89,7 @@ func checkJUnit(t *testing.T, path string, cert suite.Certificate) {
 		t.Fatalf("%d testsuites; want 1", len(r.Suites))
 	}
 	ts := r.Suites[0]
-	fail, skip := cert.Count(suite.VerdictFail), cert.Count(suite.VerdictSkipped)+cert.Count(suite.VerdictNotSupported)
+	fail, skip := cert.Count(certificate.VerdictFail), cert.Count(certificate.VerdictSkipped)+cert.Count(certificate.VerdictNotSupported)
 	if ts.Tests != len(cert.Rules) || len(ts.Cases) != len(cert.Rules) || ts.Failures != fail || ts.Skipped != skip || ts.Errors != 0 {
 		t.Errorf("testsuite: tests=%d (%d testcases), failures=%d, skipped=%d, errors=%d; want %d, %d, %d, 0",
 			ts.Tests, len(ts.Cases), ts.Failures, ts.Skipped, ts.Errors, len(cert.Rules), fail, skip)
@@ -111,26 +113,26 @@ func checkJUnit(t *testing.T, path string, cert suite.Certificate) {
 			t.Errorf("testcase %d: %q (%s); want rule %s of %s", i, tc.Name, tc.Classname, rule.ID, rule.Fixture)
 		}
 		failed := tc.Failure != nil
-		if failed != (rule.Verdict == suite.VerdictFail) {
+		if failed != (rule.Verdict == certificate.VerdictFail) {
 			t.Errorf("testcase %s: failure element %t; the rule's verdict is %s", rule.ID, failed, rule.Verdict)
 		}
 		if failed && (tc.Failure.Text != rule.Message || !strings.Contains(tc.Failure.Message, rule.ID)) {
 			t.Errorf("testcase %s: failure %q:\n%s\nwant the rule's message:\n%s", rule.ID, tc.Failure.Message, tc.Failure.Text, rule.Message)
 		}
-		if skipped := tc.Skipped != nil; skipped != (rule.Verdict == suite.VerdictSkipped || rule.Verdict == suite.VerdictNotSupported) {
+		if skipped := tc.Skipped != nil; skipped != (rule.Verdict == certificate.VerdictSkipped || rule.Verdict == certificate.VerdictNotSupported) {
 			t.Errorf("testcase %s: skipped element %t; the rule's verdict is %s", rule.ID, skipped, rule.Verdict)
 		}
 	}
 }
 
 // readCertificate reads the JSON certificate at path.
-func readCertificate(t *testing.T, path string) suite.Certificate {
+func readCertificate(t *testing.T, path string) certificate.Certificate {
 	t.Helper()
 	data, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatalf("no certificate: %v", err)
 	}
-	var cert suite.Certificate
+	var cert certificate.Certificate
 	if err := json.Unmarshal(data, &cert); err != nil {
 		t.Fatalf("certificate: %v\n%s", err, data)
 	}
@@ -186,10 +188,10 @@ func TestReports(t *testing.T) {
 		}
 
 		cert := readCertificate(t, jsonPath)
-		if cert.Seed != 4242 || cert.Harness.Version != suite.Version || cert.Harness.Commit == "" || cert.Faults == nil {
-			t.Errorf("certificate: seed %d, harness %+v, faults %v; want seed 4242, the harness and a faults object", cert.Seed, cert.Harness, cert.Faults)
+		if cert.Seed != 4242 || cert.SuiteVersion != suite.Version || cert.Harness.Commit == "" || cert.Faults == nil {
+			t.Errorf("certificate: seed %d, suite %q, harness %+v, faults %v; want seed 4242, the suite, the harness and a faults object", cert.Seed, cert.SuiteVersion, cert.Harness, cert.Faults)
 		}
-		if cert.Declared.ConflictPolicy == "" || cert.Verified != (suite.Capabilities{}) {
+		if cert.Declared.ConflictPolicy == "" || cert.Verified != (adapters.Declaration{}) {
 			t.Errorf("declared %+v, verified %+v: the fixtures that verify capabilities did not run, so none is verified", cert.Declared, cert.Verified)
 		}
 		checkJUnit(t, junitPath, cert)
@@ -250,16 +252,16 @@ func TestReports(t *testing.T) {
 // every verdict, a failure message with characters XML must escape among
 // them, and reads it back as a CI tool does.
 func TestJUnitOfEveryVerdict(t *testing.T) {
-	cert := suite.Certificate{
+	cert := certificate.Certificate{
 		Adapter: "sample", Certified: false, Seed: 42,
-		Harness: suite.HarnessInfo{Version: suite.Version, Commit: "0123abcd-dirty"},
-		Rules: []suite.RuleResult{
-			{ID: fixtures.DoubleDeliveryOneEffect, Fixture: fixtures.DoubleDelivery, Level: fixtures.Must, Verdict: suite.VerdictPass},
-			{ID: fixtures.ConflictingPayloadDetected, Fixture: fixtures.ConflictingPayload, Level: fixtures.Must, Verdict: suite.VerdictFail,
+		SuiteVersion: suite.Version, Harness: certificate.HarnessInfo{Commit: "0123abcd-dirty"},
+		Rules: []certificate.RuleResult{
+			{ID: fixtures.DoubleDeliveryOneEffect, Fixture: fixtures.DoubleDelivery, Level: fixtures.Must, Verdict: certificate.VerdictPass},
+			{ID: fixtures.ConflictingPayloadDetected, Fixture: fixtures.ConflictingPayload, Level: fixtures.Must, Verdict: certificate.VerdictFail,
 				Message: "MUST violated: <Duplicate> & \"not\" Rejected\n- event a/b applied once"},
-			{ID: fixtures.CrashRecoveryAppliedSurvives, Fixture: fixtures.CrashRecovery, Level: fixtures.Must, Verdict: suite.VerdictNotSupported,
+			{ID: fixtures.CrashRecoveryAppliedSurvives, Fixture: fixtures.CrashRecovery, Level: fixtures.Must, Verdict: certificate.VerdictNotSupported,
 				Message: "needs a server the harness owns"},
-			{ID: fixtures.BadInputRunContinues, Fixture: fixtures.BadInput, Level: fixtures.Must, Verdict: suite.VerdictSkipped,
+			{ID: fixtures.BadInputRunContinues, Fixture: fixtures.BadInput, Level: fixtures.Must, Verdict: certificate.VerdictSkipped,
 				Message: "no spec of this rule ran"},
 		},
 	}
@@ -302,10 +304,10 @@ func TestParseCertifyReportFlags(t *testing.T) {
 func TestPrinter(t *testing.T) {
 	progress := suite.FixtureProgress{
 		Fixture: fixtures.ConflictingPayload,
-		Rules: []suite.RuleResult{
-			{ID: fixtures.ConflictingPayloadNoSecondEffect, Verdict: suite.VerdictPass},
-			{ID: fixtures.ConflictingPayloadDetected, Verdict: suite.VerdictFail},
-			{ID: fixtures.ConflictingPayloadOriginalStands, Verdict: suite.VerdictNotSupported},
+		Rules: []certificate.RuleResult{
+			{ID: fixtures.ConflictingPayloadNoSecondEffect, Verdict: certificate.VerdictPass},
+			{ID: fixtures.ConflictingPayloadDetected, Verdict: certificate.VerdictFail},
+			{ID: fixtures.ConflictingPayloadOriginalStands, Verdict: certificate.VerdictNotSupported},
 		},
 		Duration: 1200 * time.Millisecond,
 	}
@@ -368,10 +370,23 @@ func TestReportsAreDocumented(t *testing.T) {
 	}
 	doc := string(data)
 	var names []string
-	for _, typ := range []reflect.Type{reflect.TypeFor[suite.Certificate](), reflect.TypeFor[suite.Protocol](), reflect.TypeFor[suite.Capabilities](), reflect.TypeFor[suite.HarnessInfo]()} {
+	for _, typ := range []reflect.Type{reflect.TypeFor[certificate.Certificate](), reflect.TypeFor[certificate.Protocol](), reflect.TypeFor[certificate.HarnessInfo]()} {
 		for f := range typ.Fields() {
 			names = append(names, strings.Split(f.Tag.Get("json"), ",")[0])
 		}
+	}
+	// The declared and verified capabilities are spelled by
+	// adapters.Declaration's MarshalJSON.
+	declaration, err := json.Marshal(adapters.Declaration{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var capabilities map[string]any
+	if err := json.Unmarshal(declaration, &capabilities); err != nil {
+		t.Fatal(err)
+	}
+	for name := range capabilities {
+		names = append(names, name)
 	}
 	for _, point := range []faults.Point{faults.AtEffect, faults.AtCommit} {
 		for _, action := range []faults.Action{faults.Raise, faults.Sleep, faults.Terminate} {

@@ -20,7 +20,7 @@ import (
 	"github.com/harmless-dev/harmless/internal/execchild"
 	"github.com/harmless-dev/harmless/internal/pgtest"
 	"github.com/harmless-dev/harmless/internal/redact"
-	"github.com/harmless-dev/harmless/suite"
+	"github.com/harmless-dev/harmless/suite/certificate"
 )
 
 // secretRole is a role made for one test, with a random password whose
@@ -162,7 +162,7 @@ func TestSecretsStayOutOfReports(t *testing.T) {
 			t.Errorf("the run wrote %d files; want 4 (JSON, JUnit, Markdown, step summary)", n)
 		}
 		cert := readCertificate(t, p.json)
-		if cert.Count(suite.VerdictPass) == 0 || cert.Count(suite.VerdictFail) != 0 {
+		if cert.Count(certificate.VerdictPass) == 0 || cert.Count(certificate.VerdictFail) != 0 {
 			t.Errorf("the certificate has %s; want the rules that can run on a DSN to pass", cert.Summary())
 		}
 	})
@@ -196,7 +196,7 @@ func TestSecretsStayOutOfReports(t *testing.T) {
 					continue
 				}
 				// The quote is still there, useful, with the password masked.
-				if want := `with password "` + redact.Mask + `"`; r.Verdict != suite.VerdictFail || !strings.Contains(r.Message, want) || !strings.Contains(r.Message, "execchild: connecting to") {
+				if want := `with password "` + redact.Mask + `"`; r.Verdict != certificate.VerdictFail || !strings.Contains(r.Message, want) || !strings.Contains(r.Message, "execchild: connecting to") {
 					t.Errorf("%s: %s, want a failure quoting the child's stderr with %q: %s", r.ID, r.Verdict, want, r.Message)
 				}
 			}

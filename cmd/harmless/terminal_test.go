@@ -12,6 +12,7 @@ import (
 	"github.com/harmless-dev/harmless/internal/execchild"
 	"github.com/harmless-dev/harmless/internal/pgtest"
 	"github.com/harmless-dev/harmless/suite"
+	"github.com/harmless-dev/harmless/suite/certificate"
 )
 
 // maxTerminalLine bounds a line of certify's output: an excerpt's line,
@@ -38,7 +39,7 @@ func failureBlocks(stdout string) map[string][]string {
 }
 
 // checkTerminalReport checks that each failed rule's report on stdout is
-// short: at most suite.ExcerptLines lines of message, none of them long.
+// short: at most certificate.ExcerptLines lines of message, none of them long.
 func checkTerminalReport(t *testing.T, stdout string, failed int) {
 	t.Helper()
 	blocks := failureBlocks(stdout)
@@ -46,8 +47,8 @@ func checkTerminalReport(t *testing.T, stdout string, failed int) {
 		t.Errorf("%d failed rules reported on stdout; want %d", len(blocks), failed)
 	}
 	for id, lines := range blocks {
-		if len(lines) > 1+suite.ExcerptLines {
-			t.Errorf("rule %s takes %d lines on stdout; want at most %d:\n%s", id, len(lines), 1+suite.ExcerptLines, strings.Join(lines, "\n"))
+		if len(lines) > 1+certificate.ExcerptLines {
+			t.Errorf("rule %s takes %d lines on stdout; want at most %d:\n%s", id, len(lines), 1+certificate.ExcerptLines, strings.Join(lines, "\n"))
 		}
 	}
 	for _, line := range strings.Split(stdout, "\n") {
@@ -67,9 +68,9 @@ func TestTerminalReportIsShort(t *testing.T) {
 		problems = append(problems, fmt.Sprintf("- round %d: event e/%d applied 2 times; 16 deliveries:\n  Applied: 2\n  Duplicate: 14\n  error: cannot handle %q", i, i, strings.Repeat("m", 1<<20)))
 	}
 	msg := "[concurrent-delivery / plain] MUST concurrent-delivery.one-effect violated: one effect\n" + strings.Join(problems, "\n") + "\nThis usually means: a race."
-	cert := suite.Certificate{Adapter: "sample", Status: suite.StatusNotCertified, Rules: []suite.RuleResult{
-		{ID: fixtures.ConcurrentDeliveryOneEffect, Fixture: fixtures.ConcurrentDelivery, Level: fixtures.Must, Verdict: suite.VerdictFail, Message: msg},
-		{ID: fixtures.DoubleDeliveryOneEffect, Fixture: fixtures.DoubleDelivery, Level: fixtures.Must, Verdict: suite.VerdictPass},
+	cert := certificate.Certificate{Adapter: "sample", Status: certificate.StatusNotCertified, Rules: []certificate.RuleResult{
+		{ID: fixtures.ConcurrentDeliveryOneEffect, Fixture: fixtures.ConcurrentDelivery, Level: fixtures.Must, Verdict: certificate.VerdictFail, Message: msg},
+		{ID: fixtures.DoubleDeliveryOneEffect, Fixture: fixtures.DoubleDelivery, Level: fixtures.Must, Verdict: certificate.VerdictPass},
 	}}
 	for _, jsonPath := range []string{"", "/tmp/c.json"} {
 		var stdout bytes.Buffer
@@ -106,7 +107,7 @@ func TestCrashingChildReportIsShort(t *testing.T) {
 		t.Fatalf("exit code %d; want %d\nstdout:\n%s\nstderr:\n%s", code, exitNotCertified, stdout, stderr)
 	}
 	cert := readCertificate(t, path)
-	failed := cert.Count(suite.VerdictFail)
+	failed := cert.Count(certificate.VerdictFail)
 	if info, err := os.Stat(path); err == nil {
 		t.Logf("%d failed rules: %d bytes, %d lines on stdout; a JSON certificate of %d bytes", failed, len(stdout), strings.Count(stdout, "\n"), info.Size())
 	}

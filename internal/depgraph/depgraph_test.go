@@ -29,6 +29,8 @@ var light = []struct {
 	{pkg: module + "/adapters", forbid: []string{"github.com/jackc/pgx/v5/pgxpool", "github.com/onsi/"}},
 	// The fixture catalogue is data: nothing outside the standard library.
 	{pkg: module + "/fixtures", forbid: []string{""}},
+	// The certificate and its reports: no test framework, no pool.
+	{pkg: module + "/suite/certificate", forbid: []string{"github.com/jackc/pgx/v5/pgxpool", "github.com/onsi/"}},
 	// The suite a Go test certifies with: the container engine is package
 	// container, linked by who passes suite.WithContainers(container.Start).
 	{pkg: module + "/suite"},
@@ -40,19 +42,25 @@ var light = []struct {
 // container engine itself and the command, which always offers it.
 var heavyUsers = []string{module + "/suite/container", module + "/cmd/harmless"}
 
-// deps returns the packages pkg links that are not in the standard library,
-// the module's own included.
-func deps(t *testing.T, pkg string) []string {
+// deps returns the packages that a program importing pkgs links and that
+// are not in the standard library, the module's own included.
+func deps(t *testing.T, pkgs ...string) []string {
+	t.Helper()
+	return goList(t, append([]string{"-deps", "-f", "{{if not .Standard}}{{.ImportPath}}{{end}}"}, pkgs...)...)
+}
+
+// goList runs go list with args and returns the words it prints.
+func goList(t *testing.T, args ...string) []string {
 	t.Helper()
 	goCmd, err := exec.LookPath("go")
 	if err != nil {
 		t.Fatalf("the go command is needed to list the import graph: %v", err)
 	}
 	var stdout, stderr bytes.Buffer
-	cmd := exec.CommandContext(t.Context(), goCmd, "list", "-deps", "-f", "{{if not .Standard}}{{.ImportPath}}{{end}}", pkg)
+	cmd := exec.CommandContext(t.Context(), goCmd, append([]string{"list"}, args...)...)
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
-		t.Fatalf("go list -deps %s: %v\n%s", pkg, err, stderr.String())
+		t.Fatalf("go list %s: %v\n%s", strings.Join(args, " "), err, stderr.String())
 	}
 	return strings.Fields(stdout.String())
 }
@@ -109,6 +117,40 @@ func TestImplementerPackagesAreLight(t *testing.T) {
 				t.Errorf("%s links what it must not: %s", l.pkg, describe(bad))
 			}
 		})
+	}
+}
+
+// TestCertificateReaderIsLight checks what a program that reads and
+// writes certificates links: one importing adapters, fixtures and
+// suite/certificate links no test framework (Ginkgo, Gomega), no pgx pool,
+// none of the container machinery and none of the suite, and the
+// certificate adds no package to what adapters and fixtures link (adapters
+// links pgx's connection and types for Effect.Apply's pgx.Tx; that is all
+// of pgx such a program gets). The certificate imports, of the module's
+// packages, only adapters and fixtures.
+func TestCertificateReaderIsLight(t *testing.T) {
+	cert := module + "/suite/certificate"
+	program := deps(t, module+"/adapters", module+"/fixtures", cert)
+	t.Logf("a program importing adapters, fixtures and suite/certificate links %d non-standard packages", len(program))
+	forbid := append([]string{"github.com/onsi/", "github.com/jackc/pgx/v5/pgxpool", module + "/suite/", module + "/internal/harness"}, heavy...)
+	for _, bad := range matching(program, forbid, false) {
+		if bad != cert {
+			t.Errorf("the program links %s", bad)
+		}
+	}
+	base := map[string]bool{cert: true}
+	for _, p := range deps(t, module+"/adapters", module+"/fixtures") {
+		base[p] = true
+	}
+	for _, p := range program {
+		if !base[p] {
+			t.Errorf("suite/certificate adds %s to what adapters and fixtures link", p)
+		}
+	}
+	for _, imp := range goList(t, "-f", "{{join .Imports \"\\n\"}}", cert) {
+		if strings.HasPrefix(imp, module+"/") && imp != module+"/adapters" && imp != module+"/fixtures" {
+			t.Errorf("suite/certificate imports %s; of the module's packages it may import only adapters and fixtures", imp)
+		}
 	}
 }
 

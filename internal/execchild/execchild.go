@@ -264,14 +264,14 @@ func (c *child) firstOfInstance() bool {
 }
 
 func (c *child) hello(req protocol.IncomingRequest) {
-	window := 24 * time.Hour.Seconds()
+	window := 24 * time.Hour
 	if c.mode == Inconsistent && c.instance > 0 {
-		window = 3600
+		window = time.Hour
 	}
 	result := protocol.HelloResult{
 		Protocol:       protocol.Version,
 		Implementation: protocol.Implementation{Name: "execchild-" + c.mode, Version: "1"},
-		Declares:       protocol.Declares{ConflictPolicy: "reject", RedeliveryWindowS: window, AcceptsClock: true},
+		Declares:       adapters.Declaration{ConflictPolicy: adapters.RejectConflicts, RedeliveryWindow: window, AcceptsClock: true},
 		MaxInFlight:    c.maxInFlight,
 	}
 	switch c.mode {

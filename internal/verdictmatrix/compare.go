@@ -6,7 +6,7 @@ import (
 
 	"github.com/harmless-dev/harmless/fixtures"
 	"github.com/harmless-dev/harmless/internal/matrix"
-	"github.com/harmless-dev/harmless/suite"
+	"github.com/harmless-dev/harmless/suite/certificate"
 )
 
 // Compare compares a certificate with the verdict matrix's row for its
@@ -18,12 +18,12 @@ import (
 // skipped) in a fixture the adapter must pass is a difference, so the
 // certificate must come from a run of every rule on a server the harness
 // owns.
-func Compare(cert suite.Certificate, row matrix.Row) []string {
+func Compare(cert certificate.Certificate, row matrix.Row) []string {
 	var diffs []string
 	if cert.Error != "" {
 		return []string{fmt.Sprintf("adapter %s: the run did not start: %s", cert.Adapter, cert.Error)}
 	}
-	byFixture := map[string][]suite.RuleResult{}
+	byFixture := map[string][]certificate.RuleResult{}
 	for _, r := range cert.Rules {
 		byFixture[r.Fixture] = append(byFixture[r.Fixture], r)
 	}
@@ -32,7 +32,7 @@ func Compare(cert suite.Certificate, row matrix.Row) []string {
 		switch row.Expect(f.ID) {
 		case matrix.MustPass:
 			for _, r := range rules {
-				if r.Verdict != suite.VerdictPass {
+				if r.Verdict != certificate.VerdictPass {
 					line, _, _ := strings.Cut(r.Message, "\n")
 					diffs = append(diffs, fmt.Sprintf("adapter %s, fixture %s, rule %s: verdict %s, but the matrix says the fixture must pass: %s",
 						cert.Adapter, f.ID, r.ID, r.Verdict, line))
@@ -41,7 +41,7 @@ func Compare(cert suite.Certificate, row matrix.Row) []string {
 		case matrix.MustFail:
 			var failed []string
 			for _, r := range rules {
-				if r.Level == fixtures.Must && r.Verdict == suite.VerdictFail {
+				if r.Level == fixtures.Must && r.Verdict == certificate.VerdictFail {
 					failed = append(failed, r.ID)
 				}
 			}
@@ -55,11 +55,11 @@ func Compare(cert suite.Certificate, row matrix.Row) []string {
 			}
 		}
 	}
-	want := suite.StatusCertified
+	want := certificate.StatusCertified
 	if len(row.MustFail) > 0 {
-		want = suite.StatusNotCertified
+		want = certificate.StatusNotCertified
 	}
-	if cert.Status != want || cert.Certified != (want == suite.StatusCertified) {
+	if cert.Status != want || cert.Certified != (want == certificate.StatusCertified) {
 		diffs = append(diffs, fmt.Sprintf("adapter %s: status %s (certified %t), but the matrix says it must be %s", cert.Adapter, cert.Status, cert.Certified, want))
 	}
 	return diffs

@@ -16,7 +16,7 @@ import (
 	"github.com/harmless-dev/harmless/adapters/alternatives/slow"
 	"github.com/harmless-dev/harmless/fixtures"
 	"github.com/harmless-dev/harmless/internal/matrix"
-	"github.com/harmless-dev/harmless/suite"
+	"github.com/harmless-dev/harmless/suite/certificate"
 )
 
 // concurrency is how many certifications run at once. Most of a
@@ -40,7 +40,7 @@ const (
 type run struct {
 	code           int
 	stdout, stderr string
-	cert           *suite.Certificate
+	cert           *certificate.Certificate
 	err            error
 	took           time.Duration
 }
@@ -112,7 +112,7 @@ func TestVerdictMatrix(t *testing.T) {
 				t.Error(diff)
 			}
 			if len(mine) == 1 {
-				want := map[suite.Status]int{suite.StatusCertified: exitCertified, suite.StatusPartial: exitPartial, suite.StatusNotCertified: exitNotCertified}[cert.Status]
+				want := map[certificate.Status]int{certificate.StatusCertified: exitCertified, certificate.StatusPartial: exitPartial, certificate.StatusNotCertified: exitNotCertified}[cert.Status]
 				if mine[0].code != want {
 					t.Errorf("exit code %d with status %s; want %d", mine[0].code, cert.Status, want)
 				}
@@ -132,7 +132,7 @@ func TestVerdictMatrix(t *testing.T) {
 // merge joins the certificates of runs of one adapter, each of which ran
 // some of the rules, into one that holds each rule's verdict from the run
 // that ran it, and decides its status from them.
-func merge(runs []run) suite.Certificate {
+func merge(runs []run) certificate.Certificate {
 	cert := *runs[0].cert
 	if len(runs) == 1 {
 		return cert
@@ -144,13 +144,13 @@ func merge(runs []run) suite.Certificate {
 			cert.Faults[kind] += n
 		}
 		for i, rule := range r.cert.Rules {
-			if rule.Verdict != suite.VerdictSkipped {
+			if rule.Verdict != certificate.VerdictSkipped {
 				cert.Rules[i] = rule
 			}
 		}
 	}
-	cert.Status = suite.StatusOf(cert.Rules)
-	cert.Certified = cert.Status == suite.StatusCertified
+	cert.Status = certificate.StatusOf(cert.Rules)
+	cert.Certified = cert.Status == certificate.StatusCertified
 	return cert
 }
 
@@ -203,7 +203,7 @@ func certify(t *testing.T, bin, adapter, filter string) run {
 		r.err = err
 		return r
 	}
-	var cert suite.Certificate
+	var cert certificate.Certificate
 	if err := json.Unmarshal(data, &cert); err != nil {
 		r.err = err
 		return r

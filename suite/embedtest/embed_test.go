@@ -11,6 +11,7 @@ import (
 	"github.com/harmless-dev/harmless/adapters/reference"
 	"github.com/harmless-dev/harmless/fixtures"
 	"github.com/harmless-dev/harmless/suite"
+	"github.com/harmless-dev/harmless/suite/certificate"
 )
 
 // What the suite's own nodes saw, in the order they saw it. The database
@@ -18,13 +19,13 @@ import (
 // starts.
 var (
 	events []string
-	certs  = map[string]suite.Certificate{}
+	certs  = map[string]certificate.Certificate{}
 	// atAfterSuite is which certificates had been delivered when the
 	// suite's own AfterSuite ran.
 	atAfterSuite []string
 )
 
-func collect(c suite.Certificate) {
+func collect(c certificate.Certificate) {
 	events = append(events, "certificate "+c.Adapter)
 	certs[c.Adapter] = c
 }
@@ -88,13 +89,13 @@ func TestEmbeddedInASuiteWithItsOwnSetup(t *testing.T) {
 	}
 
 	ref := certs[reference.Name]
-	if ref.Status != suite.StatusPartial {
+	if ref.Status != certificate.StatusPartial {
 		t.Errorf("reference: status %s; want partial (the filter left rules out)", ref.Status)
 	}
 	for _, r := range ref.Rules {
-		want := suite.VerdictSkipped
+		want := certificate.VerdictSkipped
 		if r.Fixture == fixtures.DoubleDelivery || r.Fixture == fixtures.ConflictingPayload {
-			want = suite.VerdictPass
+			want = certificate.VerdictPass
 		}
 		if r.Verdict != want {
 			t.Errorf("reference, rule %s: %s (%s); want %s", r.ID, r.Verdict, r.Message, want)
@@ -102,17 +103,17 @@ func TestEmbeddedInASuiteWithItsOwnSetup(t *testing.T) {
 	}
 
 	broken := certs[checktheninsert.Name]
-	if broken.Status != suite.StatusNotCertified {
+	if broken.Status != certificate.StatusNotCertified {
 		t.Errorf("%s: status %s; want not-certified", checktheninsert.Name, broken.Status)
 	}
 	failedMust := 0
 	for _, r := range broken.Rules {
 		switch {
-		case r.Fixture == fixtures.DoubleDelivery && r.Verdict != suite.VerdictPass:
+		case r.Fixture == fixtures.DoubleDelivery && r.Verdict != certificate.VerdictPass:
 			t.Errorf("%s, rule %s: %s (%s); want pass", checktheninsert.Name, r.ID, r.Verdict, r.Message)
-		case r.Fixture == fixtures.ConflictingPayload && r.Verdict == suite.VerdictFail && r.Level == fixtures.Must:
+		case r.Fixture == fixtures.ConflictingPayload && r.Verdict == certificate.VerdictFail && r.Level == fixtures.Must:
 			failedMust++
-		case r.Fixture != fixtures.DoubleDelivery && r.Fixture != fixtures.ConflictingPayload && r.Verdict != suite.VerdictSkipped:
+		case r.Fixture != fixtures.DoubleDelivery && r.Fixture != fixtures.ConflictingPayload && r.Verdict != certificate.VerdictSkipped:
 			t.Errorf("%s, rule %s: %s; want skipped, the filter left it out", checktheninsert.Name, r.ID, r.Verdict)
 		}
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/harmless-dev/harmless/fixtures"
 	"github.com/harmless-dev/harmless/internal/pgtest"
 	"github.com/harmless-dev/harmless/suite"
+	"github.com/harmless-dev/harmless/suite/certificate"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
@@ -21,10 +22,10 @@ func TestMain(m *testing.M) { pgtest.Main(m) }
 // adapters, every rule of each, and each gets a certificate of its own
 // from a run of its own.
 func TestRunCertifiesTwoAdapters(t *testing.T) {
-	certs := map[string]suite.Certificate{}
+	certs := map[string]certificate.Certificate{}
 	suite.RunWith(t, []suite.Option{
 		suite.WithDSN(pgtest.DSN(t)),
-		suite.WithCertificate(func(c suite.Certificate) { certs[c.Adapter] = c }),
+		suite.WithCertificate(func(c certificate.Certificate) { certs[c.Adapter] = c }),
 	}, reference.Adapter(), databasesql.Adapter())
 	if len(certs) != 2 {
 		t.Fatalf("%d certificates; want one for each of the two adapters", len(certs))
@@ -45,7 +46,7 @@ func TestRunCertifiesTwoAdapters(t *testing.T) {
 // checkCorrect checks the certificate of a correct adapter's whole run on
 // a server named by a DSN: every rule passed, but those that crash the
 // server, which could not run there.
-func checkCorrect(t *testing.T, c suite.Certificate) {
+func checkCorrect(t *testing.T, c certificate.Certificate) {
 	t.Helper()
 	needsOwned := map[string]bool{}
 	for _, f := range fixtures.Catalog() {
@@ -55,15 +56,15 @@ func checkCorrect(t *testing.T, c suite.Certificate) {
 		t.Errorf("%s: error %q, database %q (%s); want a run on the DSN's server", c.Adapter, c.Error, c.Database, c.DatabaseKind)
 	}
 	for _, r := range c.Rules {
-		want := suite.VerdictPass
+		want := certificate.VerdictPass
 		if needsOwned[r.Fixture] {
-			want = suite.VerdictNotSupported
+			want = certificate.VerdictNotSupported
 		}
 		if r.Verdict != want {
 			t.Errorf("%s, rule %s: %s (%s); want %s", c.Adapter, r.ID, r.Verdict, r.Message, want)
 		}
 	}
-	if c.Status != suite.StatusPartial {
+	if c.Status != certificate.StatusPartial {
 		t.Errorf("%s: status %s; want partial, the crash-recovery rules could not run", c.Adapter, c.Status)
 	}
 }
@@ -88,10 +89,10 @@ func TestCertifyTwice(t *testing.T) {
 		t.Fatalf("second certification: %v", err)
 	}
 	for _, c := range []struct {
-		cert    suite.Certificate
+		cert    certificate.Certificate
 		fixture string
-		status  suite.Status
-	}{{ref, fixtures.DoubleDelivery, suite.StatusPartial}, {broken, fixtures.ConflictingPayload, suite.StatusNotCertified}} {
+		status  certificate.Status
+	}{{ref, fixtures.DoubleDelivery, certificate.StatusPartial}, {broken, fixtures.ConflictingPayload, certificate.StatusNotCertified}} {
 		t.Logf("%s: %s, %s", c.cert.Adapter, c.cert.Status, c.cert.Summary())
 		if c.cert.Status != c.status {
 			t.Errorf("%s: status %s; want %s", c.cert.Adapter, c.cert.Status, c.status)
@@ -99,15 +100,15 @@ func TestCertifyTwice(t *testing.T) {
 		failedMust := 0
 		for _, r := range c.cert.Rules {
 			switch {
-			case r.Fixture != c.fixture && r.Verdict != suite.VerdictSkipped:
+			case r.Fixture != c.fixture && r.Verdict != certificate.VerdictSkipped:
 				t.Errorf("%s, rule %s: %s; want skipped, the filter left it out", c.cert.Adapter, r.ID, r.Verdict)
-			case r.Fixture == c.fixture && c.status == suite.StatusPartial && r.Verdict != suite.VerdictPass:
+			case r.Fixture == c.fixture && c.status == certificate.StatusPartial && r.Verdict != certificate.VerdictPass:
 				t.Errorf("%s, rule %s: %s (%s); want pass", c.cert.Adapter, r.ID, r.Verdict, r.Message)
-			case r.Fixture == c.fixture && r.Verdict == suite.VerdictFail && r.Level == fixtures.Must:
+			case r.Fixture == c.fixture && r.Verdict == certificate.VerdictFail && r.Level == fixtures.Must:
 				failedMust++
 			}
 		}
-		if c.status == suite.StatusNotCertified && failedMust == 0 {
+		if c.status == certificate.StatusNotCertified && failedMust == 0 {
 			t.Errorf("%s: no MUST rule of %s failed; the verdict matrix says it must", c.cert.Adapter, c.fixture)
 		}
 	}
@@ -122,7 +123,7 @@ func TestCertifyCancelled(t *testing.T) {
 	if !errors.Is(err, context.Canceled) {
 		t.Errorf("error %v; want one wrapping context.Canceled", err)
 	}
-	if cert.Status != suite.StatusInterrupted || cert.Database != "" || cert.Count(suite.VerdictSkipped) != len(cert.Rules) {
+	if cert.Status != certificate.StatusInterrupted || cert.Database != "" || cert.Count(certificate.VerdictSkipped) != len(cert.Rules) {
 		t.Errorf("status %s, database %q, %s; want interrupted before the run started, every rule skipped", cert.Status, cert.Database, cert.Summary())
 	}
 }
@@ -136,7 +137,7 @@ func TestCertifySetupError(t *testing.T) {
 	if !errors.Is(err, suite.ErrSetup) {
 		t.Errorf("error %v; want one wrapping suite.ErrSetup", err)
 	}
-	if cert.Error == "" || cert.Status != suite.StatusNotCertified || cert.Count(suite.VerdictSkipped) != len(cert.Rules) {
+	if cert.Error == "" || cert.Status != certificate.StatusNotCertified || cert.Count(certificate.VerdictSkipped) != len(cert.Rules) {
 		t.Errorf("error %q, status %s, %s; want the setup's error, not-certified, every rule skipped", cert.Error, cert.Status, cert.Summary())
 	}
 }

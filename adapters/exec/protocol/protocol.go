@@ -17,7 +17,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math"
 	"slices"
 	"strconv"
 	"time"
@@ -313,28 +312,14 @@ func (i Implementation) String() string {
 	return i.Name + " " + i.Version
 }
 
-// Declares is what the implementation claims about itself, as in
-// [adapters.Declaration].
-type Declares struct {
-	ConflictPolicy    string  `json:"conflict_policy"`
-	RedeliveryWindowS float64 `json:"redelivery_window_s"`
-	AcceptsClock      bool    `json:"accepts_clock"`
-}
-
-// Declaration converts d into the harness's terms.
-func (d Declares) Declaration() adapters.Declaration {
-	return adapters.Declaration{
-		ConflictPolicy:   adapters.ConflictPolicy(d.ConflictPolicy),
-		RedeliveryWindow: time.Duration(d.RedeliveryWindowS * float64(time.Second)),
-		AcceptsClock:     d.AcceptsClock,
-	}
-}
-
 // HelloResult is the implementation's answer to hello.
 type HelloResult struct {
 	Protocol       int            `json:"protocol"`
 	Implementation Implementation `json:"implementation"`
-	Declares       Declares       `json:"declares"`
+	// Declares is what the implementation claims about itself, spelled
+	// {"conflict_policy":"reject","redelivery_window_s":86400,"accepts_clock":true}
+	// (see [adapters.Declaration.MarshalJSON]).
+	Declares adapters.Declaration `json:"declares"`
 	// MaxInFlight is how many requests one process handles at once; 0 in
 	// the message means 1, and DecodeHello returns 1 then.
 	MaxInFlight int `json:"max_in_flight,omitempty"`
@@ -353,14 +338,15 @@ func DecodeHello(raw json.RawMessage, offered []int) (HelloResult, error) {
 	if h.Implementation.Name == "" {
 		return HelloResult{}, violation("hello names no implementation (implementation.name is empty)")
 	}
-	switch adapters.ConflictPolicy(h.Declares.ConflictPolicy) {
+	switch h.Declares.ConflictPolicy {
 	case adapters.NoConflictPolicy, adapters.RejectConflicts:
 	default:
 		return HelloResult{}, violation("unknown conflict_policy %q (known: %q, or \"\" for none)", h.Declares.ConflictPolicy, adapters.RejectConflicts)
 	}
-	w := h.Declares.RedeliveryWindowS
-	if math.IsNaN(w) || w < 0 || w > maxWindow.Seconds() {
-		return HelloResult{}, violation("redelivery_window_s %v is not between 0 and %.0f", w, maxWindow.Seconds())
+	// A negative window, or one too long for a time.Duration, does not
+	// decode (see adapters.Declaration.UnmarshalJSON).
+	if w := h.Declares.RedeliveryWindow; w > maxWindow {
+		return HelloResult{}, violation("redelivery_window_s %v is not between 0 and %.0f", w.Seconds(), maxWindow.Seconds())
 	}
 	if h.MaxInFlight == 0 {
 		h.MaxInFlight = 1

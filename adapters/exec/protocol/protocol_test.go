@@ -77,8 +77,8 @@ func TestDecodeHelloChecksTheDeclarations(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := adapters.Declaration{ConflictPolicy: adapters.RejectConflicts, RedeliveryWindow: 1500 * time.Millisecond, AcceptsClock: true}
-	if h.Declares.Declaration() != want || h.MaxInFlight != 1 || h.Implementation.String() != "x 2" {
-		t.Errorf("hello %+v, declaration %+v", h, h.Declares.Declaration())
+	if h.Declares != want || h.MaxInFlight != 1 || h.Implementation.String() != "x 2" {
+		t.Errorf("hello %+v, declaration %+v", h, h.Declares)
 	}
 	for raw, want := range map[string]string{
 		`{"protocol":2,"implementation":{"name":"x"}}`:                                          "chose protocol version 2",

@@ -1,4 +1,4 @@
-package suite
+package certificate
 
 import (
 	"fmt"
@@ -8,19 +8,20 @@ import (
 
 // A rule's message is written for two readers. The certificate (JSON,
 // JUnit) keeps the whole evidence: every problem the check found, each line
-// bounded by maxMessageLine so that an error quoting a 1 MiB id cannot
+// bounded by MaxMessageLine so that an error quoting a 1 MiB id cannot
 // make a certificate of megabytes. A person reads an excerpt
 // ([RuleResult.Excerpt]): the lines that say which rule broke, the first
 // problems, and how many more there are.
 //
-// A failure message has this shape (see failureMessage): lines that name
-// the rule and the variant, and "This usually means" lines, which an
-// excerpt always keeps; and problems, each a line starting with "- ",
-// continued by lines indented by two spaces, which an excerpt keeps as many
-// of as fit.
+// A failure message has this shape (package suite writes it, each problem
+// with [Problem]): lines that name the rule and the variant, and "This
+// usually means" lines, which an excerpt always keeps; and problems, each a
+// line starting with "- ", continued by lines indented by two spaces, which
+// an excerpt keeps as many of as fit.
 const (
-	// maxMessageLine bounds each line of a message in the certificate.
-	maxMessageLine = 4096
+	// MaxMessageLine bounds each line of a rule's message in the
+	// certificate, in bytes (see [BoundLines]).
+	MaxMessageLine = 4096
 	// excerptLine bounds each line of an excerpt.
 	excerptLine = 400
 	// excerptProblemLines bounds how many lines of one problem an excerpt
@@ -36,14 +37,25 @@ const (
 	problemCont  = "  "
 )
 
-// boundLines cuts every line of s longer than limit bytes in its middle
-// (see elide).
-func boundLines(s string, limit int) string {
+// BoundLines cuts every line of s longer than [MaxMessageLine] bytes in
+// its middle, saying how many bytes it left out: the start of a line says
+// what failed, the end of a wrapped error says why. A rule's message is
+// kept whole, but no line of it may be unbounded: an error that quotes a
+// 1 MiB id would make a certificate of megabytes.
+func BoundLines(s string) string {
 	lines := strings.Split(s, "\n")
 	for i, l := range lines {
-		lines[i] = elide(l, limit)
+		lines[i] = elide(l, MaxMessageLine)
 	}
 	return strings.Join(lines, "\n")
+}
+
+// Problem writes problem p as a line of a failure message: "- " and its
+// first line, each further line indented by two spaces, every line
+// bounded (see [BoundLines]), so that an excerpt can tell the problems
+// apart.
+func Problem(p string) string {
+	return problemStart + BoundLines(strings.ReplaceAll(p, "\n", "\n"+problemCont))
 }
 
 // elide returns line unchanged if it has at most limit bytes, else its

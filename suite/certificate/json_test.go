@@ -1,0 +1,62 @@
+package certificate
+
+import (
+	"encoding/json"
+	"testing"
+)
+
+// TestJSON: the certificate's JSON has the fields docs/reports.md lists,
+// the capabilities in the exec protocol's shape, and reads back whole.
+func TestJSON(t *testing.T) {
+	c := sampleCertificate()
+	data, err := json.Marshal(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(data, &fields); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := fields["protocol"]; ok {
+		t.Errorf("an in-process adapter's certificate has a protocol: %s", fields["protocol"])
+	}
+	for _, key := range []string{"adapter", "status", "certified", "suite_version", "harness", "database", "database_kind", "declared", "verified", "seed", "rules", "faults", "started_at", "duration_s"} {
+		if _, ok := fields[key]; !ok {
+			t.Errorf("the certificate has no %q", key)
+		}
+	}
+	if got, want := string(fields["declared"]), `{"conflict_policy":"reject","redelivery_window_s":3600,"accepts_clock":true}`; got != want {
+		t.Errorf("declared %s; want %s", got, want)
+	}
+	if got, want := string(fields["verified"]), `{"conflict_policy":"","redelivery_window_s":3600,"accepts_clock":true}`; got != want {
+		t.Errorf("verified %s; want %s", got, want)
+	}
+	// The suite's version is suite_version, once: the harness holds only
+	// the commit.
+	if got, want := string(fields["harness"]), `{"commit":"0123abcd-dirty"}`; got != want {
+		t.Errorf("harness %s; want %s", got, want)
+	}
+
+	p := Protocol{Name: "harmless-exec", Version: 1, Command: "./consumer --harmless", Implementation: "consumer 1.4.2", MaxInFlight: 8}
+	c.Protocol = &p
+	if data, err = json.Marshal(c); err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(data, &fields); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := string(fields["protocol"]), `{"name":"harmless-exec","version":1,"command":"./consumer --harmless","implementation":"consumer 1.4.2","max_in_flight":8}`; got != want {
+		t.Errorf("protocol %s; want %s", got, want)
+	}
+	var back Certificate
+	if err := json.Unmarshal(data, &back); err != nil {
+		t.Fatal(err)
+	}
+	if back.Protocol == nil || *back.Protocol != p {
+		t.Errorf("the protocol read back is %+v; want %+v", back.Protocol, p)
+	}
+	if back.Declared != c.Declared || back.Verified != c.Verified || back.SuiteVersion != c.SuiteVersion || back.Harness != c.Harness || len(back.Rules) != len(c.Rules) {
+		t.Errorf("read back declared %+v, verified %+v, suite %q, harness %+v, %d rules; want %+v, %+v, %q, %+v, %d",
+			back.Declared, back.Verified, back.SuiteVersion, back.Harness, len(back.Rules), c.Declared, c.Verified, c.SuiteVersion, c.Harness, len(c.Rules))
+	}
+}

@@ -1,0 +1,125 @@
+package certificate
+
+import (
+	"encoding/xml"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+)
+
+// JUnit XML: a testsuites element holding one testsuite of one testcase
+// per rule.
+type (
+	junitSuites struct {
+		XMLName xml.Name `xml:"testsuites"`
+		Name    string   `xml:"name,attr"`
+		junitCounts
+		Suites []junitSuite `xml:"testsuite"`
+	}
+	junitSuite struct {
+		Name string `xml:"name,attr"`
+		junitCounts
+		Timestamp  string          `xml:"timestamp,attr,omitempty"`
+		Properties []junitProperty `xml:"properties>property"`
+		Cases      []junitCase     `xml:"testcase"`
+		SystemErr  string          `xml:"system-err,omitempty"`
+	}
+	// junitCounts are the totals of a testsuite, and of testsuites.
+	junitCounts struct {
+		Tests    int     `xml:"tests,attr"`
+		Failures int     `xml:"failures,attr"`
+		Errors   int     `xml:"errors,attr"`
+		Skipped  int     `xml:"skipped,attr"`
+		Time     float64 `xml:"time,attr"`
+	}
+	junitProperty struct {
+		Name  string `xml:"name,attr"`
+		Value string `xml:"value,attr"`
+	}
+	junitCase struct {
+		Name      string        `xml:"name,attr"`
+		Classname string        `xml:"classname,attr"`
+		Failure   *junitFailure `xml:"failure,omitempty"`
+		Skipped   *junitSkipped `xml:"skipped,omitempty"`
+	}
+	junitFailure struct {
+		Message string `xml:"message,attr"`
+		Type    string `xml:"type,attr"`
+		Text    string `xml:",chardata"`
+	}
+	junitSkipped struct {
+		Message string `xml:"message,attr"`
+	}
+)
+
+// WriteJUnit writes the certificate as JUnit XML to path: a testsuites
+// element with the totals, holding one testsuite named "harmless: ADAPTER"
+// whose properties identify the run (adapter, status, certified, suite
+// version, harness commit, database, seed, protocol), and one testcase per
+// rule, named "[LEVEL] RULE-ID: doc" with the fixture as its classname. A
+// failed rule has a failure element whose text is the rule's message; a
+// skipped or not-supported rule has a skipped element saying which and
+// why. A run that could not start counts one error, its message in
+// system-err.
+func (c Certificate) WriteJUnit(path string) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return fmt.Errorf("write JUnit report: %w", err)
+	}
+	if err := c.writeJUnit(f); err != nil {
+		f.Close()
+		return fmt.Errorf("write JUnit report %s: %w", path, err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("write JUnit report: %w", err)
+	}
+	return nil
+}
+
+func (c Certificate) writeJUnit(w io.Writer) error {
+	ts := junitSuite{Name: "harmless: " + c.Adapter, junitCounts: junitCounts{Tests: len(c.Rules), Time: c.Duration}}
+	if !c.Started.IsZero() {
+		ts.Timestamp = c.Started.UTC().Format("2006-01-02T15:04:05")
+	}
+	// The properties are named as the JSON certificate's fields.
+	props := [][2]string{
+		{"adapter", c.Adapter},
+		{"status", string(c.Status)},
+		{"certified", strconv.FormatBool(c.Certified)},
+		{"suite_version", c.SuiteVersion},
+		{"harness.commit", c.Harness.Commit},
+		{"database", c.Database},
+		{"database_kind", c.DatabaseKind},
+		{"seed", strconv.FormatUint(c.Seed, 10)},
+	}
+	if p := c.Protocol; p != nil {
+		props = append(props, [2]string{"protocol", p.String()})
+	}
+	for _, p := range props {
+		ts.Properties = append(ts.Properties, junitProperty{Name: p[0], Value: p[1]})
+	}
+	if c.Error != "" {
+		ts.Errors = 1
+		ts.SystemErr = c.Error
+	}
+	for _, r := range c.Rules {
+		tc := junitCase{Name: fmt.Sprintf("[%s] %s: %s", r.Level, r.ID, r.Doc), Classname: r.Fixture}
+		switch r.Verdict {
+		case VerdictFail:
+			ts.Failures++
+			tc.Failure = &junitFailure{Message: r.ID + " failed", Type: string(r.Level), Text: r.Message}
+		case VerdictSkipped, VerdictNotSupported:
+			ts.Skipped++
+			tc.Skipped = &junitSkipped{Message: string(r.Verdict) + ": " + r.Message}
+		}
+		ts.Cases = append(ts.Cases, tc)
+	}
+	all := junitSuites{Name: "harmless", junitCounts: ts.junitCounts, Suites: []junitSuite{ts}}
+	data, err := xml.MarshalIndent(all, "", "  ")
+	if err != nil {
+		return fmt.Errorf("encode: %w", err)
+	}
+	_, err = io.WriteString(w, xml.Header+string(data)+"\n")
+	return err
+}

@@ -1,0 +1,44 @@
+package certificate
+
+import (
+	"bytes"
+	"encoding/xml"
+	"testing"
+)
+
+// TestJUnitProperties: the testsuite's properties identify the run, named
+// as the JSON certificate's fields, and the counts add up.
+func TestJUnitProperties(t *testing.T) {
+	c := sampleCertificate()
+	var b bytes.Buffer
+	if err := c.writeJUnit(&b); err != nil {
+		t.Fatal(err)
+	}
+	var got junitSuites
+	if err := xml.Unmarshal(b.Bytes(), &got); err != nil {
+		t.Fatalf("the JUnit report does not parse: %v\n%s", err, b.String())
+	}
+	if len(got.Suites) != 1 {
+		t.Fatalf("%d testsuites; want 1", len(got.Suites))
+	}
+	ts := got.Suites[0]
+	props := map[string]string{}
+	for _, p := range ts.Properties {
+		props[p.Name] = p.Value
+	}
+	want := map[string]string{
+		"adapter": "sample", "status": "", "certified": "false", "suite_version": "0.1.0", "harness.commit": "0123abcd-dirty",
+		"database": c.Database, "database_kind": "dsn", "seed": "42",
+	}
+	if len(props) != len(want) {
+		t.Errorf("properties %v; want %v", props, want)
+	}
+	for k, v := range want {
+		if props[k] != v {
+			t.Errorf("property %s = %q; want %q", k, props[k], v)
+		}
+	}
+	if ts.Tests != len(c.Rules) || ts.Failures != 1 || ts.Skipped != 2 || ts.Errors != 0 || got.junitCounts != ts.junitCounts {
+		t.Errorf("counts %+v (testsuites %+v); want %d tests, 1 failure, 2 skipped", ts.junitCounts, got.junitCounts, len(c.Rules))
+	}
+}

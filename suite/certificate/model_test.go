@@ -1,0 +1,100 @@
+package certificate
+
+import (
+	"testing"
+	"time"
+
+	"github.com/harmless-dev/harmless/adapters"
+	"github.com/harmless-dev/harmless/fixtures"
+)
+
+// ruleVerdicts returns a result for every rule of the catalogue, each with
+// verdict v except those named in except.
+func ruleVerdicts(v Verdict, except map[string]Verdict) []RuleResult {
+	var rules []RuleResult
+	for _, r := range fixtures.Rules() {
+		res := RuleResult{ID: r.ID, Fixture: r.Fixture, Level: r.Level, Doc: r.Doc, Verdict: v}
+		if e, ok := except[r.ID]; ok {
+			res.Verdict = e
+		}
+		rules = append(rules, res)
+	}
+	return rules
+}
+
+func TestVerify(t *testing.T) {
+	all := adapters.Declaration{ConflictPolicy: adapters.RejectConflicts, RedeliveryWindow: 24 * time.Hour, AcceptsClock: true}
+	for _, tc := range []struct {
+		name     string
+		declared adapters.Declaration
+		except   map[string]Verdict
+		want     adapters.Declaration
+	}{
+		{"every rule passed", all, nil, all},
+		{"a conflict rule failed", all, map[string]Verdict{fixtures.ConflictingPayloadDetected: VerdictFail},
+			adapters.Declaration{RedeliveryWindow: 24 * time.Hour, AcceptsClock: true}},
+		{"a retention rule failed", all, map[string]Verdict{fixtures.RetentionExpiryStateBounded: VerdictFail},
+			adapters.Declaration{ConflictPolicy: adapters.RejectConflicts}},
+		{"a retention rule skipped", all, map[string]Verdict{fixtures.RetentionExpiryKeptInsideWindow: VerdictSkipped},
+			adapters.Declaration{ConflictPolicy: adapters.RejectConflicts}},
+		{"the real clock", adapters.Declaration{ConflictPolicy: adapters.RejectConflicts, RedeliveryWindow: 2 * time.Second}, nil,
+			adapters.Declaration{ConflictPolicy: adapters.RejectConflicts, RedeliveryWindow: 2 * time.Second}},
+		{"nothing declared", adapters.Declaration{}, nil, adapters.Declaration{}},
+	} {
+		if got := Verify(tc.declared, ruleVerdicts(VerdictPass, tc.except)); got != tc.want {
+			t.Errorf("%s: verified %+v; want %+v", tc.name, got, tc.want)
+		}
+	}
+	// Without a window the retention rules are not-supported: no window,
+	// and no clock, is verified.
+	notSupported := map[string]Verdict{}
+	for _, r := range fixtures.Rules() {
+		if r.Fixture == fixtures.RetentionExpiry {
+			notSupported[r.ID] = VerdictNotSupported
+		}
+	}
+	if got := Verify(adapters.Declaration{ConflictPolicy: adapters.RejectConflicts, AcceptsClock: true}, ruleVerdicts(VerdictPass, notSupported)); got != (adapters.Declaration{ConflictPolicy: adapters.RejectConflicts}) {
+		t.Errorf("retention not-supported: verified %+v; want the conflict policy only", got)
+	}
+}
+
+// TestStatus: a run is certified only when every MUST rule ran and passed;
+// partial when nothing failed but a MUST rule did not run; not certified
+// when anything failed.
+func TestStatus(t *testing.T) {
+	should := func(rules []RuleResult, id string) []RuleResult {
+		for i := range rules {
+			if rules[i].ID == id {
+				rules[i].Level = fixtures.Should
+			}
+		}
+		return rules
+	}
+	for _, tc := range []struct {
+		name   string
+		rules  []RuleResult
+		want   Status
+		notRun int
+	}{
+		{"every rule passed", ruleVerdicts(VerdictPass, nil), StatusCertified, 0},
+		{"a rule failed", ruleVerdicts(VerdictPass, map[string]Verdict{fixtures.DoubleDeliveryOneEffect: VerdictFail}), StatusNotCertified, 0},
+		{"a failure beside rules that did not run", ruleVerdicts(VerdictNotSupported, map[string]Verdict{fixtures.DoubleDeliveryOneEffect: VerdictFail}), StatusNotCertified, len(fixtures.Rules()) - 1},
+		{"a MUST rule not-supported", ruleVerdicts(VerdictPass, map[string]Verdict{fixtures.CrashRecoveryAppliedSurvives: VerdictNotSupported}), StatusPartial, 1},
+		{"a MUST rule filtered out", ruleVerdicts(VerdictPass, map[string]Verdict{fixtures.BadInputRunContinues: VerdictSkipped}), StatusPartial, 1},
+		{"a SHOULD rule not-supported", should(ruleVerdicts(VerdictPass, map[string]Verdict{fixtures.BadInputRunContinues: VerdictNotSupported}), fixtures.BadInputRunContinues), StatusCertified, 0},
+		{"a SHOULD rule failed", should(ruleVerdicts(VerdictPass, map[string]Verdict{fixtures.BadInputRunContinues: VerdictFail}), fixtures.BadInputRunContinues), StatusNotCertified, 0},
+		{"nothing ran", ruleVerdicts(VerdictSkipped, nil), StatusPartial, len(fixtures.Rules())},
+		{"no rules at all", nil, StatusNotCertified, 0},
+	} {
+		c := Certificate{Rules: tc.rules}
+		c.Status = StatusOf(tc.rules)
+		if c.Status != tc.want || len(c.NotRun()) != tc.notRun {
+			t.Errorf("%s: status %s with %d MUST rules not run; want %s and %d", tc.name, c.Status, len(c.NotRun()), tc.want, tc.notRun)
+		}
+	}
+	for st, want := range map[Status]string{StatusCertified: "CERTIFIED", StatusPartial: "PARTIAL", StatusNotCertified: "NOT CERTIFIED", StatusInterrupted: "INTERRUPTED", "": "NOT CERTIFIED"} {
+		if got := (Certificate{Status: st}).Headline(); got != want {
+			t.Errorf("Headline of %q = %q; want %q", st, got, want)
+		}
+	}
+}

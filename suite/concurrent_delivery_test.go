@@ -1,0 +1,48 @@
+package suite
+
+import (
+	"slices"
+	"testing"
+
+	"github.com/harmless-dev/harmless/fixtures"
+)
+
+// TestLineUp: the seed decides how a concurrent-delivery round is lined
+// up: the same seed the same way, each round its own way, the contenders
+// a permutation split evenly between the two workers.
+func TestLineUp(t *testing.T) {
+	ev := newEvent(fixtures.ConcurrentDelivery, "overlap-1-1")
+	a, b := &state{seed: 1}, &state{seed: 2}
+	order1, workers1 := a.lineUp(ev, 16)
+	order1b, workers1b := a.lineUp(ev, 16)
+	if !slices.Equal(order1, order1b) || !slices.Equal(workers1, workers1b) {
+		t.Error("the same seed lines the same round up differently")
+	}
+	order2, workers2 := b.lineUp(ev, 16)
+	if slices.Equal(order1, order2) && slices.Equal(workers1, workers2) {
+		t.Error("two seeds line a round up the same way")
+	}
+	if order3, _ := a.lineUp(newEvent(fixtures.ConcurrentDelivery, "overlap-2-1"), 16); slices.Equal(order1, order3) {
+		t.Error("two rounds of one run are lined up the same way")
+	}
+	for _, n := range []int{2, 3, 16, 17} {
+		order, workers := a.lineUp(ev, n)
+		for i, v := range slices.Sorted(slices.Values(order)) {
+			if v != i {
+				t.Errorf("n=%d: order %v is not a permutation", n, order)
+				break
+			}
+		}
+		ones := 0
+		for _, w := range workers {
+			if w == 1 {
+				ones++
+			} else if w != 2 {
+				t.Errorf("n=%d: worker %d", n, w)
+			}
+		}
+		if ones != (n+1)/2 {
+			t.Errorf("n=%d: %d contenders on worker 1, %d on worker 2; want a balanced split", n, ones, n-ones)
+		}
+	}
+}

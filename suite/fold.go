@@ -1,0 +1,118 @@
+package suite
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/onsi/ginkgo/v2"
+	"github.com/onsi/ginkgo/v2/types"
+
+	"github.com/harmless-dev/harmless/fixtures"
+	"github.com/harmless-dev/harmless/internal/redact"
+	"github.com/harmless-dev/harmless/suite/certificate"
+)
+
+// This file folds what a registration recorded into its certificate: the
+// rules' verdicts (folded from the specs' typed records, see verdicts.go),
+// the status, an interruption, and the masking of secrets. The certificate's model and its reports are package
+// certificate's.
+
+// certificate builds the registration's certificate from its records.
+func (s *state) certificate() certificate.Certificate {
+	cert := certificate.Certificate{
+		Adapter:      s.adapter.Name,
+		SuiteVersion: Version,
+		Harness:      certificate.Harness(),
+		Protocol:     s.cfg.protocol,
+		Database:     s.database,
+		DatabaseKind: s.kind,
+		Declared:     s.adapter.Declares,
+		Seed:         s.seed,
+		Faults:       map[string]int64{},
+		Started:      s.started,
+	}
+	if !s.started.IsZero() {
+		cert.Duration = time.Since(s.started).Seconds()
+	}
+	if s.run != nil {
+		maps.Copy(cert.Faults, s.run.FaultsFired())
+	}
+	if s.setupErr != nil {
+		cert.Error = s.setupErr.Error()
+	}
+	cert.Rules = ruleResults(fixtures.Rules(), s.order)
+	cert.Status = status(cert.Error, cert.Rules)
+	cert.Certified = cert.Status == certificate.StatusCertified
+	cert.Verified = certificate.Verify(cert.Declared, cert.Rules)
+	for _, rec := range s.order {
+		if rec.report != nil && rec.report.State == types.SpecStateInterrupted {
+			interrupt(&cert, "Interrupted")
+			break
+		}
+	}
+	if s.cancelled {
+		interrupt(&cert, fmt.Sprintf("cancelled: %v", context.Cause(s.ctx)))
+	}
+	return masked(cert, s.secrets)
+}
+
+// interrupt marks c as the certificate of a run stopped before it ended,
+// for reason (a more precise reason may replace one given before): it
+// certifies nothing, and the rules that did not run say why.
+func interrupt(c *certificate.Certificate, reason string) {
+	c.Interrupted, c.Status, c.Certified = reason, certificate.StatusInterrupted, false
+	for i, r := range c.Rules {
+		if r.Verdict == certificate.VerdictSkipped {
+			c.Rules[i].Message = fmt.Sprintf("did not run to its end: the run was interrupted (%s)", reason)
+		}
+	}
+}
+
+// masked returns c with secrets masked in every text that can quote one:
+// the setup error (a driver's error may quote the DSN), the rules'
+// messages (a child's stderr, a failure's evidence) and the protocol's
+// command. Every report (JSON, JUnit, Markdown, the terminal) is written
+// from the certificate, so this is where they are all masked.
+func masked(c certificate.Certificate, secrets *redact.Redactor) certificate.Certificate {
+	c.Error = secrets.String(c.Error)
+	c.Interrupted = secrets.String(c.Interrupted)
+	if c.Protocol != nil {
+		p := *c.Protocol
+		p.Command, p.Implementation = secrets.String(p.Command), secrets.String(p.Implementation)
+		c.Protocol = &p
+	}
+	c.Rules = slices.Clone(c.Rules)
+	for i, r := range c.Rules {
+		c.Rules[i].Message = secrets.String(r.Message)
+	}
+	return c
+}
+
+// interruption says why the run of report was interrupted (a signal), or
+// "" when it was not.
+func interruption(report ginkgo.Report) string {
+	for _, reason := range report.SpecialSuiteFailureReasons {
+		if strings.HasPrefix(reason, "Interrupted") {
+			return reason
+		}
+	}
+	for _, sr := range report.SpecReports {
+		if sr.State == types.SpecStateInterrupted {
+			return "Interrupted"
+		}
+	}
+	return ""
+}
+
+// status decides a certificate's overall verdict: not-certified when the
+// run could not start, else [certificate.StatusOf] its rules.
+func status(setupErr string, rules []certificate.RuleResult) certificate.Status {
+	if setupErr != "" {
+		return certificate.StatusNotCertified
+	}
+	return certificate.StatusOf(rules)
+}
