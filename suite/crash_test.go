@@ -15,11 +15,11 @@ import (
 	"github.com/harmless-dev/harmless/adapters"
 	"github.com/harmless-dev/harmless/adapters/builtin"
 	"github.com/harmless-dev/harmless/adapters/reference"
-	"github.com/harmless-dev/harmless/suite/container"
 	"github.com/harmless-dev/harmless/fixtures"
 	"github.com/harmless-dev/harmless/internal/matrix"
 	"github.com/harmless-dev/harmless/internal/provision"
 	"github.com/harmless-dev/harmless/suite/certificate"
+	"github.com/harmless-dev/harmless/suite/container"
 )
 
 // crashChildEnv names, in a child process of TestCrashRecovery, the case of

@@ -21,12 +21,12 @@ import (
 	"github.com/harmless-dev/harmless/adapters"
 	"github.com/harmless-dev/harmless/adapters/builtin"
 	"github.com/harmless-dev/harmless/adapters/exec"
-	"github.com/harmless-dev/harmless/suite/container"
 	"github.com/harmless-dev/harmless/fixtures"
 	"github.com/harmless-dev/harmless/internal/docgen"
 	"github.com/harmless-dev/harmless/internal/redact"
 	"github.com/harmless-dev/harmless/suite"
 	"github.com/harmless-dev/harmless/suite/certificate"
+	"github.com/harmless-dev/harmless/suite/container"
 )
 
 // Exit codes.

@@ -1,13 +1,11 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -19,17 +17,6 @@ import (
 	"github.com/harmless-dev/harmless/internal/provision"
 	"github.com/harmless-dev/harmless/suite/certificate"
 )
-
-// poolOn is a pool on dsn, closed when the test ends.
-func poolOn(t *testing.T, dsn string) *pgxpool.Pool {
-	t.Helper()
-	pool, err := pgxpool.New(t.Context(), dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
-	return pool
-}
 
 // harmlessSchemas lists the schemas of db whose name starts with harmless_.
 func harmlessSchemas(t *testing.T, db *pgxpool.Pool) []string {
@@ -82,7 +69,7 @@ func TestCertifyOnADSNDropsOnlyWhatHarmlessCreated(t *testing.T) {
 	bin := binary(t)
 	other := pgtest.NewRole(t)
 	dsn := pgtest.NewDatabase(t)
-	db := poolOn(t, dsn)
+	db := pgtest.PoolOn(t, dsn)
 
 	users := map[string]string{ // schema: what the log says of it
 		"harmless_deadbeef_billing": "its name is not",
@@ -120,24 +107,7 @@ INSERT INTO %[1]s.invoices VALUES (1, 42.50)`, schema, sql))
 	// Its connections are cut, and it closes nothing (Run.Close would
 	// close its play).
 	gone.Admin().Close()
-	if _, err := db.Exec(t.Context(), `SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE starts_with(application_name, $1)`, gone.AppNamePrefix()); err != nil {
-		t.Fatalf("cut the dead run's connections: %v", err)
-	}
-	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
-	defer cancel()
-	tick := time.NewTicker(10 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		var alive bool
-		err := db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE application_name = $1)`, gone.AppNamePrefix()+"keeper").Scan(&alive)
-		if err != nil {
-			t.Fatalf("wait for the dead run's keeper to leave pg_stat_activity: %v", err)
-		}
-		if !alive {
-			break
-		}
-		<-tick.C
-	}
+	pgtest.Abandon(t, db, gone.AppNamePrefix())
 
 	path := filepath.Join(t.TempDir(), "c.json")
 	code, stdout, stderr := runCertify(t, bin, nil, "-v", "--adapter", "reference", "--dsn", dsn, "--json", path)
@@ -185,7 +155,7 @@ func TestCertifyAsALeastPrivilegedRole(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	db := poolOn(t, dsn)
+	db := pgtest.PoolOn(t, dsn)
 	quoted, database := pgx.Identifier{role.Name}.Sanitize(), pgx.Identifier{cfg.Database}.Sanitize()
 	_, err = db.Exec(t.Context(), fmt.Sprintf(`REVOKE ALL ON DATABASE %[1]s FROM PUBLIC;
 REVOKE ALL ON SCHEMA public FROM PUBLIC;

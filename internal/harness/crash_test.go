@@ -14,9 +14,9 @@ import (
 
 	"github.com/harmless-dev/harmless/adapters"
 	"github.com/harmless-dev/harmless/adapters/reference"
-	"github.com/harmless-dev/harmless/suite/container"
 	"github.com/harmless-dev/harmless/internal/harness"
 	"github.com/harmless-dev/harmless/internal/provision"
+	"github.com/harmless-dev/harmless/suite/container"
 )
 
 func TestCrashServerRefusesAServerTheRunDoesNotOwn(t *testing.T) {

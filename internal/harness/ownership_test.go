@@ -55,17 +55,6 @@ func startOn(t *testing.T, dsn string, logf func(string, ...any)) *harness.Run {
 	return r
 }
 
-// poolOn is a pool on dsn, closed when the test ends.
-func poolOn(t *testing.T, dsn string) *pgxpool.Pool {
-	t.Helper()
-	pool, err := pgxpool.New(t.Context(), dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
-	return pool
-}
-
 // lookAlike is a schema a user made whose name looks like the harness's,
 // with a table holding one row.
 type lookAlike struct {
@@ -123,15 +112,11 @@ func keeperGone(t *testing.T, db *pgxpool.Pool, run *harness.Run) {
 }
 
 // die ends run as a killed process would: its connections are cut and it
-// closes nothing (Run.Close would close its plays). It returns once the
-// run's keeper has left pg_stat_activity.
+// closes nothing (Run.Close would close its plays).
 func die(t *testing.T, db *pgxpool.Pool, run *harness.Run) {
 	t.Helper()
 	run.Admin().Close()
-	if _, err := db.Exec(t.Context(), `SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE starts_with(application_name, $1)`, run.AppNamePrefix()); err != nil {
-		t.Fatalf("cut the connections of run %s: %v", run.ID(), err)
-	}
-	keeperGone(t, db, run)
+	pgtest.Abandon(t, db, run.AppNamePrefix())
 }
 
 // TestStartDropsOnlyTheHarnesssOwnLeftovers: on a database of its own,
@@ -144,7 +129,7 @@ func TestStartDropsOnlyTheHarnesssOwnLeftovers(t *testing.T) {
 	t.Parallel()
 	other := pgtest.NewRole(t)
 	dsn := pgtest.NewDatabase(t)
-	db := poolOn(t, dsn)
+	db := pgtest.PoolOn(t, dsn)
 	users := lookAlikes(other.Name)
 	for _, l := range users {
 		l.create(t, db)
@@ -212,7 +197,7 @@ func TestStartDropsOnlyTheHarnesssOwnLeftovers(t *testing.T) {
 func TestPlayCloseDropsOnlyWhatItCreated(t *testing.T) {
 	t.Parallel()
 	dsn := pgtest.NewDatabase(t)
-	db := poolOn(t, dsn)
+	db := pgtest.PoolOn(t, dsn)
 	run := startOn(t, dsn, nil)
 
 	// The name and marker of the run's next play, made first by someone
@@ -295,7 +280,7 @@ func TestStartNeedsCreateOnTheDatabase(t *testing.T) {
 		t.Fatal(err)
 	}
 	database := pgx.Identifier{cfg.Database}.Sanitize()
-	_, err = poolOn(t, dsn).Exec(t.Context(), fmt.Sprintf("REVOKE ALL ON DATABASE %s FROM PUBLIC; GRANT CONNECT ON DATABASE %s TO %s",
+	_, err = pgtest.PoolOn(t, dsn).Exec(t.Context(), fmt.Sprintf("REVOKE ALL ON DATABASE %s FROM PUBLIC; GRANT CONNECT ON DATABASE %s TO %s",
 		database, database, pgx.Identifier{role.Name}.Sanitize()))
 	if err != nil {
 		t.Fatal(err)

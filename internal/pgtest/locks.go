@@ -71,3 +71,37 @@ func NamedDSN(t testing.TB, app string) string {
 	}
 	return dsn
 }
+
+// abandonDeadline bounds [Abandon]'s wait for the cut backends to leave.
+const abandonDeadline = 30 * time.Second
+
+// Abandon makes the connections whose application_name starts with prefix
+// look like a killed process's: it terminates them through db and returns
+// once none is left in pg_stat_activity. A test that simulates a harmless
+// run that died (and so cleaned nothing up) closes the run's own pools
+// first, so that nothing reconnects, then abandons the rest.
+func Abandon(t testing.TB, db *pgxpool.Pool, prefix string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), abandonDeadline)
+	defer cancel()
+	if _, err := db.Exec(ctx, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE starts_with(application_name, $1)`, prefix); err != nil {
+		t.Fatalf("pgtest: cut the connections of %s*: %v", prefix, err)
+	}
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		var left bool
+		err := db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE starts_with(application_name, $1))`, prefix).Scan(&left)
+		switch {
+		case err != nil:
+			t.Fatalf("pgtest: wait for the connections of %s* to leave pg_stat_activity: %v", prefix, err)
+		case !left:
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("pgtest: connections of %s* still in pg_stat_activity after %s", prefix, abandonDeadline)
+		case <-tick.C:
+		}
+	}
+}

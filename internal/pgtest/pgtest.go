@@ -28,8 +28,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/harmless-dev/harmless/suite/container"
 	"github.com/harmless-dev/harmless/internal/provision"
+	"github.com/harmless-dev/harmless/suite/container"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -88,7 +88,13 @@ func DSN(t testing.TB) string {
 // Pool returns a pool on DSN(t), closed when the test ends.
 func Pool(t testing.TB) *pgxpool.Pool {
 	t.Helper()
-	pool, err := pgxpool.New(context.Background(), DSN(t))
+	return PoolOn(t, DSN(t))
+}
+
+// PoolOn returns a pool on dsn, closed when the test ends.
+func PoolOn(t testing.TB, dsn string) *pgxpool.Pool {
+	t.Helper()
+	pool, err := pgxpool.New(context.Background(), dsn)
 	if err != nil {
 		t.Fatalf("pgtest: %v", err)
 	}
