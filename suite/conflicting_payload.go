@@ -39,8 +39,8 @@ func conflictPair(id string) (p1, p2 conflictPayload) {
 	return conflictPayload{name: "P1", ev: ev}, conflictPayload{name: "P2", ev: other}
 }
 
-// conflictPlay is what one variant of the fixture left behind.
-type conflictPlay struct {
+// conflictResult is what one variant of the fixture left behind.
+type conflictResult struct {
 	// applied is the payload applied first: the one delivered first, or in
 	// the in-flight variant the one whose transaction won. conflict is the
 	// other one.
@@ -69,21 +69,21 @@ func (s *state) conflictingPayload() {
 		variants := []struct {
 			name  string
 			plays int // how often the variant may be played
-			play  func(ctx context.Context, play *harness.Play) conflictPlay
+			play  func(ctx context.Context, play *harness.Play) conflictResult
 		}{
-			{name: "sequential", plays: 1, play: func(ctx context.Context, play *harness.Play) conflictPlay {
+			{name: "sequential", plays: 1, play: func(ctx context.Context, play *harness.Play) conflictResult {
 				p1, p2 := conflictPair("sequential")
 				return s.conflictInTurn(ctx, play, p1, p2)
 			}},
 			{name: "while the first is in flight", plays: overlapTries, play: s.conflictInFlight},
-			{name: "conflicting copy first", plays: 1, play: func(ctx context.Context, play *harness.Play) conflictPlay {
+			{name: "conflicting copy first", plays: 1, play: func(ctx context.Context, play *harness.Play) conflictResult {
 				p1, p2 := conflictPair("conflicting-copy-first")
 				return s.conflictInTurn(ctx, play, p2, p1)
 			}},
 		}
 		for _, v := range variants {
 			Describe(v.name, Ordered, ContinueOnFailure, func() {
-				var c conflictPlay
+				var c conflictResult
 				// Two instances to build; each play delivers the applied
 				// payload, the conflicting copy and the applied payload
 				// again, each until terminal; the in-flight variant may
@@ -103,9 +103,9 @@ func (s *state) conflictingPayload() {
 
 // conflictInTurn delivers first until terminal, then other on the other
 // worker, then first again.
-func (s *state) conflictInTurn(ctx context.Context, play *harness.Play, first, other conflictPayload) conflictPlay {
+func (s *state) conflictInTurn(ctx context.Context, play *harness.Play, first, other conflictPayload) conflictResult {
 	GinkgoHelper()
-	c := conflictPlay{applied: first, conflict: other, maxTries: s.cfg.maxTries}
+	c := conflictResult{applied: first, conflict: other, maxTries: s.cfg.maxTries}
 	c.appliedTries = play.DeliverUntilTerminal(ctx, 1, first.ev, s.cfg.maxTries)
 	c.conflictTries = play.DeliverUntilTerminal(ctx, 2, other.ev, s.cfg.maxTries)
 	c.againTries = play.DeliverUntilTerminal(ctx, 1, first.ev, s.cfg.maxTries)
@@ -119,9 +119,9 @@ func (s *state) conflictInTurn(ctx context.Context, play *harness.Play, first, o
 // whose deliveries provably did not overlap is played again with a new
 // identity, up to overlapTries times, so that a loaded machine cannot make
 // the harness fail a correct implementation.
-func (s *state) conflictInFlight(ctx context.Context, play *harness.Play) conflictPlay {
+func (s *state) conflictInFlight(ctx context.Context, play *harness.Play) conflictResult {
 	GinkgoHelper()
-	var c conflictPlay
+	var c conflictResult
 	for try := 1; try <= overlapTries; try++ {
 		var retry bool
 		c, retry = s.conflictOverlapping(ctx, play, fmt.Sprintf("in-flight-%d", try))
@@ -148,10 +148,10 @@ func (s *state) conflictInFlight(ctx context.Context, play *harness.Play) confli
 // retried into a conflict. Both are serial histories; the winner is read
 // from the ledger, and the rules hold the loser to being the conflicting
 // copy.
-func (s *state) conflictOverlapping(ctx context.Context, play *harness.Play, id string) (c conflictPlay, retry bool) {
+func (s *state) conflictOverlapping(ctx context.Context, play *harness.Play, id string) (c conflictResult, retry bool) {
 	GinkgoHelper()
 	p1, p2 := conflictPair(id)
-	c = conflictPlay{applied: p1, conflict: p2, maxTries: s.cfg.maxTries}
+	c = conflictResult{applied: p1, conflict: p2, maxTries: s.cfg.maxTries}
 	var err error
 	c.sleep, err = play.Arm(ctx, faults.Plan{
 		Namespace: p1.ev.Namespace, ID: p1.ev.ID, Attempt: 1, Point: faults.AtEffect,
@@ -242,7 +242,7 @@ func (s *state) awaitFired(ctx context.Context, play *harness.Play, sleep *fault
 }
 
 // collect reads the ledger and the deliveries of the variant's identity.
-func (c *conflictPlay) collect(ctx context.Context, play *harness.Play) {
+func (c *conflictResult) collect(ctx context.Context, play *harness.Play) {
 	GinkgoHelper()
 	var err error
 	c.effects, err = play.Effects(ctx, c.applied.ev)
@@ -252,7 +252,7 @@ func (c *conflictPlay) collect(ctx context.Context, play *harness.Play) {
 
 // describe is the variant's evidence for a failure message: the deliveries,
 // which payload each carried, the effects, and the fault.
-func (c conflictPlay) describe() string {
+func (c conflictResult) describe() string {
 	var b strings.Builder
 	b.WriteString(harness.DescribeEvent(c.applied.ev, c.effects, c.history))
 	for _, p := range []conflictPayload{c.applied, c.conflict} {
@@ -287,7 +287,7 @@ func (c conflictPlay) describe() string {
 }
 
 // digestName names a ledger digest by the payload it is the digest of.
-func (c conflictPlay) digestName(d string) string {
+func (c conflictResult) digestName(d string) string {
 	switch d {
 	case c.applied.digest():
 		return fmt.Sprintf("%s (%s, applied first)", shortDigest(d), c.applied.name)
@@ -308,7 +308,7 @@ func shortDigest(d string) string {
 
 // firstApplied checks that the delivery of the payload applied first was
 // Applied: a variant in which nothing was applied proves nothing.
-func (c conflictPlay) firstApplied() string {
+func (c conflictResult) firstApplied() string {
 	last := c.appliedTries[len(c.appliedTries)-1]
 	if last.Acked() && last.Outcome == adapters.Applied {
 		return ""
@@ -320,7 +320,7 @@ func (c conflictPlay) firstApplied() string {
 // withProblem completes a rule's problems with the variant's: the fault
 // that did not fire first, the evidence last. A variant that proved nothing
 // and found no problem either makes the rule not-supported here.
-func (c conflictPlay) withProblem(problems []string) []string {
+func (c conflictResult) withProblem(problems []string) []string {
 	if c.problem != "" {
 		problems = append([]string{c.problem}, problems...)
 	}
@@ -333,7 +333,7 @@ func (c conflictPlay) withProblem(problems []string) []string {
 	return problems
 }
 
-func (c conflictPlay) noSecondEffect() []string {
+func (c conflictResult) noSecondEffect() []string {
 	var problems []string
 	want := c.applied.digest()
 	switch {
@@ -354,7 +354,7 @@ func (c conflictPlay) noSecondEffect() []string {
 	return c.withProblem(problems)
 }
 
-func (c conflictPlay) detected(policy adapters.ConflictPolicy) []string {
+func (c conflictResult) detected(policy adapters.ConflictPolicy) []string {
 	var problems []string
 	if p := c.firstApplied(); p != "" {
 		problems = append(problems, p)
@@ -385,7 +385,7 @@ func (c conflictPlay) detected(policy adapters.ConflictPolicy) []string {
 	return c.withProblem(problems)
 }
 
-func (c conflictPlay) originalStands() []string {
+func (c conflictResult) originalStands() []string {
 	var problems []string
 	if p := c.firstApplied(); p != "" {
 		problems = append(problems, p)

@@ -57,7 +57,7 @@ var claimantVariants = []claimantVariant{
 // failedClaimant registers one failed-claimant variant and its rule.
 func (s *state) failedClaimant(v claimantVariant) {
 	Describe(v.name, Ordered, ContinueOnFailure, func() {
-		var plays []claimantPlay
+		var plays []claimantResult
 		n := min(s.cfg.overlapRounds, claimantRounds)
 		// Two instances to build; every play of every round delivers the
 		// claimant and, at once, the contenders, then redelivers until a
@@ -98,9 +98,9 @@ type claimantWatch struct {
 	why      string
 }
 
-// claimantPlay is one play of a failed-claimant round: one event, its
+// claimantResult is what one try of a failed-claimant round left behind: one event, its
 // claimant, its contenders and what the broker did next.
-type claimantPlay struct {
+type claimantResult struct {
 	label          string
 	ev             adapters.Event
 	where          string
@@ -126,11 +126,11 @@ type claimantPlay struct {
 // play provably did not overlap, up to overlapTries times. It returns every
 // play: each is judged, since a lost event is lost whether or not the
 // harness proved the overlap.
-func (s *state) claimantRound(ctx context.Context, play *harness.Play, v claimantVariant, round int) []claimantPlay {
+func (s *state) claimantRound(ctx context.Context, play *harness.Play, v claimantVariant, round int) []claimantResult {
 	GinkgoHelper()
-	var plays []claimantPlay
+	var plays []claimantResult
 	for try := 1; try <= overlapTries && ctx.Err() == nil; try++ {
-		p := s.claimantPlay(ctx, play, v, round, try)
+		p := s.playClaimant(ctx, play, v, round, try)
 		plays = append(plays, p)
 		if !p.retry {
 			break
@@ -140,21 +140,21 @@ func (s *state) claimantRound(ctx context.Context, play *harness.Play, v claiman
 	return plays
 }
 
-// claimantPlay plays one event: the claimant is delivered first and held
+// playClaimant plays one event: the claimant is delivered first and held
 // in a sleep fault at v's point; once the sleep has fired (the claimant has
 // claimed the event), the other deliveries are released together; once
 // they are seen waiting or have answered, the harness cancels the sleep and
 // the claimant fails. Should the sleep run out first, a raise planned after
 // it fails the claimant all the same. Then the broker redelivers, if no
 // copy was acknowledged.
-func (s *state) claimantPlay(ctx context.Context, play *harness.Play, v claimantVariant, round, try int) claimantPlay {
+func (s *state) playClaimant(ctx context.Context, play *harness.Play, v claimantVariant, round, try int) claimantResult {
 	GinkgoHelper()
 	ev := newEvent(fixtures.ConcurrentDelivery, fmt.Sprintf("claimant-%s-%d-%d", v.point, round, try))
 	label := fmt.Sprintf("round %d", round)
 	if try > 1 {
 		label += fmt.Sprintf(", try %d", try)
 	}
-	p := claimantPlay{
+	p := claimantResult{
 		label: fmt.Sprintf("%s (claimant failing %s, %d deliveries)", label, v.where, s.cfg.contenders),
 		ev:    ev,
 		where: v.where,
@@ -258,7 +258,7 @@ func (r *contenderRace) answeredSoFar() int { return int(r.answered.Load()) }
 
 // overlapProblem says why the play proves nothing, if it does not, and
 // whether playing again may prove something.
-func (p claimantPlay) overlapProblem() (problem string, retry bool) {
+func (p claimantResult) overlapProblem() (problem string, retry bool) {
 	switch {
 	case p.slept == 0:
 		return fmt.Sprintf("the claimant (attempt %d on worker %d) never reached the point where it was to fail (%s): it ended %s, and the others were delivered after it",
@@ -274,7 +274,7 @@ func (p claimantPlay) overlapProblem() (problem string, retry bool) {
 // acknowledged reports whether the broker would stop redelivering the
 // message: one of its copies, the claimant or a contender, was
 // acknowledged (or refused for good).
-func (p claimantPlay) acknowledged() bool {
+func (p claimantResult) acknowledged() bool {
 	if p.claimant.Terminal() {
 		return true
 	}
@@ -334,7 +334,7 @@ func watchContenders(ctx context.Context, play *harness.Play, n int, answered fu
 // judgeClaimant judges the plays of one variant: every play's event must
 // end with exactly one effect. unproven is set when no violation was found
 // and no play proved anything.
-func judgeClaimant(plays []claimantPlay) (problems []string, note, unproven string) {
+func judgeClaimant(plays []claimantResult) (problems []string, note, unproven string) {
 	var proven, notes, why []string
 	for _, p := range plays {
 		if v := p.violation(); v != "" {
@@ -364,7 +364,7 @@ func judgeClaimant(plays []claimantPlay) (problems []string, note, unproven stri
 
 // heldDuplicates returns the contenders acknowledged as Duplicate while the
 // claimant still held the event.
-func (p claimantPlay) heldDuplicates() []harness.Attempt {
+func (p claimantResult) heldDuplicates() []harness.Attempt {
 	var out []harness.Attempt
 	for _, c := range p.contenders {
 		if c.whileHeld && c.attempt.Acked() && c.attempt.Outcome == adapters.Duplicate {
@@ -375,7 +375,7 @@ func (p claimantPlay) heldDuplicates() []harness.Attempt {
 }
 
 // violation returns what the play shows wrong, with its evidence, or "".
-func (p claimantPlay) violation() string {
+func (p claimantResult) violation() string {
 	var msg string
 	switch n := len(p.effects); {
 	case n == 1:
@@ -393,7 +393,7 @@ func (p claimantPlay) violation() string {
 }
 
 // brokerStory says why the broker stopped redelivering the message.
-func (p claimantPlay) brokerStory() string {
+func (p claimantResult) brokerStory() string {
 	for _, a := range p.history {
 		if a.Terminal() {
 			return fmt.Sprintf("the broker stopped redelivering when attempt %d on worker %d ended %s", a.Delivery.Attempt, a.Instance, a.Result())
@@ -413,7 +413,7 @@ func contendersList(attempts []harness.Attempt, of int) string {
 }
 
 // summary says, for a rule that held, what a play proved.
-func (p claimantPlay) summary() string {
+func (p claimantResult) summary() string {
 	by := "no attempt"
 	if len(p.effects) == 1 {
 		by = fmt.Sprintf("attempt %d", p.effects[0].Attempt)
@@ -423,7 +423,7 @@ func (p claimantPlay) summary() string {
 }
 
 // describe is the play's evidence for a failure message.
-func (p claimantPlay) describe() string {
+func (p claimantResult) describe() string {
 	var b strings.Builder
 	b.WriteString(harness.DescribeEvent(p.ev, p.effects, p.history))
 	switch {

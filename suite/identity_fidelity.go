@@ -101,7 +101,7 @@ func fidelityRules() []fidelityRule {
 
 // kept judges one rule of the fixture: every pair is two events, or has an
 // event refused cleanly.
-func kept(plays []pairPlay) (problems []string, note string) {
+func kept(plays []pairResult) (problems []string, note string) {
 	for _, p := range plays {
 		if pr := p.problem(); pr != "" {
 			problems = append(problems, pr)
@@ -113,7 +113,7 @@ func kept(plays []pairPlay) (problems []string, note string) {
 func (s *state) identityFidelity() {
 	Describe(fixtures.IdentityFidelity, Label("fixture:"+fixtures.IdentityFidelity), Ordered, ContinueOnFailure, func() {
 		rules := fidelityRules()
-		plays := make([][]pairPlay, len(rules))
+		plays := make([][]pairResult, len(rules))
 		var all []identityPair
 		for _, r := range rules {
 			all = append(all, r.pairs...)

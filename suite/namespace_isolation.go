@@ -89,7 +89,7 @@ func namespacePairs() (sameID identityPair, joined []identityPair) {
 // be made unambiguous by refusing that separator, which every event of the
 // pairs that expose it holds, but nothing makes a join without a separator
 // unambiguous.
-func unambiguous(plays []pairPlay) (problems []string, note string) {
+func unambiguous(plays []pairResult) (problems []string, note string) {
 	for _, p := range plays {
 		if pr := p.problem(); pr != "" {
 			problems = append(problems, pr)
@@ -127,8 +127,8 @@ func unambiguous(plays []pairPlay) (problems []string, note string) {
 
 func (s *state) namespaceIsolation() {
 	Describe(fixtures.NamespaceIsolation, Label("fixture:"+fixtures.NamespaceIsolation), Ordered, ContinueOnFailure, func() {
-		var sameID pairPlay
-		var joined []pairPlay
+		var sameID pairResult
+		var joined []pairResult
 		same, pairs := namespacePairs()
 		all := append([]identityPair{same}, pairs...)
 		sc := s.scenario(fixtures.NamespaceIsolation, s.pairCalls(len(all), false), 0)

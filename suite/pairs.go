@@ -27,8 +27,8 @@ type identityPair struct {
 // playing them together keeps the fixtures short for slow implementations.
 const pairParallelism = 8
 
-// pairPlay is what delivering both events of a pair left behind.
-type pairPlay struct {
+// pairResult is what delivering both events of a pair left behind.
+type pairResult struct {
 	pair identityPair
 	a, b delivered
 }
@@ -47,14 +47,14 @@ func (s *state) pairCalls(n int, redeliver bool) int {
 }
 
 // playPairs plays every pair (see playPair), pairParallelism at a time.
-func (s *state) playPairs(ctx context.Context, play *harness.Play, pairs []identityPair, redeliver bool) []pairPlay {
+func (s *state) playPairs(ctx context.Context, play *harness.Play, pairs []identityPair, redeliver bool) []pairResult {
 	GinkgoHelper()
 	// Build both workers first, so that construction is not part of any
 	// pair. A factory failure shows up in the attempts.
 	for worker := 1; worker <= 2; worker++ {
 		_, _ = play.Instance(ctx, worker)
 	}
-	plays := make([]pairPlay, len(pairs))
+	plays := make([]pairResult, len(pairs))
 	slots := make(chan struct{}, pairParallelism)
 	var wg sync.WaitGroup
 	for i, p := range pairs {
@@ -78,9 +78,9 @@ func (s *state) playPairs(ctx context.Context, play *harness.Play, pairs []ident
 // again for one that was refused (whether other workers see a claim is
 // double-delivery's business). A delivery that never became terminal is
 // not repeated: that event has failed already.
-func (s *state) playPair(ctx context.Context, play *harness.Play, p identityPair, redeliver bool) pairPlay {
+func (s *state) playPair(ctx context.Context, play *harness.Play, p identityPair, redeliver bool) pairResult {
 	GinkgoHelper()
-	r := pairPlay{pair: p, a: delivered{ev: p.a}, b: delivered{ev: p.b}}
+	r := pairResult{pair: p, a: delivered{ev: p.a}, b: delivered{ev: p.b}}
 	r.a.first = play.DeliverUntilTerminal(ctx, 1, p.a, s.cfg.maxTries)
 	r.b.first = play.DeliverUntilTerminal(ctx, 2, p.b, s.cfg.maxTries)
 	if redeliver {
@@ -103,10 +103,10 @@ func (s *state) playPair(ctx context.Context, play *harness.Play, p identityPair
 
 // keptApart reports whether both events were processed exactly once: the
 // pair proves that the implementation kept them apart.
-func (p pairPlay) keptApart() bool { return p.a.processedOnce() && p.b.processedOnce() }
+func (p pairResult) keptApart() bool { return p.a.processedOnce() && p.b.processedOnce() }
 
 // refused returns the events of the pair that were refused cleanly.
-func (p pairPlay) refused() []adapters.Event {
+func (p pairResult) refused() []adapters.Event {
 	var out []adapters.Event
 	for _, d := range []delivered{p.a, p.b} {
 		if d.refusedCleanly() {
@@ -119,7 +119,7 @@ func (p pairPlay) refused() []adapters.Event {
 // problem says how the pair failed to be two events, or "" when each event
 // was processed exactly once or refused cleanly. A clean refusal is not
 // evidence of a merge: the implementation may refuse what it cannot store.
-func (p pairPlay) problem() string {
+func (p pairResult) problem() string {
 	var issues []string
 	for i, d := range []delivered{p.a, p.b} {
 		if d.processedOnce() || d.refusedCleanly() {
@@ -139,7 +139,7 @@ func (p pairPlay) problem() string {
 // its deliveries ended, how many effects it has, and, when it was answered
 // as if it were the other event, that its effect is lost. Events are named
 // by their order too, since long ones print alike.
-func (p pairPlay) issue(i int) string {
+func (p pairResult) issue(i int) string {
 	d, other := p.a, p.b
 	name, otherName, worker := "the first event", "the second event", 1
 	if i == 1 {
@@ -164,7 +164,7 @@ func (p pairPlay) issue(i int) string {
 
 // pairsNote states, for a rule's certificate, how many pairs were kept
 // apart and which events were refused cleanly.
-func pairsNote(plays []pairPlay) string {
+func pairsNote(plays []pairResult) string {
 	kept := 0
 	var refused []string
 	for _, p := range plays {

@@ -98,19 +98,19 @@ func TestPairJudgement(t *testing.T) {
 	conflict.first = []harness.Attempt{answered(adapters.Rejected, 1)}
 	for _, c := range []struct {
 		name    string
-		play    pairPlay
+		play    pairResult
 		kept    bool
 		refused int
 		says    []string // what the problem says, in order; none: no problem
 	}{
-		{"two events", pairPlay{a: processed(a), b: processed(b)}, true, 0, nil},
-		{"the second refused cleanly", pairPlay{a: processed(a), b: refusedEvent(b)}, false, 1, nil},
-		{"both refused cleanly", pairPlay{a: refusedEvent(a), b: refusedEvent(b)}, false, 2, nil},
-		{"the second answered Duplicate", pairPlay{a: processed(a), b: merged}, false, 0,
+		{"two events", pairResult{a: processed(a), b: processed(b)}, true, 0, nil},
+		{"the second refused cleanly", pairResult{a: processed(a), b: refusedEvent(b)}, false, 1, nil},
+		{"both refused cleanly", pairResult{a: refusedEvent(a), b: refusedEvent(b)}, false, 2, nil},
+		{"the second answered Duplicate", pairResult{a: processed(a), b: merged}, false, 0,
 			[]string{"Duplicate, redelivery Duplicate, 0 effects", "answered Duplicate of the first event, ns/\"x\\xff\": its effect is lost"}},
-		{"the second answered Rejected", pairPlay{a: processed(a), b: conflict}, false, 0,
+		{"the second answered Rejected", pairResult{a: processed(a), b: conflict}, false, 0,
 			[]string{"Rejected, redelivery Duplicate, 0 effects", "as a conflicting copy of the first event, ns/\"x\\xff\": its effect is lost"}},
-		{"the second refused, then applied", pairPlay{a: processed(a), b: delivered{ev: b, first: []harness.Attempt{failed(errInvalid, 1)}, again: []harness.Attempt{applied(2)}, effects: effects(b, 1)}}, false, 0,
+		{"the second refused, then applied", pairResult{a: processed(a), b: delivered{ev: b, first: []harness.Attempt{failed(errInvalid, 1)}, again: []harness.Attempt{applied(2)}, effects: effects(b, 1)}}, false, 0,
 			[]string{"error: empty namespace: invalid input, redelivery Applied, 1 effect", "or a clean refusal"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -176,11 +176,11 @@ func TestNamespacePairsExposeEveryJoin(t *testing.T) {
 
 // joinPlays plays the namespace pairs against a made-up implementation
 // whose answer to each event is given by answer.
-func joinPlays(answer func(ev adapters.Event) delivered) []pairPlay {
+func joinPlays(answer func(ev adapters.Event) delivered) []pairResult {
 	_, pairs := namespacePairs()
-	var plays []pairPlay
+	var plays []pairResult
 	for _, p := range pairs {
-		plays = append(plays, pairPlay{pair: p, a: answer(p.a), b: answer(p.b)})
+		plays = append(plays, pairResult{pair: p, a: answer(p.a), b: answer(p.b)})
 	}
 	return plays
 }
