@@ -38,17 +38,11 @@ const (
 	restartBudget = 2 * time.Minute
 )
 
-// crashNeedsOwned says why the fixture cannot run on a server named by a
-// DSN: the rules are then not-supported.
-const crashNeedsOwned = "needs a server the harness owns (a throwaway cluster or a container); the run uses a server named by a DSN"
-
 // crashUnsupported says why the run cannot crash its server; "" when it
-// can.
+// can. The fixture needs nothing of where the implementation runs, so it
+// asks before it builds an instance.
 func (s *state) crashUnsupported() string {
-	if !s.run.Server().Owned() {
-		return crashNeedsOwned
-	}
-	return ""
+	return s.applies(fixtures.CrashRecovery, nil).Reason
 }
 
 // beginCrash is begin for a scenario that crashes the server: the play's

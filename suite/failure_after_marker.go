@@ -11,7 +11,6 @@ import (
 	"github.com/harmless-dev/harmless/faults"
 	"github.com/harmless-dev/harmless/faults/pgproxy"
 	"github.com/harmless-dev/harmless/fixtures"
-	"github.com/harmless-dev/harmless/internal/effect"
 	"github.com/harmless-dev/harmless/internal/harness"
 	"github.com/harmless-dev/harmless/internal/ledger"
 )
@@ -22,9 +21,6 @@ type failure struct {
 	name string
 	// kills reports whether the failure kills the delivery's connection.
 	kills bool
-	// goHook reports whether the failure needs the implementation to call
-	// the Go effect, which an out-of-process implementation never does.
-	goHook bool
 	// arm plans the failure for attempt 1 of ev.
 	arm func(ctx context.Context, play *harness.Play, ev adapters.Event) planned
 }
@@ -78,15 +74,15 @@ func proxyFailure(at pgproxy.Point, n int) func(context.Context, *harness.Play, 
 	}
 }
 
-// outOfProcess is why the Go-hook variants do not apply to an
-// implementation that runs in another process.
-const outOfProcess = "the implementation runs in another process, so the harness's Go hook in the effect cannot reach it; the database-side and wire-level variants cover the same failure"
-
+// failures are the fixture's variants, by name. The catalogue lists those
+// that need more than the fixture (the Go hooks need an implementation in
+// the harness's process) and decides whether they are played; a test
+// checks that it names only variants of this list.
 var failures = []failure{
 	{name: "an error raised at the effect", arm: dbFailure(faults.AtEffect, faults.Raise)},
 	{name: "an error raised at COMMIT", arm: dbFailure(faults.AtCommit, faults.Raise)},
-	{name: "a panic in the effect", goHook: true, arm: hookFailure(faults.HookPanic)},
-	{name: "a cancelled context", goHook: true, arm: hookFailure(faults.HookCancel)},
+	{name: "a panic in the effect", arm: hookFailure(faults.HookPanic)},
+	{name: "a cancelled context", arm: hookFailure(faults.HookCancel)},
 	{name: "the connection killed at the effect", kills: true, arm: dbFailure(faults.AtEffect, faults.Terminate)},
 	{name: "the connection cut by the proxy after the transaction's first statement", kills: true, arm: proxyFailure(pgproxy.AfterStatement, 1)},
 	{name: "the connection cut by the proxy before COMMIT", kills: true, arm: proxyFailure(pgproxy.BeforeCommit, 0)},
@@ -116,11 +112,14 @@ func (s *state) failureAfterMarker() {
 					// Only an instance knows where it applies the effect;
 					// one that cannot be built fails its first delivery
 					// below, as before.
-					if f.goHook {
-						if impl, err := play.Instance(ctx, 1); err == nil && effect.IsRemote(impl) {
-							skip = outOfProcess
-							return
+					var impl adapters.Implementation
+					if listsVariant(fixtures.FailureAfterMarker, f.name) {
+						if built, err := play.Instance(ctx, 1); err == nil {
+							impl = built
 						}
+					}
+					if skip = s.applies(fixtures.FailureAfterMarker, impl).Excludes(f.name); skip != "" {
+						return
 					}
 					plan := f.arm(ctx, play, ev)
 					what = plan.what

@@ -15,14 +15,11 @@ import (
 	"github.com/harmless-dev/harmless/fixtures"
 	"github.com/harmless-dev/harmless/internal/harness"
 	"github.com/harmless-dev/harmless/internal/ledger"
+	"github.com/harmless-dev/harmless/internal/shortdur"
 )
 
 // The retention-expiry fixture's sizes.
 const (
-	// realTimeMaxWindow is the longest declared window the fixture waits
-	// out in real time, for implementations that do not accept the
-	// harness's clock.
-	realTimeMaxWindow = 10 * time.Second
 	// retentionBatch is how many events the purge race claims at its start
 	// (they expire before it) and how many half a window later (they are
 	// still inside the window while it runs).
@@ -60,19 +57,17 @@ type retention struct {
 }
 
 // newRetention decides how the fixture runs against an implementation that
-// declares d. Declarations select the rules; they never weaken them.
-func newRetention(d adapters.Declaration) retention {
+// declares d; a, the catalogue's decision, says whether it runs at all.
+// Declarations select the rules; they never weaken them.
+func newRetention(a fixtures.Applicability, d adapters.Declaration) retention {
 	w := d.RedeliveryWindow
 	switch {
-	case w == 0:
-		return retention{unsupported: "declares no redelivery window"}
+	case !a.Runs:
+		return retention{unsupported: a.Reason}
 	case d.AcceptsClock:
 		// A hundredth of the window, but never so small that PostgreSQL's
 		// microsecond timestamps could blur the window's end.
 		return retention{mode: "clock", window: w, eps: max(w/100, min(w/4, time.Millisecond)), steps: clockSteps}
-	case w > realTimeMaxWindow:
-		return retention{unsupported: fmt.Sprintf("does not accept the harness's clock and declares a window of %s; real-time mode needs a window of at most %s",
-			shortDuration(w), shortDuration(realTimeMaxWindow))}
 	}
 	return retention{mode: "real-time", window: w, eps: w / 4, steps: realTimeSteps}
 }
@@ -96,7 +91,7 @@ func (r retention) String() string {
 	if r.unsupported != "" {
 		return "not supported: the implementation " + r.unsupported
 	}
-	return fmt.Sprintf("%s mode, W=%s, ε=%s", r.mode, shortDuration(r.window), shortDuration(r.eps))
+	return fmt.Sprintf("%s mode, W=%s, ε=%s", r.mode, shortdur.Format(r.window), shortdur.Format(r.eps))
 }
 
 // timeline is the time a scenario plays in: the harness's manual clock,
@@ -164,7 +159,7 @@ func (tl *timeline) since(a, b time.Time) string {
 	if tl.manual == nil {
 		d = d.Round(time.Millisecond)
 	}
-	return shortDuration(d)
+	return shortdur.Format(d)
 }
 
 // span names the interval from a to b for messages.
@@ -209,7 +204,9 @@ func notApplied(ev adapters.Event, tries []harness.Attempt) string {
 }
 
 func (s *state) retentionExpiry() {
-	r := newRetention(s.adapter.Declares)
+	// The fixture needs a window it can play, which the declaration alone
+	// decides: it is known when the tree is built.
+	r := newRetention(s.applies(fixtures.RetentionExpiry, nil), s.adapter.Declares)
 	Describe(fixtures.RetentionExpiry, Label("fixture:"+fixtures.RetentionExpiry), func() {
 		s.retentionOneEvent(r)
 		s.retentionPurgeRace(r)
@@ -298,11 +295,11 @@ func (s *state) retentionOneEvent(r retention) {
 				return problems
 			case rowsInside == 0:
 				problems = append(problems, fmt.Sprintf("after %s, the implementation's tables hold no row; expected the marker of %s, claimed at t0 and %s old, inside the window of %s, to be kept",
-					inside.describe(tl), ev, tl.since(tl.t0, inside.at), shortDuration(r.window)))
+					inside.describe(tl), ev, tl.since(tl.t0, inside.at), shortdur.Format(r.window)))
 			}
 			if last := redelivery[len(redelivery)-1]; !last.Acked() || last.Outcome != adapters.Duplicate {
 				problems = append(problems, fmt.Sprintf("the redelivery at %s (attempt %d), %s after the claim and inside the window of %s, ended %s; expected Duplicate",
-					tl.at(redelivered), last.Delivery.Attempt, tl.since(tl.t0, redelivered), shortDuration(r.window), last.Result()))
+					tl.at(redelivered), last.Delivery.Attempt, tl.since(tl.t0, redelivered), shortdur.Format(r.window), last.Result()))
 			}
 			if len(effects) != 1 && len(problems) == 0 {
 				problems = append(problems, fmt.Sprintf("expected exactly one effect after the redelivery inside the window; observed %d", len(effects)))
@@ -327,7 +324,7 @@ func (s *state) retentionOneEvent(r retention) {
 					claim = "claimed again by the redelivery inside the window,"
 				}
 				problems = append(problems, fmt.Sprintf("after %s, the implementation's tables still hold %s; expected none: the only event, %s, was %s by %s and is %s old, past the window of %s",
-					after.describe(tl), countRows(rowsAfter), ev, claim, tl.at(claimedBy), tl.since(claimedBy, after.at), shortDuration(r.window)))
+					after.describe(tl), countRows(rowsAfter), ev, claim, tl.at(claimedBy), tl.since(claimedBy, after.at), shortdur.Format(r.window)))
 			}
 			if len(problems) > 0 {
 				return problems, ""
@@ -474,7 +471,7 @@ func (s *state) retentionPurgeRace(r retention) {
 					what = strings.Join(bad, "; ")
 				}
 				problems = append(problems, fmt.Sprintf("%s was claimed at %s and redelivered %s, while purges with cutoffs up to %s ran: it was at most %s old, inside the window of %s, yet %s; expected every redelivery Duplicate and one effect, by attempt %d\n%s",
-					ev, tl.at(recentFrom), tl.span(raceFrom, raceBy), tl.at(purges[len(purges)-1].cutoff), tl.since(recentFrom, raceBy), shortDuration(r.window),
+					ev, tl.at(recentFrom), tl.span(raceFrom, raceBy), tl.at(purges[len(purges)-1].cutoff), tl.since(recentFrom, raceBy), shortdur.Format(r.window),
 					what, claim, harness.DescribeEvent(ev, effects[i], histories[i])))
 			}
 			return problems
@@ -564,7 +561,7 @@ func (s *state) retentionManyWindows(r retention) {
 			}
 			if st := steps[worst]; st.rows > stateBound {
 				problems = append(problems, fmt.Sprintf("after step %d of %d (%s), the implementation's tables hold %s; expected at most %d: every quarter window (%s) a step delivers %d new events and purges, so a window of %s covers at most %d steps besides the current one, and one more is slack. Rows after each step's purge: %s",
-					worst+1, len(steps), st.purge.describe(tl), countRows(st.rows), stateBound, shortDuration(r.window/stepsPerWindow), stepEvents, shortDuration(r.window), stepsPerWindow, series()))
+					worst+1, len(steps), st.purge.describe(tl), countRows(st.rows), stateBound, shortdur.Format(r.window/stepsPerWindow), stepEvents, shortdur.Format(r.window), stepsPerWindow, series()))
 			}
 			var purges []purge
 			for _, st := range steps {
@@ -585,16 +582,4 @@ func countRows(n int64) string {
 		return "1 row"
 	}
 	return fmt.Sprintf("%d rows", n)
-}
-
-// shortDuration formats d without trailing zero units: 24h, 14m24s, 2s.
-func shortDuration(d time.Duration) string {
-	s := d.String()
-	if strings.HasSuffix(s, "m0s") {
-		s = strings.TrimSuffix(s, "0s")
-	}
-	if strings.HasSuffix(s, "h0m") {
-		s = strings.TrimSuffix(s, "0m")
-	}
-	return s
 }

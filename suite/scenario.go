@@ -10,6 +10,7 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 
 	"github.com/harmless-dev/harmless/internal/harness"
+	"github.com/harmless-dev/harmless/internal/shortdur"
 )
 
 // harnessWork is the time a scenario's budget allows for the harness's own
@@ -111,7 +112,7 @@ func (sc *scenario) budgetProblem() string {
 	if !expired {
 		return ""
 	}
-	msg := fmt.Sprintf("the scenario %s did not finish within its budget of %s (%s)", sc.name, shortDuration(sc.budget), sc.budgetBasis())
+	msg := fmt.Sprintf("the scenario %s did not finish within its budget of %s (%s)", sc.name, shortdur.Format(sc.budget), sc.budgetBasis())
 	if step != "" {
 		msg += "; it was at " + step
 	}
@@ -130,9 +131,9 @@ func (sc *scenario) budgetBasis() string {
 	}
 	timeout := sc.s.cfg.deliveryTimeout
 	basis := fmt.Sprintf("%d calls to the implementation one after another, each allowed the delivery timeout of %s and a grace of %s",
-		sc.calls, shortDuration(timeout), shortDuration(harness.CallSlot(timeout)-timeout))
+		sc.calls, shortdur.Format(timeout), shortdur.Format(harness.CallSlot(timeout)-timeout))
 	if sc.waits > 0 {
-		basis += fmt.Sprintf(", %s of waiting in real time", shortDuration(sc.waits))
+		basis += fmt.Sprintf(", %s of waiting in real time", shortdur.Format(sc.waits))
 	}
 	return basis + ", and the harness's own work"
 }
@@ -144,7 +145,7 @@ func (sc *scenario) report() string {
 	play, step := sc.play, sc.step
 	sc.mu.Unlock()
 	var b strings.Builder
-	fmt.Fprintf(&b, "harmless scenario %s (budget %s)", sc.name, shortDuration(sc.budget))
+	fmt.Fprintf(&b, "harmless scenario %s (budget %s)", sc.name, shortdur.Format(sc.budget))
 	if step != "" {
 		b.WriteString(": at " + step)
 	}

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"crypto/rand"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -12,7 +11,6 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
-	"text/tabwriter"
 	"time"
 
 	"github.com/onsi/ginkgo/v2/formatter"
@@ -21,7 +19,6 @@ import (
 	"github.com/harmless-dev/harmless/adapters"
 	"github.com/harmless-dev/harmless/adapters/builtin"
 	"github.com/harmless-dev/harmless/adapters/exec"
-	"github.com/harmless-dev/harmless/fixtures"
 	"github.com/harmless-dev/harmless/internal/docgen"
 	"github.com/harmless-dev/harmless/internal/redact"
 	"github.com/harmless-dev/harmless/suite"
@@ -58,6 +55,7 @@ Usage:
   harmless certify --adapter NAME [flags]   certify a built-in adapter: run the suite, print a verdict per rule
   harmless certify --exec COMMAND [flags]   certify a program in any language that speaks the exec protocol
   harmless list                             print the known adapters and rules
+  harmless list --adapter NAME [--json]     say which rules a certify run will run, and why the others cannot
   harmless matrix                           print the verdict matrix: which fixture each built-in adapter must pass or fail
   harmless version                          print the suite version
 
@@ -78,7 +76,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 	case "certify":
 		return certify(args[1:], stdout, stderr)
 	case "list":
-		return list(args[1:], stdout, stderr)
+		// list quotes no DSN, but an error about its flags may.
+		m := maskArgs("harmless list", stdout, stderr, args[1:])
+		defer m.flush()
+		return list(args[1:], m.stdout, m.stderr)
 	case "matrix":
 		if len(args) > 1 {
 			fmt.Fprintf(stderr, "harmless matrix: unexpected arguments: %s\n", strings.Join(args[1:], " "))
@@ -146,17 +147,11 @@ func parseCertify(args []string, stderr io.Writer) (certifyFlags, error) {
 	switch {
 	case fs.NArg() > 0:
 		return f, fmt.Errorf("unexpected arguments: %s", strings.Join(fs.Args(), " "))
-	case f.adapter == "" && f.exec == "":
-		return f, errors.New("--adapter NAME or --exec COMMAND is required (see 'harmless list')")
-	case f.adapter != "" && f.exec != "":
-		return f, errors.New("--adapter and --exec both name an implementation: give one")
 	case f.verbose && f.quiet:
 		return f, errors.New("-v and --quiet contradict each other: choose one")
 	}
-	switch f.provision {
-	case "", "dsn", "container", "cluster":
-	default:
-		return f, fmt.Errorf("--provision must be dsn, container or cluster, not %q", f.provision)
+	if err := checkImplementationFlags(f); err != nil {
+		return f, err
 	}
 	if f.labelFilter != "" {
 		if _, err := types.ParseLabelFilter(f.labelFilter); err != nil {
@@ -164,6 +159,22 @@ func parseCertify(args []string, stderr io.Writer) (certifyFlags, error) {
 		}
 	}
 	return f, nil
+}
+
+// checkImplementationFlags checks the flags that name the implementation
+// and the way to get a database, which certify and list share.
+func checkImplementationFlags(f certifyFlags) error {
+	switch {
+	case f.adapter == "" && f.exec == "":
+		return errors.New("--adapter NAME or --exec COMMAND is required (see 'harmless list')")
+	case f.adapter != "" && f.exec != "":
+		return errors.New("--adapter and --exec both name an implementation: give one")
+	}
+	switch f.provision {
+	case "", "dsn", "container", "cluster":
+		return nil
+	}
+	return fmt.Errorf("--provision must be dsn, container or cluster, not %q", f.provision)
 }
 
 // level is the verbosity f asks for.
@@ -245,25 +256,33 @@ func randomSeed() uint64 {
 // The reports written to files are masked in the certificate they are
 // made from.
 func certify(args []string, stdout, stderr io.Writer) int {
-	m := newMasker(stdout, stderr)
+	m := maskArgs("harmless certify", stdout, stderr, args)
 	defer m.flush()
+	return m.certify(args)
+}
+
+// maskArgs returns output streams that mask the passwords of the DSNs a
+// command may quote: those of the environment, the value of --dsn, and
+// any argument that is a DSN (a stray one is quoted as unexpected). They
+// are known before the flags are parsed, since an error about them may
+// quote them.
+func maskArgs(command string, stdout, stderr io.Writer, args []string) *masker {
+	m := newMasker(command, stdout, stderr)
 	for _, dsn := range []string{os.Getenv("HARMLESS_DSN"), os.Getenv("DATABASE_URL")} {
 		m.addDSN(dsn)
 	}
-	// Before the flags are parsed, since an error about them may quote
-	// them: the value of --dsn, and any argument that is a DSN (a stray
-	// one is quoted as unexpected).
 	for _, arg := range args {
 		if v, ok := strings.CutPrefix(strings.TrimLeft(arg, "-"), "dsn="); ok {
 			arg = v
 		}
 		m.addDSN(arg)
 	}
-	return m.certify(args)
+	return m
 }
 
 // masker holds certify's output streams, which mask the run's secrets.
 type masker struct {
+	command        string // for its warning, e.g. "harmless certify"
 	secrets        *redact.Redactor
 	stdout, stderr *redact.Writer
 	// rawStdout and rawStderr are the streams themselves, to tell whether
@@ -272,16 +291,16 @@ type masker struct {
 	short                bool // whether a secret too short to mask was reported
 }
 
-func newMasker(stdout, stderr io.Writer) *masker {
+func newMasker(command string, stdout, stderr io.Writer) *masker {
 	secrets := redact.New()
-	return &masker{secrets: secrets, stdout: secrets.Writer(stdout), stderr: secrets.Writer(stderr), rawStdout: stdout, rawStderr: stderr}
+	return &masker{command: command, secrets: secrets, stdout: secrets.Writer(stdout), stderr: secrets.Writer(stderr), rawStdout: stdout, rawStderr: stderr}
 }
 
 // add masks secret from now on, or, once, warns that it is too short to be.
 func (m *masker) add(secret string) {
 	if !m.secrets.Add(secret) && secret != "" && !m.short {
 		m.short = true
-		fmt.Fprintf(m.stderr, "harmless certify: warning: a password of the database is shorter than %d bytes, too short to mask: output that quotes it shows it\n", redact.MinLen)
+		fmt.Fprintf(m.stderr, "%s: warning: a password of the database is shorter than %d bytes, too short to mask: output that quotes it shows it\n", m.command, redact.MinLen)
 	}
 }
 
@@ -405,56 +424,4 @@ func signalName(sig os.Signal) string {
 		return "SIGTERM"
 	}
 	return sig.String()
-}
-
-func list(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("harmless list", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	asJSON := fs.Bool("json", false, "print as JSON")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return exitCertified
-		}
-		return exitUsage
-	}
-	if *asJSON {
-		type adapterInfo struct {
-			Name             string  `json:"name"`
-			ConflictPolicy   string  `json:"conflict_policy"`
-			RedeliveryWindow float64 `json:"redelivery_window_s"`
-			AcceptsClock     bool    `json:"accepts_clock"`
-		}
-		out := struct {
-			Adapters []adapterInfo   `json:"adapters"`
-			Rules    []fixtures.Rule `json:"rules"`
-		}{Rules: fixtures.Rules()}
-		for _, a := range builtin.All() {
-			out.Adapters = append(out.Adapters, adapterInfo{a.Name, string(a.Declares.ConflictPolicy), a.Declares.RedeliveryWindow.Seconds(), a.Declares.AcceptsClock})
-		}
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		if err := enc.Encode(out); err != nil {
-			fmt.Fprintf(stderr, "harmless list: %v\n", err)
-			return exitUsage
-		}
-		return exitCertified
-	}
-	w := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(w, "ADAPTER\tCONFLICT POLICY\tREDELIVERY WINDOW\tACCEPTS CLOCK")
-	for _, a := range builtin.All() {
-		policy := string(a.Declares.ConflictPolicy)
-		if policy == "" {
-			policy = "(none)"
-		}
-		fmt.Fprintf(w, "%s\t%s\t%s\t%t\n", a.Name, policy, a.Declares.RedeliveryWindow, a.Declares.AcceptsClock)
-	}
-	fmt.Fprintln(w)
-	fmt.Fprintln(w, "RULE\tFIXTURE\tLEVEL\tDOC")
-	for _, r := range fixtures.Rules() {
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", r.ID, r.Fixture, r.Level, r.Doc)
-	}
-	if err := w.Flush(); err != nil {
-		return exitUsage
-	}
-	return exitCertified
 }

@@ -188,6 +188,29 @@ func (o Options) resolve() (settings, error) {
 	return s, nil
 }
 
+// Planned returns the way Open would take with these options, without
+// starting or connecting to anything: KindDSN when a DSN is given or
+// forced, KindContainer or KindCluster when that way is forced or is the
+// only one left, and "" when Open would try a container, then a cluster.
+// Only a server named by a DSN is not owned, so whether a run may crash
+// its server is known before the run: `harmless list --adapter` says
+// which rules will run from it. Whether the way then works is not known
+// until Open tries it.
+func (o Options) Planned() (Kind, error) {
+	s, err := o.resolve()
+	switch {
+	case err != nil:
+		return "", err
+	case s.only != "":
+		return s.only, nil
+	case s.dsn != "":
+		return KindDSN, nil
+	case s.container == nil:
+		return KindCluster, nil
+	}
+	return "", nil
+}
+
 // oneLine joins the lines of a multi-line error message (errors.Join,
 // server output), so that each way's reason stays on its line.
 func oneLine(s string) string {

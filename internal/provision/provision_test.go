@@ -151,6 +151,34 @@ func TestUnknownForcedWay(t *testing.T) {
 	}
 }
 
+// TestPlanned: the way Open would take is known from the options and the
+// environment alone, in Open's order of choice.
+func TestPlanned(t *testing.T) {
+	start := func(context.Context, string, func(string, ...any)) (Container, error) {
+		return nil, errors.New("not started")
+	}
+	for _, tc := range []struct {
+		name string
+		opts Options
+		want Kind
+	}{
+		{"nothing set, containers linked", Options{Container: start, Getenv: env()}, ""},
+		{"nothing set, no containers", Options{Getenv: env()}, KindCluster},
+		{"--dsn", Options{DSN: "postgres://x@h/db", Container: start, Getenv: env()}, KindDSN},
+		{"HARMLESS_DSN", Options{Container: start, Getenv: env("HARMLESS_DSN", "postgres://x@h/db")}, KindDSN},
+		{"DATABASE_URL", Options{Container: start, Getenv: env("DATABASE_URL", "postgres://x@h/db")}, KindDSN},
+		{"forced over a DSN", Options{DSN: "postgres://x@h/db", Only: KindCluster, Getenv: env()}, KindCluster},
+		{"HARMLESS_PROVISION", Options{Container: start, Getenv: env("HARMLESS_DSN", "postgres://x@h/db", "HARMLESS_PROVISION", "container")}, KindContainer},
+	} {
+		if got, err := tc.opts.Planned(); err != nil || got != tc.want {
+			t.Errorf("%s: Planned() = %q, %v; want %q", tc.name, got, err, tc.want)
+		}
+	}
+	if _, err := (Options{Getenv: env("HARMLESS_PROVISION", "docker")}).Planned(); err == nil {
+		t.Error("Planned with HARMLESS_PROVISION=docker succeeded; want an error")
+	}
+}
+
 func TestNoDatabaseForced(t *testing.T) {
 	ctx := testCtx(t, time.Minute)
 	empty := t.TempDir()

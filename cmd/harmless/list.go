@@ -1,0 +1,234 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/harmless-dev/harmless/adapters"
+	"github.com/harmless-dev/harmless/adapters/builtin"
+	"github.com/harmless-dev/harmless/fixtures"
+	"github.com/harmless-dev/harmless/internal/provision"
+	"github.com/harmless-dev/harmless/suite/container"
+)
+
+// adapterInfo is an adapter and what it declares, as list prints it.
+type adapterInfo struct {
+	Name             string  `json:"name"`
+	ConflictPolicy   string  `json:"conflict_policy"`
+	RedeliveryWindow float64 `json:"redelivery_window_s"`
+	AcceptsClock     bool    `json:"accepts_clock"`
+}
+
+func infoOf(a adapters.Adapter) adapterInfo {
+	return adapterInfo{a.Name, string(a.Declares.ConflictPolicy), a.Declares.RedeliveryWindow.Seconds(), a.Declares.AcceptsClock}
+}
+
+// list prints the built-in adapters and the rules, or, with --adapter or
+// --exec, which rules a run of certify with the same flags will run.
+func list(args []string, stdout, stderr io.Writer) int {
+	var f certifyFlags
+	fs := flag.NewFlagSet("harmless list", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	asJSON := fs.Bool("json", false, "print as JSON")
+	fs.StringVar(&f.adapter, "adapter", "", "say which rules a certify run of this built-in adapter will run, and why the others cannot")
+	fs.StringVar(&f.exec, "exec", "", "the same for the program this shell command runs (started once, to read what it declares)")
+	fs.StringVar(&f.dsn, "dsn", "", "as for certify: the database the run would use (default: $HARMLESS_DSN, else $DATABASE_URL, else a server harmless starts); nothing connects to it")
+	fs.StringVar(&f.provision, "provision", "", "as for certify: force one way to get a database: dsn, container or cluster")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return exitCertified
+		}
+		return exitUsage
+	}
+	if err := checkListFlags(f, fs.Args()); err != nil {
+		fmt.Fprintf(stderr, "harmless list: %v\n", err)
+		return exitUsage
+	}
+	if f.adapter == "" && f.exec == "" {
+		return listAll(*asJSON, stdout, stderr)
+	}
+	plan, err := planOf(context.Background(), f)
+	if err != nil {
+		fmt.Fprintf(stderr, "harmless list: %v\n", err)
+		return exitUsage
+	}
+	if *asJSON {
+		return printJSON(stdout, stderr, plan)
+	}
+	if err := plan.print(stdout); err != nil {
+		fmt.Fprintf(stderr, "harmless list: %v\n", err)
+		return exitUsage
+	}
+	return exitCertified
+}
+
+// checkListFlags checks list's flags: the database flags say where a run
+// of an implementation would be made, so they need one.
+func checkListFlags(f certifyFlags, rest []string) error {
+	switch {
+	case len(rest) > 0:
+		return fmt.Errorf("unexpected arguments: %s", strings.Join(rest, " "))
+	case f.adapter == "" && f.exec == "" && (f.dsn != "" || f.provision != ""):
+		return errors.New("--dsn and --provision say where a run would be made: give --adapter NAME or --exec COMMAND too")
+	}
+	if f.adapter != "" || f.exec != "" {
+		return checkImplementationFlags(f)
+	}
+	return nil
+}
+
+// listAll prints the built-in adapters, what they declare, and every rule.
+func listAll(asJSON bool, stdout, stderr io.Writer) int {
+	if asJSON {
+		out := struct {
+			Adapters []adapterInfo   `json:"adapters"`
+			Rules    []fixtures.Rule `json:"rules"`
+		}{Rules: fixtures.Rules()}
+		for _, a := range builtin.All() {
+			out.Adapters = append(out.Adapters, infoOf(a))
+		}
+		return printJSON(stdout, stderr, out)
+	}
+	w := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(w, "ADAPTER\tCONFLICT POLICY\tREDELIVERY WINDOW\tACCEPTS CLOCK")
+	for _, a := range builtin.All() {
+		policy := string(a.Declares.ConflictPolicy)
+		if policy == "" {
+			policy = "(none)"
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%t\n", a.Name, policy, a.Declares.RedeliveryWindow, a.Declares.AcceptsClock)
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "RULE\tFIXTURE\tLEVEL\tDOC")
+	for _, r := range fixtures.Rules() {
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", r.ID, r.Fixture, r.Level, r.Doc)
+	}
+	if err := w.Flush(); err != nil {
+		return exitUsage
+	}
+	return exitCertified
+}
+
+func printJSON(stdout, stderr io.Writer, v any) int {
+	enc := json.NewEncoder(stdout)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(v); err != nil {
+		fmt.Fprintf(stderr, "harmless list: %v\n", err)
+		return exitUsage
+	}
+	return exitCertified
+}
+
+// runPlan is which rules a run of certify would run against an
+// implementation, and why the others cannot: the catalogue's decision
+// (fixtures.Fixture.Applies), made before any run, as the run makes it.
+type runPlan struct {
+	Adapter adapterInfo `json:"adapter"`
+	// OutOfProcess is set for a program run with --exec.
+	OutOfProcess bool `json:"out_of_process"`
+	// Database is the way the run would get its database: dsn, container,
+	// cluster, or "container or cluster" (a container, else a cluster).
+	Database string `json:"database"`
+	// OwnedServer is set when that is a server harmless starts, which it
+	// may crash.
+	OwnedServer bool       `json:"owned_server"`
+	Rules       []ruleplan `json:"rules"`
+}
+
+// ruleplan is whether a rule will run, and the variants of its fixture
+// that will not.
+type ruleplan struct {
+	ID       string               `json:"id"`
+	Fixture  string               `json:"fixture"`
+	Level    fixtures.Level       `json:"level"`
+	Runs     bool                 `json:"runs"`
+	Reason   string               `json:"reason,omitempty"`
+	Excluded []fixtures.Exclusion `json:"excluded_variants,omitempty"`
+}
+
+// planOf decides which rules a certify run with flags f would run. It
+// starts nothing but an --exec program, once, for its declaration: the
+// database is only named, from the flags and the environment, as certify
+// would choose it.
+func planOf(ctx context.Context, f certifyFlags) (runPlan, error) {
+	adapter, _, err := implementation(ctx, f)
+	if err != nil {
+		return runPlan{}, err
+	}
+	kind, err := provision.Options{DSN: f.dsn, Only: provision.Kind(f.provision), Container: provision.Engine(container.Start)}.Planned()
+	if err != nil {
+		return runPlan{}, err
+	}
+	// Every built-in adapter is Go code in this process; a program run
+	// with --exec is another process.
+	p := runPlan{Adapter: infoOf(adapter), OutOfProcess: f.exec != "", Database: string(kind), OwnedServer: kind != provision.KindDSN}
+	if kind == "" {
+		p.Database = string(provision.KindContainer) + " or " + string(provision.KindCluster)
+	}
+	target := fixtures.Target{
+		RedeliveryWindow: adapter.Declares.RedeliveryWindow,
+		AcceptsClock:     adapter.Declares.AcceptsClock,
+		OutOfProcess:     p.OutOfProcess,
+		OwnedServer:      p.OwnedServer,
+	}
+	for _, fx := range fixtures.Catalog() {
+		a := fx.Applies(target)
+		for _, r := range fx.Rules {
+			p.Rules = append(p.Rules, ruleplan{ID: r.ID, Fixture: r.Fixture, Level: r.Level, Runs: a.Runs, Reason: a.Reason, Excluded: a.Excluded})
+		}
+	}
+	return p, nil
+}
+
+// print writes the plan for people: the adapter and the database, a line
+// per rule, the variants that will not be played, and what that means for
+// the verdict.
+func (p runPlan) print(out io.Writer) error {
+	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+	where := "in this process"
+	if p.OutOfProcess {
+		where = "in another process"
+	}
+	owned := "a server harmless starts, which it may crash"
+	if !p.OwnedServer {
+		owned = "a server named by a DSN, which harmless does not own"
+	}
+	fmt.Fprintf(w, "adapter %s (%s); database: %s (%s)\n\n", p.Adapter.Name, where, p.Database, owned)
+	fmt.Fprintln(w, "RULE\tLEVEL\tWILL RUN")
+	var notRun, mustNotRun int
+	seen := map[string]bool{}
+	var variants []string
+	for _, r := range p.Rules {
+		verdict := "runs"
+		if !r.Runs {
+			verdict = "not-supported: " + r.Reason
+			notRun++
+			if r.Level == fixtures.Must {
+				mustNotRun++
+			}
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\n", r.ID, r.Level, verdict)
+		for _, e := range r.Excluded {
+			if key := r.Fixture + " / " + e.Variant; !seen[key] {
+				seen[key] = true
+				variants = append(variants, fmt.Sprintf("  %s: %s", key, e.Reason))
+			}
+		}
+	}
+	fmt.Fprintf(w, "\n%d of %d rules will run", len(p.Rules)-notRun, len(p.Rules))
+	if mustNotRun > 0 {
+		fmt.Fprintf(w, "; %d MUST rules cannot, so the run can at best be PARTIAL", mustNotRun)
+	}
+	fmt.Fprintln(w, ".")
+	if len(variants) > 0 {
+		fmt.Fprintln(w, "Variants that will not be played (their fixture's rules are judged on the others):")
+		fmt.Fprintln(w, strings.Join(variants, "\n"))
+	}
+	return w.Flush()
+}

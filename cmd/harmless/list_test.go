@@ -1,0 +1,162 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/harmless-dev/harmless/fixtures"
+	"github.com/harmless-dev/harmless/internal/execchild"
+)
+
+// listPlan runs `harmless list` with args and --json, in this process, and
+// returns its plan.
+func listPlan(t *testing.T, args ...string) runPlan {
+	t.Helper()
+	var stdout, stderr bytes.Buffer
+	if code := run(append([]string{"list", "--json"}, args...), &stdout, &stderr); code != exitCertified {
+		t.Fatalf("list %s: exit code %d\n%s", strings.Join(args, " "), code, stderr.String())
+	}
+	var p runPlan
+	dec := json.NewDecoder(&stdout)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&p); err != nil {
+		t.Fatalf("list %s --json: %v", strings.Join(args, " "), err)
+	}
+	if len(p.Rules) != len(fixtures.Rules()) {
+		t.Fatalf("list %s: %d rules; want the catalogue's %d", strings.Join(args, " "), len(p.Rules), len(fixtures.Rules()))
+	}
+	return p
+}
+
+// notRunOnADSN returns what `harmless list --adapter NAME --dsn DSN` says
+// before a run on a server named by a DSN: why each fixture that will not
+// run cannot, by fixture. Tests of such runs check that the run did what
+// list said.
+func notRunOnADSN(t *testing.T, adapter string) map[string]string {
+	t.Helper()
+	p := listPlan(t, "--adapter", adapter, "--dsn", "postgres://nobody@127.0.0.1:1/none")
+	if p.Database != "dsn" || p.OwnedServer {
+		t.Fatalf("list with --dsn: database %q, owned %t; want a DSN, not owned", p.Database, p.OwnedServer)
+	}
+	notRun := map[string]string{}
+	for _, r := range p.Rules {
+		if !r.Runs {
+			notRun[r.Fixture] = r.Reason
+		}
+	}
+	return notRun
+}
+
+// TestListAdapter: `harmless list --adapter reference --json` says, before
+// any run, that every rule runs on a server harmless starts, and that on a
+// server named by a DSN the crash-recovery rules cannot, and why.
+func TestListAdapter(t *testing.T) {
+	owned := listPlan(t, "--adapter", "reference", "--provision", "cluster")
+	if owned.Adapter.Name != "reference" || owned.Adapter.ConflictPolicy != "reject" || owned.Adapter.RedeliveryWindow != 86400 || !owned.Adapter.AcceptsClock {
+		t.Errorf("adapter %+v; want the reference's declaration", owned.Adapter)
+	}
+	if owned.Database != "cluster" || !owned.OwnedServer || owned.OutOfProcess {
+		t.Errorf("database %q, owned %t, out of process %t; want a cluster harmless owns, in process", owned.Database, owned.OwnedServer, owned.OutOfProcess)
+	}
+	for _, r := range owned.Rules {
+		if !r.Runs || r.Reason != "" || len(r.Excluded) > 0 {
+			t.Errorf("on a cluster, rule %s: runs %t (%s), variants not played %v; want it to run whole", r.ID, r.Runs, r.Reason, r.Excluded)
+		}
+	}
+
+	notRun := notRunOnADSN(t, "reference")
+	want := "needs a server the harness owns (a throwaway cluster or a container); the run uses a server named by a DSN"
+	if len(notRun) != 1 || notRun[fixtures.CrashRecovery] != want {
+		t.Errorf("on a DSN, fixtures not run: %q; want only %s, saying %q", notRun, fixtures.CrashRecovery, want)
+	}
+
+	// Without --dsn or --provision, the environment decides, as for
+	// certify.
+	t.Setenv("HARMLESS_PROVISION", "")
+	t.Setenv("DATABASE_URL", "")
+	t.Setenv("HARMLESS_DSN", "postgres://nobody@127.0.0.1:1/none")
+	if p := listPlan(t, "--adapter", "reference"); p.Database != "dsn" || p.OwnedServer {
+		t.Errorf("with $HARMLESS_DSN: database %q, owned %t; want a DSN", p.Database, p.OwnedServer)
+	}
+	t.Setenv("HARMLESS_DSN", "")
+	if p := listPlan(t, "--adapter", "reference"); p.Database != "container or cluster" || !p.OwnedServer {
+		t.Errorf("with no DSN: database %q, owned %t; want a container or a cluster, owned", p.Database, p.OwnedServer)
+	}
+}
+
+// TestListAdapterText: without --json, a line per rule says whether it
+// runs or why not, and the closing line what that means for the verdict.
+func TestListAdapterText(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	if code := run([]string{"list", "--adapter", "reference", "--dsn", "postgres://nobody:s3cretpassword@127.0.0.1:1/none"}, &stdout, &stderr); code != exitCertified {
+		t.Fatalf("exit code %d\n%s", code, stderr.String())
+	}
+	out := stdout.String()
+	crashing := 0
+	for _, r := range fixtures.Rules() {
+		line := lineOf(out, r.ID)
+		switch {
+		case r.Fixture == fixtures.CrashRecovery:
+			crashing++
+			if !strings.Contains(line, "not-supported: needs a server the harness owns") {
+				t.Errorf("the line of %s says %q; want not-supported, and why", r.ID, line)
+			}
+		case !strings.HasSuffix(line, " runs"):
+			t.Errorf("the line of %s says %q; want it to run", r.ID, line)
+		}
+	}
+	if !strings.Contains(out, "adapter reference (in this process); database: dsn") || strings.Contains(out, "s3cret") {
+		t.Errorf("the first line does not name the adapter and the database, or shows the DSN:\n%s", out)
+	}
+	if want := "MUST rules cannot, so the run can at best be PARTIAL."; crashing == 0 || !strings.Contains(out, want) {
+		t.Errorf("the output does not say %q:\n%s", want, out)
+	}
+}
+
+// lineOf returns the line of out that starts with prefix and a space.
+func lineOf(out, prefix string) string {
+	for line := range strings.SplitSeq(out, "\n") {
+		if strings.HasPrefix(line, prefix+" ") {
+			return strings.TrimSpace(line)
+		}
+	}
+	return ""
+}
+
+// TestListExec: a program run with --exec is in another process, so the
+// Go-hook variants of failure-after-marker will not be played; its rules
+// still run on the other variants.
+func TestListExec(t *testing.T) {
+	p := listPlan(t, "--exec", execchild.Command(execchild.Reference), "--provision", "container")
+	if !p.OutOfProcess || p.Adapter.Name == "" || p.Database != "container" || !p.OwnedServer {
+		t.Errorf("out of process %t, adapter %+v, database %q, owned %t; want a program in another process on a container", p.OutOfProcess, p.Adapter, p.Database, p.OwnedServer)
+	}
+	for _, r := range p.Rules {
+		var names []string
+		for _, e := range r.Excluded {
+			names = append(names, e.Variant)
+			if !strings.Contains(e.Reason, "runs in another process") {
+				t.Errorf("rule %s, variant %s: reason %q; want the out-of-process one", r.ID, e.Variant, e.Reason)
+			}
+		}
+		want := ""
+		if r.Fixture == fixtures.FailureAfterMarker {
+			want = "a panic in the effect, a cancelled context"
+		}
+		if !r.Runs || strings.Join(names, ", ") != want {
+			t.Errorf("rule %s: runs %t, variants not played %q; want it to run without %q", r.ID, r.Runs, names, want)
+		}
+	}
+}
+
+// TestListMasksAStrayDSN: list's errors may quote its arguments, and a
+// password in one is masked, as certify masks it.
+func TestListMasksAStrayDSN(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	code := run([]string{"list", "--adapter", "reference", "postgres://nobody:s3cretpassword@127.0.0.1:1/none"}, &stdout, &stderr)
+	if code != exitUsage || !strings.Contains(stderr.String(), "unexpected arguments") || strings.Contains(stderr.String(), "s3cret") {
+		t.Errorf("exit code %d; want %d, an error that does not show the password:\n%s", code, exitUsage, stderr.String())
+	}
+}
