@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"os"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -158,5 +160,35 @@ func TestListMasksAStrayDSN(t *testing.T) {
 	code := run([]string{"list", "--adapter", "reference", "postgres://nobody:s3cretpassword@127.0.0.1:1/none"}, &stdout, &stderr)
 	if code != exitUsage || !strings.Contains(stderr.String(), "unexpected arguments") || strings.Contains(stderr.String(), "s3cret") {
 		t.Errorf("exit code %d; want %d, an error that does not show the password:\n%s", code, exitUsage, stderr.String())
+	}
+}
+
+// TestListIsDocumented: docs/reports.md names every field of list's JSON,
+// and its example reads as that JSON.
+func TestListIsDocumented(t *testing.T) {
+	data, err := os.ReadFile("../../docs/reports.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, ok := strings.Cut(string(data), "## Before a run: `harmless list --adapter NAME`")
+	section, _, _ = strings.Cut(section, "\n## ")
+	if !ok {
+		t.Fatal("docs/reports.md has no section on harmless list --adapter")
+	}
+	for _, typ := range []reflect.Type{reflect.TypeFor[runPlan](), reflect.TypeFor[ruleplan](), reflect.TypeFor[fixtures.Exclusion]()} {
+		for f := range typ.Fields() {
+			name := strings.Split(f.Tag.Get("json"), ",")[0]
+			if !strings.Contains(section, "`"+name+"`") && !strings.Contains(section, "`rules[]."+name+"`") && !strings.Contains(section, `"`+name+`"`) {
+				t.Errorf("the section on harmless list --adapter does not mention `%s`", name)
+			}
+		}
+	}
+	_, example, _ := strings.Cut(section, "```json\n")
+	example, _, _ = strings.Cut(example, "```")
+	dec := json.NewDecoder(strings.NewReader(example))
+	dec.DisallowUnknownFields()
+	var p runPlan
+	if err := dec.Decode(&p); err != nil || len(p.Rules) == 0 {
+		t.Errorf("the JSON example does not read as list's JSON: %v\n%s", err, example)
 	}
 }

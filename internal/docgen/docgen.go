@@ -35,12 +35,21 @@ func RulesPage() string {
 	b.WriteString("# Rules\n\n")
 	b.WriteString("<!-- Generated from package fixtures by `go generate ./...`. Do not edit. -->\n\n")
 	b.WriteString("Every rule has a stable id, a level and a reason. MUST rules decide certification: a run is CERTIFIED when every MUST rule ran and passed, PARTIAL when no rule failed but some MUST rules did not run (not-supported where the run was made, or left out by a filter), and NOT CERTIFIED when a rule failed. Each spec carries the Ginkgo labels `fixture:<fixture id>` and `rule:<rule id>`, so `--label-filter` selects either.\n\n")
+	b.WriteString("Some fixtures, and some variants of a fixture, need something of the implementation or of the run (their needs are listed under them); `harmless list --adapter NAME` (or `--exec COMMAND`, with the database flags of certify) says before a run which rules will run and why the others cannot.\n\n")
 	b.WriteString("The quotations are from the pattern this harness checks, *Make duplicate delivery harmless*.\n\n")
 	b.WriteString("What a run creates and drops on a database you name, and the privileges it needs there: [safety.md](safety.md).\n\n")
 	for _, f := range fixtures.Catalog() {
 		fmt.Fprintf(&b, "## Fixture `%s`\n\n%s\n\n", f.ID, f.Doc)
 		if page, ok := FixturePage(f.ID); ok {
 			fmt.Fprintf(&b, "More: [%s](%s).\n\n", page.Title, page.File)
+		}
+		for _, r := range f.Requires {
+			fmt.Fprintf(&b, "**Needs `%s`:** %s. Without it the fixture's rules are not-supported.\n\n", r, r.Doc())
+		}
+		for _, v := range f.Variants {
+			for _, r := range v.Requires {
+				fmt.Fprintf(&b, "**The variant \"%s\" needs `%s`:** %s. Without it that variant is not played, and the rules are judged on the others.\n\n", v.Name, r, r.Doc())
+			}
 		}
 		for _, r := range f.Rules {
 			fmt.Fprintf(&b, "### %s\n\n", r.ID)
