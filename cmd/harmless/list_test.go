@@ -8,8 +8,13 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/onsi/ginkgo/v2/types"
+
+	harmlessexec "github.com/harmless-dev/harmless/adapters/exec"
 	"github.com/harmless-dev/harmless/fixtures"
 	"github.com/harmless-dev/harmless/internal/execchild"
+	"github.com/harmless-dev/harmless/internal/pgtest"
+	"github.com/harmless-dev/harmless/suite"
 )
 
 // listPlan runs `harmless list` with args and --json, in this process, and
@@ -190,5 +195,50 @@ func TestListIsDocumented(t *testing.T) {
 	var p runPlan
 	if err := dec.Decode(&p); err != nil || len(p.Rules) == 0 {
 		t.Errorf("the JSON example does not read as list's JSON: %v\n%s", err, example)
+	}
+}
+
+// TestListAgreesWithTheRun: what list says of a program run with --exec on
+// a server named by a DSN is what the run does. failure-after-marker is
+// played without the Go-hook variants (no Go hook fires) and its rules
+// pass on the others; crash-recovery is not-supported, saying list's
+// reason.
+func TestListAgreesWithTheRun(t *testing.T) {
+	dsn := pgtest.DSN(t)
+	command := execchild.Command(execchild.Reference)
+	plan := listPlan(t, "--exec", command, "--dsn", dsn)
+	adapter, _, err := harmlessexec.Probe(t.Context(), harmlessexec.Config{Command: command})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := suite.Certify(t.Context(), adapter, suite.WithDSN(dsn),
+		suite.WithGinkgoConfig(func(s *types.SuiteConfig, _ *types.ReporterConfig) {
+			s.LabelFilter = "fixture:" + fixtures.FailureAfterMarker + " || fixture:" + fixtures.CrashRecovery
+		}))
+	if err != nil || cert.Error != "" {
+		t.Fatalf("certify: %v %s", err, cert.Error)
+	}
+	planned := map[string]ruleplan{}
+	for _, r := range plan.Rules {
+		planned[r.ID] = r
+	}
+	ran := 0
+	for _, r := range cert.Rules {
+		p := planned[r.ID]
+		switch {
+		case r.Fixture != fixtures.FailureAfterMarker && r.Fixture != fixtures.CrashRecovery:
+			continue
+		case p.Runs && r.Verdict != suite.VerdictPass:
+			t.Errorf("rule %s: %s (%s); list said it runs, and the reference passes it", r.ID, r.Verdict, r.Message)
+		case !p.Runs && (r.Verdict != suite.VerdictNotSupported || !strings.Contains(r.Message, p.Reason)):
+			t.Errorf("rule %s: %s (%s); list said not-supported: %s", r.ID, r.Verdict, r.Message, p.Reason)
+		}
+		ran++
+	}
+	if ran != 5 {
+		t.Errorf("%d rules of the two fixtures in the certificate; want 5", ran)
+	}
+	if cert.Faults["hook:panic"] != 0 || cert.Faults["hook:cancel"] != 0 || cert.Faults["db:raise@commit"] == 0 {
+		t.Errorf("faults fired: %v; want no Go hook, which list said would not be played, and the others", cert.Faults)
 	}
 }
