@@ -280,7 +280,8 @@ func maskArgs(command string, stdout, stderr io.Writer, args []string) *masker {
 	return m
 }
 
-// masker holds certify's output streams, which mask the run's secrets.
+// masker holds the output streams of certify (and list), which mask the
+// run's secrets.
 type masker struct {
 	command        string // for its warning, e.g. "harmless certify"
 	secrets        *redact.Redactor
