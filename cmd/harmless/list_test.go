@@ -15,6 +15,7 @@ import (
 	"github.com/harmless-dev/harmless/internal/execchild"
 	"github.com/harmless-dev/harmless/internal/pgtest"
 	"github.com/harmless-dev/harmless/suite"
+	"github.com/harmless-dev/harmless/suite/certificate"
 )
 
 // listPlan runs `harmless list` with args and --json, in this process, and
@@ -228,9 +229,9 @@ func TestListAgreesWithTheRun(t *testing.T) {
 		switch {
 		case r.Fixture != fixtures.FailureAfterMarker && r.Fixture != fixtures.CrashRecovery:
 			continue
-		case p.Runs && r.Verdict != suite.VerdictPass:
+		case p.Runs && r.Verdict != certificate.VerdictPass:
 			t.Errorf("rule %s: %s (%s); list said it runs, and the reference passes it", r.ID, r.Verdict, r.Message)
-		case !p.Runs && (r.Verdict != suite.VerdictNotSupported || !strings.Contains(r.Message, p.Reason)):
+		case !p.Runs && (r.Verdict != certificate.VerdictNotSupported || !strings.Contains(r.Message, p.Reason)):
 			t.Errorf("rule %s: %s (%s); list said not-supported: %s", r.ID, r.Verdict, r.Message, p.Reason)
 		}
 		ran++
