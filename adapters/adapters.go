@@ -113,6 +113,36 @@ const (
 	RejectConflicts ConflictPolicy = "reject"
 )
 
+// ExternalEffects is how an implementation makes an effect outside the
+// database (an email, a payment, an HTTP call). Such an effect can never
+// commit atomically with the marker, so the implementation needs a protocol
+// for the boundary; docs/external-effects.md explains the two that harmless
+// certifies.
+type ExternalEffects string
+
+const (
+	// NoExternalEffects declares that the implementation makes no effect
+	// outside the database. The external-effect fixture does not apply to it.
+	NoExternalEffects ExternalEffects = ""
+	// Outbox: the claim's transaction writes an outbox row with the effect,
+	// and a relay sends it after commit, retrying with a key derived from
+	// the event's identity until the destination acknowledges it.
+	Outbox ExternalEffects = "outbox"
+	// DestinationIdempotency: the request is sent with an idempotency key
+	// derived from the event's identity, and the destination deduplicates
+	// (Stripe's Idempotency-Key, the IETF Idempotency-Key draft).
+	DestinationIdempotency ExternalEffects = "destination-idempotency"
+)
+
+// Valid reports whether e is one of the defined values.
+func (e ExternalEffects) Valid() bool {
+	switch e {
+	case NoExternalEffects, Outbox, DestinationIdempotency:
+		return true
+	}
+	return false
+}
+
 // Declaration is what an implementation claims about itself. Declarations
 // select which rules apply to it; they never weaken an assertion, and a
 // stronger claim never skips a rule.
@@ -127,22 +157,28 @@ type Declaration struct {
 	// AcceptsClock reports whether the implementation uses [Env.Clock] for
 	// every time it records or compares, so the harness can move time.
 	AcceptsClock bool
+	// ExternalEffects says how the implementation makes the event's effect
+	// outside the database, at [Env.Destination]; NoExternalEffects when it
+	// makes none.
+	ExternalEffects ExternalEffects
 }
 
 // declarationJSON is a [Declaration] as JSON spells it, in the exec
 // protocol's hello (docs/protocol.md) and in a certificate's declared and
 // verified capabilities (docs/reports.md): the window in seconds.
 type declarationJSON struct {
-	ConflictPolicy   ConflictPolicy `json:"conflict_policy"`
-	RedeliveryWindow float64        `json:"redelivery_window_s"`
-	AcceptsClock     bool           `json:"accepts_clock"`
+	ConflictPolicy   ConflictPolicy  `json:"conflict_policy"`
+	RedeliveryWindow float64         `json:"redelivery_window_s"`
+	AcceptsClock     bool            `json:"accepts_clock"`
+	ExternalEffects  ExternalEffects `json:"external_effects,omitempty"`
 }
 
 // MarshalJSON encodes d as
-// {"conflict_policy":"reject","redelivery_window_s":86400,"accepts_clock":true},
-// the window in seconds ("" and 0 declare no policy and no window).
+// {"conflict_policy":"reject","redelivery_window_s":86400,"accepts_clock":true,"external_effects":"outbox"},
+// the window in seconds ("" and 0 declare no policy and no window;
+// external_effects is absent when none are declared).
 func (d Declaration) MarshalJSON() ([]byte, error) {
-	return json.Marshal(declarationJSON{d.ConflictPolicy, d.RedeliveryWindow.Seconds(), d.AcceptsClock})
+	return json.Marshal(declarationJSON{d.ConflictPolicy, d.RedeliveryWindow.Seconds(), d.AcceptsClock, d.ExternalEffects})
 }
 
 // UnmarshalJSON decodes what [Declaration.MarshalJSON] encodes. Absent
@@ -164,7 +200,7 @@ func (d *Declaration) UnmarshalJSON(data []byte) error {
 	if math.IsNaN(w) || w < 0 || w*float64(time.Second) >= math.MaxInt64 {
 		return fmt.Errorf("declaration: redelivery_window_s %v is not a duration between 0 and %.0f seconds", w, time.Duration(math.MaxInt64).Seconds())
 	}
-	*d = Declaration{ConflictPolicy: j.ConflictPolicy, RedeliveryWindow: time.Duration(w * float64(time.Second)), AcceptsClock: j.AcceptsClock}
+	*d = Declaration{ConflictPolicy: j.ConflictPolicy, RedeliveryWindow: time.Duration(w * float64(time.Second)), AcceptsClock: j.AcceptsClock, ExternalEffects: j.ExternalEffects}
 	return nil
 }
 
@@ -195,6 +231,23 @@ type Env struct {
 	// Logf, when not nil, writes a diagnostic line to the run's log (where
 	// suite.WithLogf sends it; harmless certify -v prints it).
 	Logf func(format string, args ...any)
+	// Destination is the base URL (http://127.0.0.1:PORT) of this play's
+	// external destination, an HTTP API that honours idempotency keys as
+	// payment and email APIs do. It is set for every play when the adapter
+	// declares ExternalEffects, and "" otherwise. Make each applied event's
+	// external effect there, as package adapters/external describes.
+	Destination string
+}
+
+// Drainer is implemented by implementations that make external effects in
+// the background, such as an outbox relay. Drain returns once every
+// external effect committed before the call has been acknowledged by the
+// destination, or with ctx's error when ctx ends first. The harness drains
+// before it counts what reached the destination; without Drain it waits
+// until the destination has heard nothing for a while, a slower and weaker
+// signal.
+type Drainer interface {
+	Drain(ctx context.Context) error
 }
 
 // Clock tells the time.
@@ -238,6 +291,9 @@ func (a Adapter) Validate() error {
 	}
 	if a.Declares.RedeliveryWindow < 0 {
 		return fmt.Errorf("adapter %q declares a negative redelivery window %s", a.Name, a.Declares.RedeliveryWindow)
+	}
+	if !a.Declares.ExternalEffects.Valid() {
+		return fmt.Errorf("adapter %q declares unknown external effects %q (known: %q, %q)", a.Name, a.Declares.ExternalEffects, Outbox, DestinationIdempotency)
 	}
 	return nil
 }

@@ -22,6 +22,8 @@ func TestDeclarationJSON(t *testing.T) {
 		{adapters.Declaration{RedeliveryWindow: 1500 * time.Millisecond},
 			`{"conflict_policy":"","redelivery_window_s":1.5,"accepts_clock":false}`},
 		{adapters.Declaration{}, `{"conflict_policy":"","redelivery_window_s":0,"accepts_clock":false}`},
+		{adapters.Declaration{ExternalEffects: adapters.Outbox},
+			`{"conflict_policy":"","redelivery_window_s":0,"accepts_clock":false,"external_effects":"outbox"}`},
 	} {
 		data, err := json.Marshal(tc.d)
 		if err != nil {
