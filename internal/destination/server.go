@@ -15,15 +15,10 @@ import (
 	"time"
 
 	"github.com/harmless-dev/harmless/adapters"
+	"github.com/harmless-dev/harmless/adapters/external"
 )
 
 const (
-	// effectsPath and keyHeader are the wire contract (package
-	// adapters/external).
-	effectsPath = "/effects"
-	keyHeader   = "Idempotency-Key"
-	// ReplayedHeader is set to "true" on a replayed answer.
-	ReplayedHeader = "Idempotent-Replayed"
 	// maxKeyLen bounds a key, as Stripe does.
 	maxKeyLen = 255
 	// maxBody bounds a body: identities have at most
@@ -223,7 +218,7 @@ func (s *Server) handle(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer s.end()
-	if r.URL.Path != effectsPath {
+	if r.URL.Path != external.Path {
 		s.logf("destination: %s %s: 404", r.Method, r.URL.Path)
 		http.NotFound(w, r)
 		return
@@ -235,7 +230,7 @@ func (s *Server) handle(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	body, rerr := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
-	rec := &Record{At: time.Now(), Key: r.Header.Get(keyHeader), Body: body}
+	rec := &Record{At: time.Now(), Key: r.Header.Get(external.KeyHeader), Body: body}
 	req, derr := decode(body)
 	if rerr != nil {
 		derr = fmt.Errorf("read body: %w", rerr)
@@ -271,7 +266,7 @@ func (s *Server) handle(w http.ResponseWriter, r *http.Request) {
 		}
 		s.drop(w, r, rec)
 	default:
-		a, finish := s.apply(rec, r.Header.Values(keyHeader), req)
+		a, finish := s.apply(rec, r.Header.Values(external.KeyHeader), req)
 		defer finish()
 		if f != nil && f.action == actDrop {
 			f.fire()
@@ -314,7 +309,7 @@ type answer struct {
 func (s *Server) apply(rec *Record, keys []string, req request) (answer, func()) {
 	nothing := func() {}
 	if len(keys) != 1 || keys[0] == "" || len(keys[0]) > maxKeyLen {
-		why := fmt.Sprintf("exactly one %s header of 1 to %d bytes is required", keyHeader, maxKeyLen)
+		why := fmt.Sprintf("exactly one %s header of 1 to %d bytes is required", external.KeyHeader, maxKeyLen)
 		return answer{status: http.StatusBadRequest, body: errorBody(why), reason: why}, nothing
 	}
 	key := keys[0]
@@ -365,7 +360,7 @@ func (s *Server) reply(w http.ResponseWriter, r *Record, a answer, reason string
 	h := w.Header()
 	h.Set("Content-Type", "application/json")
 	if a.replayed {
-		h.Set(ReplayedHeader, "true")
+		h.Set(external.ReplayedHeader, "true")
 	}
 	w.WriteHeader(a.status)
 	if _, err := w.Write(a.body); err != nil {
@@ -409,10 +404,14 @@ func errorBody(why string) []byte {
 	return append(b, '\n')
 }
 
-// decode checks and decodes a body: a JSON object with exactly the fields
-// namespace, id (standard padded base64, id not empty) and payload_digest
-// (64 lower-case hex digits), and nothing after it.
+// decode checks and decodes a body: the JSON of an external.Request with
+// exactly its three fields, namespace and id in standard padded base64 (id
+// not empty), payload_digest as adapters.PayloadDigest writes it, and
+// nothing after it. It is stricter than external.Request.Identity, so that
+// a body the reference client would never send is refused with a reason.
 func decode(body []byte) (request, error) {
+	// external.Request with pointers, to tell a missing field from an
+	// empty one.
 	var wire struct {
 		Namespace     *string `json:"namespace"`
 		ID            *string `json:"id"`

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/harmless-dev/harmless/adapters"
+	"github.com/harmless-dev/harmless/adapters/external"
 )
 
 // start starts a destination that the test closes at its end.
@@ -37,10 +38,11 @@ func start(t *testing.T) *Server {
 
 // wire is the body an implementation sends for ev.
 func wire(ev adapters.Event) string {
-	return fmt.Sprintf(`{"namespace":%q,"id":%q,"payload_digest":%q}`,
-		base64.StdEncoding.EncodeToString([]byte(ev.Namespace)),
-		base64.StdEncoding.EncodeToString([]byte(ev.ID)),
-		adapters.PayloadDigest(ev.Payload))
+	b, err := json.Marshal(external.NewRequest(ev))
+	if err != nil {
+		panic(err)
+	}
+	return string(b)
 }
 
 type reply struct {
@@ -71,7 +73,7 @@ func post(t *testing.T, s *Server, body string, keys ...string) (reply, error) {
 	if err != nil {
 		return reply{}, err
 	}
-	return reply{status: resp.StatusCode, replayed: resp.Header.Get(ReplayedHeader) == "true", body: string(b)}, nil
+	return reply{status: resp.StatusCode, replayed: resp.Header.Get(external.ReplayedHeader) == "true", body: string(b)}, nil
 }
 
 // mustPost is post for a request that must get an answer.
@@ -592,5 +594,40 @@ func TestBodyRecordedAsReceived(t *testing.T) {
 	recs[0].Body[0] = 'X'
 	if s.Requests()[0].Body[0] == 'X' {
 		t.Error("Requests shares the record's body")
+	}
+}
+
+// The reference client, external.Send with external.Key, against the
+// destination: a dropped answer is an error worth retrying, and the retry
+// is acknowledged without a second processing.
+func TestExternalSendAgainstTheDestination(t *testing.T) {
+	s := start(t)
+	if _, err := s.DropAfterProcess(ev1, 1); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Fail(ev1, 2, 503); err != nil {
+		t.Fatal(err)
+	}
+	key := external.Key(ev1)
+	for attempt := 1; attempt <= 2; attempt++ {
+		if err := external.Send(t.Context(), nil, s.URL(), key, ev1); err == nil {
+			t.Fatalf("Send attempt %d: nil error, want a retryable one", attempt)
+		}
+	}
+	if err := external.Send(t.Context(), nil, s.URL(), key, ev1); err != nil {
+		t.Fatalf("Send attempt 3: %v", err)
+	}
+	other := ev1
+	other.Payload = []byte("another payload")
+	if err := external.Send(t.Context(), nil, s.URL(), key, other); !errors.Is(err, external.ErrConflict) {
+		t.Fatalf("Send of another payload with the key: %v, want ErrConflict", err)
+	}
+	if n := s.Processed(ev1); n != 1 {
+		t.Fatalf("Processed = %d, want 1", n)
+	}
+	for _, r := range s.RequestsFor(ev1) {
+		if r.Key != key {
+			t.Errorf("record %d has key %q, want %q", r.Seq, r.Key, key)
+		}
 	}
 }
