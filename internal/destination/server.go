@@ -371,17 +371,18 @@ func (s *Server) reply(w http.ResponseWriter, r *Record, a answer, reason string
 	s.logf("destination: request %d key %q: %d replayed=%t %s", seq, r.Key, a.status, a.replayed, reason)
 }
 
-// drop closes the connection without an answer and records it, as
-// Abandoned when the client went first.
+// drop records the request as dropped, or Abandoned when the client went
+// first (Close cancels the request's context too: that is no client
+// going), then closes the connection without an answer. The record comes
+// first, so that it is final when the client sees the connection close.
 func (s *Server) drop(w http.ResponseWriter, r *http.Request, rec *Record) {
-	gone := r.Context().Err() != nil
-	drop(w)
 	s.mu.Lock()
 	rec.Outcome = Dropped
-	if gone {
+	if r.Context().Err() != nil && !s.closed {
 		rec.Outcome = Abandoned
 	}
 	s.mu.Unlock()
+	drop(w)
 	s.logf("destination: request %d key %q: %s", rec.Seq, rec.Key, rec.Outcome)
 }
 
