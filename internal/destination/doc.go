@@ -25,8 +25,10 @@
 // event identity, counting this one. [Server.Processed] reports these counts:
 // they are kept in the harness's memory and advanced only by the
 // destination's own handler, so an implementation can no more forge them
-// than it can rewrite the ledger. The destination also records every request
-// it read, and every connection it refused ([Server.Requests]).
+// than it can rewrite the ledger. The destination also records every
+// POST /effects it read, and every connection it refused
+// ([Server.Requests]); requests to other paths or with other methods are
+// only logged.
 //
 // Faults are planned per event identity and per attempt, the n-th request
 // the destination read for that event (from 1), like database faults, and
