@@ -16,6 +16,13 @@
 // group, and every request to it fails with an error wrapping
 // [ErrProcessFailed] that says what happened and quotes the end of the
 // child's stderr. The suite reports that as a failed rule and goes on.
+//
+// An instance is an [adapters.Drainer]: Drain asks every process to drain
+// its external effects, and returns an error wrapping [ErrDrainUnsupported]
+// when the child does not implement that optional request. It also has
+// Abort(ctx), which SIGKILLs every process of the instance, as a crash
+// would, for the fixtures that stop an implementation between its commit
+// and its external send.
 package exec
 
 import (
@@ -103,8 +110,8 @@ func (i Info) sameAs(o Info) bool {
 }
 
 func describe(i Info) string {
-	return fmt.Sprintf("%s (protocol %d, conflict policy %q, window %s, accepts clock %t, max in flight %d)",
-		i.Implementation, i.Protocol, i.Declares.ConflictPolicy, i.Declares.RedeliveryWindow, i.Declares.AcceptsClock, i.MaxInFlight)
+	return fmt.Sprintf("%s (protocol %d, conflict policy %q, window %s, accepts clock %t, external effects %q, max in flight %d)",
+		i.Implementation, i.Protocol, i.Declares.ConflictPolicy, i.Declares.RedeliveryWindow, i.Declares.AcceptsClock, i.Declares.ExternalEffects, i.MaxInFlight)
 }
 
 // ErrHandshake marks a child that could not complete hello: it is the wrong
@@ -114,6 +121,15 @@ var ErrHandshake = errors.New("the implementation did not complete the handshake
 // ErrUnsupported is wrapped by the error of a request the child answered
 // with the class "unsupported".
 var ErrUnsupported = errors.New("not supported by the implementation")
+
+// ErrDrainUnsupported is wrapped by the error of Drain on an instance whose
+// child does not implement the optional request drain (it answered the
+// class "unsupported"): the instance cannot say when its external effects
+// have reached the destination, and the harness waits instead until the
+// destination has heard nothing for a while. It wraps
+// [errors.ErrUnsupported], so callers that do not import this package can
+// recognise it too.
+var ErrDrainUnsupported = fmt.Errorf("the implementation does not drain: %w", errors.ErrUnsupported)
 
 // AnswerError is an error answer from the child.
 type AnswerError struct {

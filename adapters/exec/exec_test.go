@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -540,5 +541,156 @@ WHERE application_name = $1 AND wait_event_type = 'Lock')`, app).Scan(&waiting)
 			t.Fatalf("no connection of %s waited for a lock within %s", app, testTimeout)
 		}
 		<-tick.C
+	}
+}
+
+// oneAtATime makes a child declare max_in_flight 1, so that concurrent
+// deliveries need several processes.
+var oneAtATime = Config{Env: []string{execchild.EnvMaxInFlight + "=1"}}
+
+// growTo makes impl, a pool of a child declaring max_in_flight 1, start
+// several processes, by delivering batches of n new events at once until
+// it has.
+func growTo(t *testing.T, impl *pool, n int, prefix string) {
+	t.Helper()
+	for round := range 5 {
+		var wg sync.WaitGroup
+		for i := range n {
+			wg.Go(func() {
+				if got, err := deliver(t, impl, fmt.Sprint(prefix, round, "-", i), testTimeout); err != nil || got != adapters.Applied {
+					t.Errorf("delivery %d: %v, %v; want Applied", i, got, err)
+				}
+			})
+		}
+		wg.Wait()
+		impl.mu.Lock()
+		procs := len(impl.procs)
+		impl.mu.Unlock()
+		if procs >= 2 {
+			return
+		}
+	}
+	t.Fatalf("5 rounds of %d concurrent deliveries ran on one process; the test needs several", n)
+}
+
+// requestsSent is how many requests each process of impl has been sent.
+func requestsSent(impl *pool) map[*process]uint64 {
+	impl.mu.Lock()
+	defer impl.mu.Unlock()
+	sent := map[*process]uint64{}
+	for _, m := range impl.procs {
+		m.mu.Lock()
+		sent[m.process] = m.nextID
+		m.mu.Unlock()
+	}
+	return sent
+}
+
+// TestDrainAsksEveryProcess: Drain sends drain to every process of the
+// instance and succeeds when each answers. A child that does not implement
+// drain makes Drain fail with ErrDrainUnsupported (also errors.ErrUnsupported),
+// at once on the next call, and goes on serving deliveries.
+func TestDrainAsksEveryProcess(t *testing.T) {
+	t.Run("answered", func(t *testing.T) {
+		impl, _ := start(t, execchild.Reference, oneAtATime)
+		growTo(t, impl, 6, "drain-")
+		before := requestsSent(impl)
+		ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+		defer cancel()
+		if err := impl.Drain(ctx); err != nil {
+			t.Fatalf("drain: %v", err)
+		}
+		for proc, n := range requestsSent(impl) {
+			if n != before[proc]+1 {
+				t.Errorf("%s was sent %d requests by Drain, want 1", proc.label, n-before[proc])
+			}
+		}
+	})
+	t.Run("unsupported", func(t *testing.T) {
+		impl, _ := start(t, execchild.NoDrain, Config{})
+		ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+		defer cancel()
+		err := impl.Drain(ctx)
+		if !errors.Is(err, ErrDrainUnsupported) || !errors.Is(err, errors.ErrUnsupported) || !strings.Contains(err.Error(), "unknown method drain") {
+			t.Fatalf("drain: %v; want ErrDrainUnsupported with the child's answer", err)
+		}
+		before := requestsSent(impl)
+		if err := impl.Drain(ctx); !errors.Is(err, ErrDrainUnsupported) {
+			t.Errorf("a second drain: %v; want ErrDrainUnsupported", err)
+		}
+		if after := requestsSent(impl); fmt.Sprint(after) != fmt.Sprint(before) {
+			t.Errorf("a second drain asked the child again (%v, then %v); it already said it does not drain", before, after)
+		}
+		if got, err := deliver(t, impl, "after-drain", testTimeout); err != nil || got != adapters.Applied {
+			t.Errorf("a delivery after the unsupported drain: %v, %v; want Applied", got, err)
+		}
+	})
+}
+
+// TestAbortKillsEveryProcess: Abort kills every process of the instance by
+// SIGKILL, without shutdown, and returns once they have exited. What they
+// committed stays: a new instance on the same schema finds it. The aborted
+// instance fails later requests, and its Close is a no-op.
+func TestAbortKillsEveryProcess(t *testing.T) {
+	impl, e := start(t, execchild.Reference, oneAtATime)
+	growTo(t, impl, 6, "abort-")
+	impl.mu.Lock()
+	procs := slices.Clone(impl.procs)
+	impl.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	if err := impl.Abort(ctx); err != nil {
+		t.Fatalf("abort: %v", err)
+	}
+	for _, m := range procs {
+		if m.status != "killed by signal killed" {
+			t.Errorf("%s ended with %s; want killed by SIGKILL", m.label, m.status)
+		}
+		if live := liveInGroup(t, m.cmd.Process.Pid); len(live) > 0 {
+			t.Errorf("processes %v of %s's group are alive after Abort returned", live, m.label)
+		}
+	}
+	if _, err := deliver(t, impl, "after-abort", testTimeout); err == nil {
+		t.Error("a delivery after Abort succeeded")
+	}
+	if err := impl.Drain(ctx); err == nil {
+		t.Error("a drain after Abort succeeded")
+	}
+	if err := impl.Close(ctx); err != nil {
+		t.Errorf("close after abort: %v; want a no-op", err)
+	}
+
+	next, err := newPool(ctx, impl.cfg, impl.info, adapters.Env{DSN: e.DSN, Schema: e.Schema, Effect: e.Effect, Clock: e.Clock, Instance: 2})
+	if err != nil {
+		t.Fatalf("a new instance on the aborted one's schema: %v", err)
+	}
+	defer next.Close(context.Background())
+	if got, err := deliver(t, next, "abort-0-0", testTimeout); err != nil || got != adapters.Duplicate {
+		t.Errorf("redelivery of an event the aborted instance applied: %v, %v; want Duplicate", got, err)
+	}
+}
+
+// TestAbortFailsTheDeliveryInFlight: a delivery the child is working on
+// when the instance is aborted fails at once, saying so, unacknowledged.
+func TestAbortFailsTheDeliveryInFlight(t *testing.T) {
+	impl, _ := start(t, execchild.HangOnDeliver, Config{})
+	failed := make(chan error, 1)
+	go func() {
+		_, err := deliver(t, impl, "in-flight", 10*testTimeout)
+		failed <- err
+	}()
+	full := time.Now().Add(testTimeout)
+	for len(impl.procs[0].slots) == 0 { // polling, not synchronising
+		if time.Now().After(full) {
+			t.Fatal("the delivery never reached the process")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := impl.Abort(t.Context()); err != nil {
+		t.Fatalf("abort: %v", err)
+	}
+	err := <-failed
+	if !errors.Is(err, ErrProcessFailed) || !strings.Contains(err.Error(), "SIGKILL (abort)") {
+		t.Errorf("the delivery in flight: %v; want it failed by the abort", err)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -27,14 +28,17 @@ type pool struct {
 	// quotes of their stderr mask it.
 	secrets *redact.Redactor
 
-	mu       sync.Mutex
-	procs    []*member
-	starting int           // processes being started
-	waiting  int           // callers waiting for a slot
-	started  int           // processes ever started, for labels
-	freed    chan struct{} // closed and replaced when a slot frees up
-	err      error         // set when the instance is dead
-	closed   bool
+	mu        sync.Mutex
+	procs     []*member
+	launching map[*process]bool // processes grow has started and not yet added to procs
+	starting  int               // processes being started
+	waiting   int               // callers waiting for a slot
+	started   int               // processes ever started, for labels
+	freed     chan struct{}     // closed and replaced when a slot frees up
+	err       error             // set when the instance is dead
+	closed    bool
+	aborted   bool // Abort killed the processes; implies closed
+	noDrain   bool // the child answered drain "unsupported"
 }
 
 // member is a process of the pool with its request slots.
@@ -51,17 +55,19 @@ func newPool(ctx context.Context, cfg Config, info Info, env adapters.Env) (*poo
 		return nil, fmt.Errorf("%s: the environment's effect (%T) was not built by the harmless harness; an exec adapter runs only under it", Name, env.Effect)
 	}
 	p := &pool{
-		cfg:     cfg,
-		info:    info,
-		env:     env,
-		effect:  eff,
-		freed:   make(chan struct{}),
-		secrets: redact.New(),
+		cfg:       cfg,
+		info:      info,
+		env:       env,
+		effect:    eff,
+		freed:     make(chan struct{}),
+		launching: map[*process]bool{},
+		secrets:   redact.New(),
 		setup: protocol.SetupParams{
-			Instance: env.Instance,
-			DSN:      env.DSN,
-			Schema:   env.Schema,
-			Effect:   protocol.EffectSpec{SQL: eff.SQL()},
+			Instance:    env.Instance,
+			DSN:         env.DSN,
+			Schema:      env.Schema,
+			Effect:      protocol.EffectSpec{SQL: eff.SQL()},
+			Destination: env.Destination,
 		},
 	}
 	p.secrets.AddDSN(env.DSN)
@@ -89,6 +95,23 @@ func (p *pool) grow(ctx context.Context) (*member, error) {
 	if err != nil {
 		return nil, err
 	}
+	// Until it joins procs, the process is in launching, where Abort finds
+	// it; one launched after Abort is killed here.
+	p.mu.Lock()
+	if p.aborted {
+		p.mu.Unlock()
+		if err := proc.abort(ctx); err != nil {
+			return nil, err
+		}
+		return nil, errClosed
+	}
+	p.launching[proc] = true
+	p.mu.Unlock()
+	defer func() {
+		p.mu.Lock()
+		delete(p.launching, proc)
+		p.mu.Unlock()
+	}()
 	hello, err := handshake(ctx, proc, p.cfg.HarnessVersion)
 	if err == nil && !hello.sameAs(p.info) {
 		err = fmt.Errorf("%s declares %s, but the probe declared %s; every process must declare the same", label, describe(hello), describe(p.info))
@@ -105,7 +128,9 @@ func (p *pool) grow(ctx context.Context) (*member, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed {
-		go m.shutdown(context.Background())
+		if !p.aborted { // Abort has killed it already
+			go m.shutdown(context.Background())
+		}
 		return nil, errClosed
 	}
 	p.procs = append(p.procs, m)
@@ -113,6 +138,13 @@ func (p *pool) grow(ctx context.Context) (*member, error) {
 }
 
 var errClosed = errors.New("the instance is closed")
+
+// An instance drains its children's external effects and can be stopped
+// abruptly; the harness looks for both.
+var (
+	_ adapters.Drainer                          = (*pool)(nil)
+	_ interface{ Abort(context.Context) error } = (*pool)(nil)
+)
 
 // startMayRetry reports whether a process that failed to start failed for
 // a moment, not for a bug: its hello or setup answered the error class
@@ -268,6 +300,103 @@ func (p *pool) now() *time.Time {
 // wireTime is t as the protocol sends it: UTC, in whole microseconds, the
 // precision of PostgreSQL's timestamptz and of most languages' clocks.
 func wireTime(t time.Time) time.Time { return t.UTC().Truncate(time.Microsecond) }
+
+// Drain sends drain to every live process of the instance at once, each
+// when it has a free slot, and returns when all have answered: then every
+// external effect the instance committed before the call has been
+// acknowledged by the destination (see [adapters.Drainer]). A child that
+// does not implement drain answers "unsupported", and Drain returns an
+// error wrapping [ErrDrainUnsupported], at once on later calls. Processes
+// still starting have committed nothing and are not asked.
+func (p *pool) Drain(ctx context.Context) error {
+	p.mu.Lock()
+	procs, err := slices.Clone(p.procs), p.err
+	switch {
+	case err != nil:
+	case p.closed:
+		err = errClosed
+	case p.noDrain:
+		err = ErrDrainUnsupported
+	}
+	p.mu.Unlock()
+	if err != nil {
+		return fmt.Errorf("drain instance %d: %w", p.env.Instance, err)
+	}
+	errs := make([]error, len(procs))
+	var wg sync.WaitGroup
+	for i, m := range procs {
+		wg.Go(func() { errs[i] = p.drain(ctx, m) })
+	}
+	wg.Wait()
+	for _, err := range errs {
+		// Every process runs the same program: one answer says it for all.
+		if errors.Is(err, ErrDrainUnsupported) {
+			return fmt.Errorf("drain instance %d: %w", p.env.Instance, err)
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("drain instance %d: %w", p.env.Instance, err)
+	}
+	return nil
+}
+
+// drain sends drain to m in one of its slots, so that a process never has
+// more requests at once than it declared.
+func (p *pool) drain(ctx context.Context, m *member) error {
+	select {
+	case m.slots <- struct{}{}:
+	case <-ctx.Done():
+		return fmt.Errorf("%w: %s was busy until the deadline: %w", ErrNoAnswer, m.label, context.Cause(ctx))
+	}
+	defer p.release(m)
+	err := m.request(ctx, protocol.MethodDrain, nil, nil)
+	switch {
+	case errors.Is(err, ErrProcessFailed):
+		return p.die(err)
+	case errors.Is(err, ErrUnsupported):
+		p.mu.Lock()
+		p.noDrain = true
+		p.mu.Unlock()
+		return fmt.Errorf("%w: %w", ErrDrainUnsupported, err)
+	}
+	return err
+}
+
+// Abort stops the instance abruptly, as a crash or the OOM killer would:
+// it kills every process of the instance, with its process group, by
+// SIGKILL and without shutdown, then waits until each has exited or ctx
+// ends. Whatever a child had committed but not yet sent to the external
+// destination stays in its database, for the next instance on the schema
+// to find. Requests in flight fail with [ErrProcessFailed], later requests
+// fail, and Close becomes a no-op: the harness builds a new instance and
+// never uses an aborted one again.
+func (p *pool) Abort(ctx context.Context) error {
+	p.mu.Lock()
+	p.closed, p.aborted = true, true
+	victims := make([]*process, 0, len(p.procs)+len(p.launching))
+	for _, m := range p.procs {
+		victims = append(victims, m.process)
+	}
+	for proc := range p.launching {
+		victims = append(victims, proc)
+	}
+	p.procs = nil
+	p.wake() // callers waiting for a slot see the instance closed
+	p.mu.Unlock()
+	for _, proc := range victims { // all at once, then wait
+		proc.stop()
+	}
+	var errs []error
+	for _, proc := range victims {
+		if err := proc.awaitExit(ctx); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("abort instance %d: %w", p.env.Instance, err)
+	}
+	return nil
+}
 
 // Close shuts every process down, each within the shutdown timeout.
 func (p *pool) Close(ctx context.Context) error {

@@ -213,6 +213,33 @@ func (p *process) kill() {
 	}
 }
 
+// errAborted is why a process that [pool.Abort] killed failed.
+var errAborted = errors.New("the harness killed it with SIGKILL (abort), as a crash would")
+
+// abort kills the process group, as a crash would, and waits until the
+// child has exited or ctx ends.
+func (p *process) abort(ctx context.Context) error {
+	p.stop()
+	return p.awaitExit(ctx)
+}
+
+// stop kills the process group without waiting, as a crash would.
+func (p *process) stop() {
+	p.fail(errAborted) // kills the group, unless the process had failed already
+	p.kill()           // and its stray grandchildren, in that case
+}
+
+// awaitExit waits until the child has exited or ctx ends.
+func (p *process) awaitExit(ctx context.Context) error {
+	select {
+	case <-p.exited:
+		p.stdin.Close()
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("%s was killed but had not exited when the wait ended: %w", p.label, context.Cause(ctx))
+	}
+}
+
 // failure is the error a caller gets once the process has failed. It waits
 // a moment for the rest of stderr, which often says why.
 func (p *process) failure() error {

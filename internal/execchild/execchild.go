@@ -94,6 +94,10 @@ const (
 	// to stderr, then crashes with status 3: a careless child, whose
 	// stderr the reports quote.
 	LeakDSN = "leak-dsn"
+	// NoDrain serves the reference but does not implement the optional
+	// request drain, as a child written before drain existed: it answers
+	// it "unsupported".
+	NoDrain = "no-drain"
 	// SetupTransientLater serves the reference, but answers the setup of
 	// every process of an instance but the first with the error class
 	// transient, as a process started while the server restarts would. It
@@ -245,6 +249,14 @@ func (c *child) handle(req protocol.IncomingRequest) {
 		c.answer(protocol.EncodeResult(req.ID, nil))
 	case protocol.MethodPurge:
 		c.purge(req)
+	case protocol.MethodDrain:
+		if c.mode == NoDrain {
+			c.answer(protocol.EncodeError(req.ID, protocol.Unsupported, "unknown method "+req.Method))
+			return
+		}
+		// The reference Store makes no external effect, so there is never
+		// anything to wait for.
+		c.answer(protocol.EncodeResult(req.ID, nil))
 	default:
 		c.answer(protocol.EncodeError(req.ID, protocol.Unsupported, "unknown method "+req.Method))
 	}

@@ -19,7 +19,11 @@ func FuzzDecodeResponse(f *testing.F) {
 		`{"id":3,"error":{"class":"transient","message":"x"}}`,
 		`{"id":9007199254740991,"error":{"class":"payload_conflict"}}`,
 		`{"id":1,"result":{"protocol":1,"implementation":{"name":"n"},"declares":{"conflict_policy":"reject","redelivery_window_s":86400,"accepts_clock":true},"max_in_flight":8}}`,
+		`{"id":1,"result":{"protocol":1,"implementation":{"name":"n"},"declares":{"conflict_policy":"reject","external_effects":"outbox"}}}`,
+		`{"id":1,"result":{"protocol":1,"implementation":{"name":"n"},"declares":{"external_effects":"destination-idempotency"}}}`,
+		`{"id":1,"result":{"protocol":1,"implementation":{"name":"n"},"declares":{"external_effects":"smtp"}}}`,
 		`{"id":1,"result":{"removed":3}}`,
+		`{"id":4,"error":{"class":"unsupported","message":"unknown method drain"}}`,
 		`{"id":0}`, `[]`, `{"id":1,"result":null,"error":null}`, "\xff{", `{"id":1e2}`,
 	} {
 		f.Add([]byte(seed))
@@ -72,6 +76,8 @@ func FuzzDecodeRequest(f *testing.F) {
 	for _, seed := range []string{
 		`{"id":1,"method":"hello","params":{"protocols":[1]}}`,
 		`{"id":2,"method":"deliver","params":{"namespace":"bnM=","event_id":"MQ==","payload":"","attempt":1,"effect_args":["bnM=","MQ==","ab",1]}}`,
+		`{"id":2,"method":"setup","params":{"instance":1,"dsn":"postgres://h/d","schema":"s","effect":{"sql":"SELECT $1","params":[{"name":"a","type":"int4"}]},"destination":"http://127.0.0.1:4242"}}`,
+		`{"id":4,"method":"drain","params":{}}`, `{"id":4,"method":"drain"}`,
 		`{"id":3,"method":"shutdown"}`, `{"id":3,"method":""}`, `{"id":3,"method":"x","params":[]}`,
 	} {
 		f.Add([]byte(seed))
@@ -89,6 +95,8 @@ func FuzzDecodeRequest(f *testing.F) {
 		}
 		var p DeliverParams
 		_ = json.Unmarshal(req.Params, &p)
+		var s SetupParams
+		_ = json.Unmarshal(req.Params, &s)
 	})
 }
 

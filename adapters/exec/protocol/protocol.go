@@ -54,10 +54,15 @@ const maxWindow = 100 * 365 * 24 * time.Hour
 
 // Methods of the protocol.
 const (
-	MethodHello    = "hello"
-	MethodSetup    = "setup"
-	MethodDeliver  = "deliver"
-	MethodPurge    = "purge"
+	MethodHello   = "hello"
+	MethodSetup   = "setup"
+	MethodDeliver = "deliver"
+	MethodPurge   = "purge"
+	// MethodDrain has no params, and its result is the empty object, sent
+	// once every external effect the child committed before the request
+	// has been acknowledged by the destination. It is optional: a child
+	// that does not implement it answers the error class [Unsupported].
+	MethodDrain    = "drain"
 	MethodShutdown = "shutdown"
 )
 
@@ -317,7 +322,7 @@ type HelloResult struct {
 	Protocol       int            `json:"protocol"`
 	Implementation Implementation `json:"implementation"`
 	// Declares is what the implementation claims about itself, spelled
-	// {"conflict_policy":"reject","redelivery_window_s":86400,"accepts_clock":true}
+	// {"conflict_policy":"reject","redelivery_window_s":86400,"accepts_clock":true,"external_effects":"outbox"}
 	// (see [adapters.Declaration.MarshalJSON]).
 	Declares adapters.Declaration `json:"declares"`
 	// MaxInFlight is how many requests one process handles at once; 0 in
@@ -342,6 +347,9 @@ func DecodeHello(raw json.RawMessage, offered []int) (HelloResult, error) {
 	case adapters.NoConflictPolicy, adapters.RejectConflicts:
 	default:
 		return HelloResult{}, violation("unknown conflict_policy %q (known: %q, or \"\" for none)", h.Declares.ConflictPolicy, adapters.RejectConflicts)
+	}
+	if !h.Declares.ExternalEffects.Valid() {
+		return HelloResult{}, violation("unknown external_effects %q (known: %q, %q, or absent for none)", h.Declares.ExternalEffects, adapters.Outbox, adapters.DestinationIdempotency)
 	}
 	// A negative window, or one too long for a time.Duration, does not
 	// decode (see adapters.Declaration.UnmarshalJSON).
@@ -376,6 +384,10 @@ type SetupParams struct {
 	DSN      string     `json:"dsn"`
 	Schema   string     `json:"schema"`
 	Effect   EffectSpec `json:"effect"`
+	// Destination is the base URL (http://127.0.0.1:PORT) of the play's
+	// external destination (see [adapters.Env.Destination]); absent when
+	// the play has none.
+	Destination string `json:"destination,omitempty"`
 }
 
 // DeliverParams are deliver's parameters. Byte fields travel as standard

@@ -89,10 +89,74 @@ func TestDecodeHelloChecksTheDeclarations(t *testing.T) {
 		`{"protocol":1,"implementation":{"name":"x"},"max_in_flight":1025}`:                     "max_in_flight 1025",
 		`{"protocol":1,"implementation":{"name":"x"},"max_in_flight":-3}`:                       "max_in_flight -3",
 		`{"protocol":"1","implementation":{"name":"x"}}`:                                        "hello result is malformed",
+		`{"protocol":1,"implementation":{"name":"x"},"declares":{"external_effects":"email"}}`:  `unknown external_effects "email"`,
+		`{"protocol":1,"implementation":{"name":"x"},"declares":{"external_effects":"Outbox"}}`: `unknown external_effects "Outbox"`,
+		`{"protocol":1,"implementation":{"name":"x"},"declares":{"external_effects":1}}`:        "hello result is malformed",
 	} {
 		if _, err := DecodeHello(json.RawMessage(raw), Versions); !errors.Is(err, ErrViolation) || !strings.Contains(err.Error(), want) {
 			t.Errorf("%s: %v; want a violation saying %q", raw, err, want)
 		}
+	}
+}
+
+// TestDecodeHelloReadsExternalEffects: each defined value of
+// declares.external_effects is read, and an absent or empty one declares
+// none.
+func TestDecodeHelloReadsExternalEffects(t *testing.T) {
+	for value, want := range map[string]adapters.ExternalEffects{
+		`,"external_effects":"outbox"`:                  adapters.Outbox,
+		`,"external_effects":"destination-idempotency"`: adapters.DestinationIdempotency,
+		`,"external_effects":""`:                        adapters.NoExternalEffects,
+		`,"external_effects":null`:                      adapters.NoExternalEffects,
+		``:                                              adapters.NoExternalEffects,
+	} {
+		raw := `{"protocol":1,"implementation":{"name":"x"},"declares":{"conflict_policy":"reject"` + value + `}}`
+		h, err := DecodeHello(json.RawMessage(raw), Versions)
+		if err != nil || h.Declares.ExternalEffects != want {
+			t.Errorf("%s: external effects %q, %v; want %q", raw, h.Declares.ExternalEffects, err, want)
+		}
+	}
+}
+
+// TestSetupCarriesTheDestination: setup's destination is sent when the play
+// has one and left out when it has none, as docs/protocol.md says.
+func TestSetupCarriesTheDestination(t *testing.T) {
+	for _, tc := range []struct{ destination, want, unwanted string }{
+		{"http://127.0.0.1:4242", `"destination":"http://127.0.0.1:4242"`, ""},
+		{"", "", `"destination"`},
+	} {
+		line, err := EncodeRequest(2, MethodSetup, SetupParams{Instance: 1, DSN: "postgres://x", Schema: "s", Destination: tc.destination})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(string(line), tc.want) || (tc.unwanted != "" && strings.Contains(string(line), tc.unwanted)) {
+			t.Errorf("setup with destination %q: %s", tc.destination, line)
+		}
+		req, err := DecodeRequest(bytes.TrimSuffix(line, []byte("\n")))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got SetupParams
+		if err := json.Unmarshal(req.Params, &got); err != nil || got.Destination != tc.destination {
+			t.Errorf("setup decoded destination %q, %v; want %q", got.Destination, err, tc.destination)
+		}
+	}
+}
+
+// TestDrainRequestAndAnswers: drain is sent with empty params; its answer
+// is an empty result, or the error class unsupported from a child that
+// does not implement it.
+func TestDrainRequestAndAnswers(t *testing.T) {
+	line, err := EncodeRequest(5, MethodDrain, nil)
+	if err != nil || string(line) != `{"id":5,"method":"drain","params":{}}`+"\n" {
+		t.Errorf("drain request %q, %v", line, err)
+	}
+	if resp, err := DecodeResponse([]byte(`{"id":5,"result":{}}`)); err != nil || string(resp.Result) != `{}` {
+		t.Errorf("drained: %+v, %v", resp, err)
+	}
+	resp, err := DecodeResponse([]byte(`{"id":5,"error":{"class":"unsupported","message":"unknown method drain"}}`))
+	if err != nil || resp.Error == nil || resp.Error.Class != Unsupported {
+		t.Errorf("drain unsupported: %+v, %v", resp, err)
 	}
 }
 
