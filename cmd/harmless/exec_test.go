@@ -1,6 +1,8 @@
 package main
 
 import (
+	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -10,10 +12,14 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/harmless-dev/harmless/adapters"
 	harmlessexec "github.com/harmless-dev/harmless/adapters/exec"
+	"github.com/harmless-dev/harmless/adapters/external"
 	"github.com/harmless-dev/harmless/fixtures"
 	"github.com/harmless-dev/harmless/internal/adaptertest"
+	"github.com/harmless-dev/harmless/internal/destination"
 	"github.com/harmless-dev/harmless/internal/execchild"
+	"github.com/harmless-dev/harmless/internal/ledger"
 	"github.com/harmless-dev/harmless/internal/pgtest"
 	"github.com/harmless-dev/harmless/internal/provision"
 	"github.com/harmless-dev/harmless/suite/certificate"
@@ -282,4 +288,106 @@ func TestChildSetupDoesNotWaitForDeliveriesInFlight(t *testing.T) {
 			adaptertest.SetupDoesNotWaitForDeliveriesInFlight(t, adapter)
 		})
 	}
+}
+
+// TestPythonOutboxSurvivesAKillBetweenCommitAndSend runs the Python
+// example's outbox against a real destination, over the exec protocol: each
+// applied event reaches the destination once, with the key Go's
+// external.Key derives, through a 503 and a dropped answer; an event whose
+// send is held when the instance is killed (Abort: SIGKILL) is sent by the
+// next instance on the same schema; and drain answers only once all of it
+// is acknowledged.
+func TestPythonOutboxSurvivesAKillBetweenCommitAndSend(t *testing.T) {
+	command := needPsycopg(t) + " " + filepath.Join(repoRoot(t), "examples", "python-psycopg", "impl.py")
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	adapter, info, err := harmlessexec.Probe(ctx, harmlessexec.Config{Command: command})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.Declares.ExternalEffects != adapters.Outbox {
+		t.Fatalf("the Python example declares external effects %q, want %q", info.Declares.ExternalEffects, adapters.Outbox)
+	}
+	dest, err := destination.Start(ctx, t.Logf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dest.Close()
+	pool := pgtest.Pool(t)
+	schema := fmt.Sprintf("harmless_test_outbox_%d", time.Now().UnixNano())
+	if _, err := pool.Exec(ctx, `CREATE SCHEMA `+schema); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _ = pool.Exec(context.Background(), `DROP SCHEMA `+schema+` CASCADE`) })
+	if err := ledger.Install(ctx, pool, schema); err != nil {
+		t.Fatal(err)
+	}
+	env := adapters.Env{DSN: pgtest.DSN(t), Schema: schema, Effect: ledger.Effect(schema, nil), Clock: adapters.SystemClock{}, Instance: 1, Destination: dest.URL()}
+	deliver := func(impl adapters.Implementation, ev adapters.Event) {
+		t.Helper()
+		if got, err := impl.Deliver(ctx, adapters.Delivery{Event: ev, Attempt: 1}); err != nil || got != adapters.Applied {
+			t.Fatalf("deliver %s: %v, %v; want Applied", ev, got, err)
+		}
+	}
+	event := func(ns, id string) adapters.Event {
+		return adapters.Event{Namespace: ns, ID: id, Payload: []byte("payload of " + id)}
+	}
+	// A namespace of 200 bytes: its length takes two bytes as a uvarint.
+	plain, failing, dropped, held := event(strings.Repeat("n", 200), "plain"), event("outbox", "503"), event("outbox", "dropped"), event("outbox", "held")
+	if _, err := dest.Fail(failing, 1, 503); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := dest.DropAfterProcess(dropped, 1); err != nil {
+		t.Fatal(err)
+	}
+	hold, err := dest.Hold(held, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hold.Release()
+
+	first, err := adapter.New(ctx, env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer first.Close(context.Background())
+	for _, ev := range []adapters.Event{plain, failing, dropped} {
+		deliver(first, ev)
+	}
+	if err := first.(adapters.Drainer).Drain(ctx); err != nil {
+		t.Fatalf("drain: %v", err)
+	}
+	deliver(first, held)
+	select {
+	case <-hold.Arrived():
+	case <-ctx.Done():
+		t.Fatal("the held event's request never reached the destination")
+	}
+	if err := first.(interface{ Abort(context.Context) error }).Abort(ctx); err != nil {
+		t.Fatalf("abort: %v", err)
+	}
+	env.Instance = 2
+	second, err := adapter.New(ctx, env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer second.Close(context.Background())
+	if err := second.(adapters.Drainer).Drain(ctx); err != nil {
+		t.Fatalf("drain after the abort: %v", err)
+	}
+	for i, ev := range []adapters.Event{plain, failing, dropped, held} {
+		records := dest.RequestsFor(ev)
+		if n := dest.Processed(ev); n != 1 {
+			t.Errorf("%s was processed %d times at the destination, want once; requests: %+v", ev, n, records)
+		}
+		for _, r := range records {
+			if r.Key != external.Key(ev) || r.PayloadDigest != adapters.PayloadDigest(ev.Payload) {
+				t.Errorf("%s was sent with key %q and digest %q, want %q and %q", ev, r.Key, r.PayloadDigest, external.Key(ev), adapters.PayloadDigest(ev.Payload))
+			}
+		}
+		if faulty := i > 0; faulty && len(records) < 2 {
+			t.Errorf("%s reached the destination %d times; its fault should have made the relay retry", ev, len(records))
+		}
+	}
+	t.Logf("the destination saw %d requests", len(dest.Requests()))
 }

@@ -6,9 +6,9 @@ stdout, in any order. This module is that loop, written once so that an
 implementation only supplies a handler:
 
 - ``hello`` is answered here, from the handler's ``declarations``;
-- ``setup``, ``deliver`` and ``purge`` run on a thread pool of
-  ``max_in_flight`` threads, so one process handles that many requests at
-  once, as it declared;
+- ``setup``, ``deliver``, ``purge`` and (when the handler has it) ``drain``
+  run on a thread pool of ``max_in_flight`` threads, so one process handles
+  that many requests at once, as it declared;
 - ``shutdown`` closes the handler and exits with status 0, and so does the
   end of stdin.
 
@@ -71,6 +71,7 @@ class Declarations:
     redelivery_window_s: int  # 0 declares no window
     accepts_clock: bool
     max_in_flight: int  # requests handled at once by one process, 1 to 1024
+    external_effects: str = ""  # "outbox", "destination-idempotency" or "" (none)
 
 
 class Handler(Protocol):
@@ -83,6 +84,10 @@ class Handler(Protocol):
     def deliver(self, params: Params) -> Result: ...
 
     def purge(self, params: Params) -> Result: ...
+
+    # Optional: def drain(self, params: Params) -> Result, answered once every
+    # external effect committed before it has reached the destination. A
+    # handler without it answers drain "unsupported".
 
     def close(self) -> None:
         """Close every connection; called at shutdown and at the end of stdin."""
@@ -170,6 +175,8 @@ class _Server:
             "deliver": handler.deliver,
             "purge": handler.purge,
         }
+        if hasattr(handler, "drain"):
+            self._methods["drain"] = handler.drain
         self._pool = ThreadPoolExecutor(max_workers=handler.declarations.max_in_flight,
                                         thread_name_prefix="request")
         self._out = sys.stdout.buffer
@@ -222,14 +229,17 @@ class _Server:
         if not isinstance(offered, list) or PROTOCOL_VERSION not in offered:
             raise ProtocolError(UNSUPPORTED, f"harmless offers protocols {offered!r}; this child speaks {PROTOCOL_VERSION}")
         d = self._handler.declarations
+        declares = {
+            "conflict_policy": d.conflict_policy,
+            "redelivery_window_s": d.redelivery_window_s,
+            "accepts_clock": d.accepts_clock,
+        }
+        if d.external_effects:
+            declares["external_effects"] = d.external_effects
         return {
             "protocol": PROTOCOL_VERSION,
             "implementation": {"name": d.name, "version": d.version},
-            "declares": {
-                "conflict_policy": d.conflict_policy,
-                "redelivery_window_s": d.redelivery_window_s,
-                "accepts_clock": d.accepts_clock,
-            },
+            "declares": declares,
             "max_in_flight": d.max_in_flight,
         }
 

@@ -27,6 +27,12 @@ rejected when they differ (conflict policy "reject").
 
 Markers are kept for the redelivery window and purged after it: a purge
 removes the markers claimed before its cutoff.
+
+The event's external effect (the call to the destination harmless gives in
+setup) goes through a transactional outbox (outbox.py): step 2 also inserts
+an outbox row, and after the commit a relay thread sends it with an
+idempotency key derived from the identity, retrying until the destination
+acknowledges it. Without a destination there is no external effect to make.
 """
 
 from __future__ import annotations
@@ -57,6 +63,8 @@ try:
 except ImportError:
     hp.reexec_with_system_python("psycopg2", "python3-psycopg2")
 
+import outbox  # noqa: E402
+
 log = logging.getLogger("harmless.impl")
 
 DECLARATIONS = hp.Declarations(
@@ -66,6 +74,7 @@ DECLARATIONS = hp.Declarations(
     redelivery_window_s=86400,
     accepts_clock=True,
     max_in_flight=16,
+    external_effects="outbox",
 )
 
 # A longer identity would not fit the unique index (a B-tree entry holds about
@@ -264,6 +273,8 @@ class Setup:
     connections: Connections
     table: sql.Composable  # the schema-qualified marker table
     effect: Effect
+    outbox: sql.Composable  # the schema-qualified outbox table
+    relay: outbox.Relay | None  # None when harmless gave no destination
 
 
 class Implementation:
@@ -280,10 +291,14 @@ class Implementation:
 
     def setup(self, params: hp.Params) -> hp.Result:
         schema = hp.field(params, "schema", str)
+        destination = params.get("destination") or ""  # absent when the play has none
+        connections = Connections(hp.field(params, "dsn", str))
         setup = Setup(
-            connections=Connections(hp.field(params, "dsn", str)),
+            connections=connections,
             table=sql.Identifier(schema, "processed_events"),
             effect=Effect.parse(hp.field(params, "effect", dict)),
+            outbox=sql.Identifier(schema, "outbox"),
+            relay=None,
         )
         with setup.connections.transaction("setup") as cur:
             # Several processes may set up one schema at once, and two
@@ -308,7 +323,11 @@ class Implementation:
             if cur.fetchone()[0]:
                 cur.execute(sql.SQL("CREATE INDEX processed_events_processed_at ON {} (processed_at)")
                             .format(setup.table))
+            outbox.create_table(cur, setup.outbox)
             cur.connection.commit()
+        if destination:
+            # Its first pass sends what a process killed after its commit left.
+            setup = dataclasses.replace(setup, relay=outbox.Relay(connections.transaction, setup.outbox, destination))
         self._setup = setup
         log.info("set up in schema %s", schema)
         return {}
@@ -322,7 +341,13 @@ class Implementation:
             if not self.claim(cur, s.table, d):
                 return {"outcome": self._compare(cur, s.table, d)}
             cur.execute(s.effect.statement, effect_args)
+            if s.relay is not None:
+                # The external effect commits with the claim, as a row the
+                # relay sends: never from inside the transaction.
+                outbox.enqueue(cur, s.outbox, d.namespace, d.event_id, d.digest.hex())
             cur.connection.commit()
+        if s.relay is not None:
+            s.relay.wake()
         return {"outcome": APPLIED}
 
     def claim(self, cur: Cursor, table: sql.Composable, d: Delivery) -> bool:
@@ -354,8 +379,19 @@ class Implementation:
             cur.connection.commit()
         return {"removed": removed}
 
+    def drain(self, params: hp.Params) -> hp.Result:
+        """Answer once every external effect committed before now has been acknowledged."""
+        s = self._configured()
+        if s.relay is not None:
+            s.relay.drain()
+        return {}
+
     def close(self) -> None:
+        # The relay stops without draining: what it has not sent stays in
+        # the outbox for the next process.
         if self._setup is not None:
+            if self._setup.relay is not None:
+                self._setup.relay.stop()
             self._setup.connections.close()
 
     def _configured(self) -> Setup:
