@@ -52,6 +52,12 @@ type Play struct {
 	attempts  map[eventKey]int
 	history   []Attempt
 	pending   int // deliveries in flight
+	// inFlight counts the deliveries in flight per event, and released is
+	// closed (and replaced) whenever one of them ends: a redelivery waits
+	// on it for the event's other deliveries to end (see
+	// DeliverUntilTerminal).
+	inFlight map[eventKey]int
+	released chan struct{}
 }
 
 type eventKey struct{ namespace, id string }
@@ -67,6 +73,8 @@ func (s *Play) install(ctx context.Context) error {
 	}
 	s.instances = map[int]adapters.Implementation{}
 	s.attempts = map[eventKey]int{}
+	s.inFlight = map[eventKey]int{}
+	s.released = make(chan struct{})
 	// One transaction: the schema never exists half installed, nor without
 	// the marker by which a later run tells it from a user's schema of a
 	// similar name.
