@@ -38,10 +38,20 @@ const KeyedColumns = Columns + `,
 // NoTable, passed to [Adapter] as the columns, creates no table.
 const NoTable = ""
 
-// Declaration is what every broken adapter declares: exactly the
-// reference's claims, which the bug then breaks.
+// Declaration is what every broken adapter declares: the reference's
+// claims about the database, which the bug then breaks. It declares no
+// external effects: the adapters whose bug lies at that boundary declare
+// theirs with [Declaring].
 func Declaration() adapters.Declaration {
-	return reference.Adapter().Declares
+	d := reference.Adapter().Declares
+	d.ExternalEffects = adapters.NoExternalEffects
+	return d
+}
+
+// Declaring returns a with its declaration of external effects set to e.
+func Declaring(a adapters.Adapter, e adapters.ExternalEffects) adapters.Adapter {
+	a.Declares.ExternalEffects = e
+	return a
 }
 
 // Adapter returns the adapter called name, declaring [Declaration]. Its
