@@ -81,6 +81,8 @@ func FixturePage(fixture string) (Page, bool) {
 		return Page{"identity.md", "identities"}, true
 	case fixtures.CrashRecovery:
 		return Page{"crash-recovery.md", "crash recovery"}, true
+	case fixtures.ExternalEffect:
+		return Page{"external-effects.md", "external effects"}, true
 	}
 	return Page{}, false
 }
