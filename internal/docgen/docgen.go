@@ -136,8 +136,11 @@ func MatrixTable() string {
 		fmt.Fprintf(&b, "| `%s` |", row.Adapter)
 		for _, f := range fixtures.Catalog() {
 			cell := "pass"
-			if row.Expect(f.ID) == matrix.MustFail {
+			switch row.Expect(f.ID) {
+			case matrix.MustFail:
 				cell = "**FAIL**"
+			case matrix.NotApplicable:
+				cell = "n/a"
 			}
 			fmt.Fprintf(&b, " %s |", cell)
 		}
