@@ -9,6 +9,10 @@ import (
 	"github.com/harmless-dev/harmless/suite/certificate"
 )
 
+// notApplicable is certificate.VerdictNotApplicable, which the
+// external-effect fixture brings.
+const notApplicable certificate.Verdict = "not-applicable"
+
 // Compare compares a certificate with the verdict matrix's row for its
 // adapter and returns every difference, each naming the adapter, the
 // fixture and the rule. No difference means the suite judged the adapter as
@@ -35,6 +39,14 @@ func Compare(cert certificate.Certificate, row matrix.Row) []string {
 				if r.Verdict != certificate.VerdictPass {
 					line, _, _ := strings.Cut(r.Message, "\n")
 					diffs = append(diffs, fmt.Sprintf("adapter %s, fixture %s, rule %s: verdict %s, but the matrix says the fixture must pass: %s",
+						cert.Adapter, f.ID, r.ID, r.Verdict, line))
+				}
+			}
+		case matrix.NotApplicable:
+			for _, r := range rules {
+				if r.Verdict != notApplicable {
+					line, _, _ := strings.Cut(r.Message, "\n")
+					diffs = append(diffs, fmt.Sprintf("adapter %s, fixture %s, rule %s: verdict %s, but the matrix says the fixture does not apply: %s",
 						cert.Adapter, f.ID, r.ID, r.Verdict, line))
 				}
 			}
