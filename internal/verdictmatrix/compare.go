@@ -9,10 +9,6 @@ import (
 	"github.com/harmless-dev/harmless/suite/certificate"
 )
 
-// notApplicable is certificate.VerdictNotApplicable, which the
-// external-effect fixture brings.
-const notApplicable certificate.Verdict = "not-applicable"
-
 // Compare compares a certificate with the verdict matrix's row for its
 // adapter and returns every difference, each naming the adapter, the
 // fixture and the rule. No difference means the suite judged the adapter as
@@ -44,7 +40,7 @@ func Compare(cert certificate.Certificate, row matrix.Row) []string {
 			}
 		case matrix.NotApplicable:
 			for _, r := range rules {
-				if r.Verdict != notApplicable {
+				if r.Verdict != certificate.VerdictNotApplicable {
 					line, _, _ := strings.Cut(r.Message, "\n")
 					diffs = append(diffs, fmt.Sprintf("adapter %s, fixture %s, rule %s: verdict %s, but the matrix says the fixture does not apply: %s",
 						cert.Adapter, f.ID, r.ID, r.Verdict, line))
