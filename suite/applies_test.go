@@ -33,6 +33,7 @@ func TestFixturesAskWhenTheyKnow(t *testing.T) {
 	knownAt := map[string][]fixtures.Requirement{
 		fixtures.RetentionExpiry: {fixtures.NeedsRedeliveryWindow},
 		fixtures.CrashRecovery:   {fixtures.NeedsRedeliveryWindow, fixtures.NeedsOwnedServer},
+		fixtures.ExternalEffect:  {fixtures.NeedsExternalEffects},
 	}
 	for _, f := range fixtures.Catalog() {
 		reqs := slices.Clone(f.Requires)

@@ -180,6 +180,8 @@ func reportRules(t *testing.T, cert certificate.Certificate) {
 				t.Errorf("%s %s did not run (%s): a certification runs every rule", r.Level, r.ID, r.Message)
 			case certificate.VerdictNotSupported:
 				t.Skipf("%s %s could not run: %s", r.Level, r.ID, r.Message)
+			case certificate.VerdictNotApplicable:
+				t.Skipf("%s %s is not-applicable: %s", r.Level, r.ID, r.Message)
 			}
 		})
 	}

@@ -132,6 +132,7 @@ func (s *state) describe() {
 		s.identityFidelity()
 		s.ambiguousCommit()
 		s.crashRecovery()
+		s.externalEffect()
 	})
 }
 

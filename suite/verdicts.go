@@ -25,6 +25,9 @@ const (
 	outcomeFail
 	// outcomeNotSupported: the rule cannot be judged here.
 	outcomeNotSupported
+	// outcomeNotApplicable: the implementation has nothing the rule
+	// tests (it declares no external effects).
+	outcomeNotApplicable
 )
 
 // specRecord is the typed record of one spec of a rule, made when the spec
@@ -64,31 +67,63 @@ func specKey(below []string, leaf string) string {
 // in Ginkgo's own report; the verdict comes from the spec's record.
 const notSupportedPrefix = "not-supported: "
 
-// unsupported is the panic value of notSupported, turned into the spec's
-// typed outcome and a Skip by the It (see runCheck).
-type unsupported struct{ reason string }
+// notApplicablePrefix starts the Skip message of a spec whose rule has
+// nothing to test in the implementation.
+const notApplicablePrefix = "not-applicable: "
+
+// unsupported is the panic value of notSupported and notApplicable, turned
+// into the spec's typed outcome and a Skip by the It (see runCheck).
+type unsupported struct {
+	reason string
+	// inapplicable marks notApplicable's.
+	inapplicable bool
+}
 
 // notSupported ends the current rule's check as not supported, saying why,
 // when reason is set. Call it only from a rule's check.
 func notSupported(reason string) {
 	if reason != "" {
-		panic(unsupported{reason})
+		panic(unsupported{reason: reason})
 	}
 }
 
-// runCheck runs judge, turning a call to notSupported in it into its
-// reason. Any other panic (Ginkgo's own Fail, a bug) goes on to Ginkgo.
-func runCheck(judge func() judgement) (j judgement, reason string, notApplicable bool) {
+// notApplicable ends the current rule's check as not-applicable, saying
+// why, when reason is set: the implementation has nothing the rule tests
+// (see [fixtures.Applicability.NotApplicable]), which does not lower its
+// status. Call it only from a rule's check.
+func notApplicable(reason string) {
+	if reason != "" {
+		panic(unsupported{reason: reason, inapplicable: true})
+	}
+}
+
+// skipFor ends the current rule's check as not-applicable or not-supported
+// when a says the fixture does not run, and as not-supported when variant
+// is not played; it does nothing otherwise.
+func skipFor(a fixtures.Applicability, variant string) {
+	if a.NotApplicable {
+		notApplicable(a.Reason)
+	}
+	notSupported(a.Excludes(variant))
+}
+
+// runCheck runs judge, turning a call to notSupported or notApplicable in
+// it into its outcome and reason. Any other panic (Ginkgo's own Fail, a
+// bug) goes on to Ginkgo.
+func runCheck(judge func() judgement) (j judgement, skipped outcome, reason string) {
 	defer func() {
 		if r := recover(); r != nil {
 			u, ok := r.(unsupported)
 			if !ok {
 				panic(r)
 			}
-			reason, notApplicable = u.reason, true
+			skipped, reason = outcomeNotSupported, u.reason
+			if u.inapplicable {
+				skipped = outcomeNotApplicable
+			}
 		}
 	}()
-	return judge(), "", false
+	return judge(), 0, ""
 }
 
 // registerRule registers one It that checks rule id with judge, and its
@@ -111,11 +146,14 @@ func (s *state) registerRule(id string, judge func() judgement) {
 	// has a budget of its own: the It needs no timeout (one would cap the
 	// BeforeAll, which runs inside the container's first It).
 	ginkgo.It(leaf, ginkgo.Label(r.Label(), "level:"+string(r.Level)), func() {
-		j, reason, notApplicable := runCheck(judge)
+		j, skipped, reason := runCheck(judge)
 		switch {
-		case notApplicable:
+		case skipped == outcomeNotSupported:
 			rec.outcome, rec.message = outcomeNotSupported, reason
 			ginkgo.Skip(notSupportedPrefix + reason)
+		case skipped == outcomeNotApplicable:
+			rec.outcome, rec.message = outcomeNotApplicable, reason
+			ginkgo.Skip(notApplicablePrefix + reason)
 		case len(j.problems) > 0:
 			msg := failureMessage(r, j.problems, !j.unplayed)
 			rec.outcome, rec.message = outcomeFail, msg
@@ -165,7 +203,8 @@ func verdict(specs []*specRecord) (certificate.Verdict, string) {
 		return certificate.VerdictSkipped, noSpecRan
 	}
 	var failed, notSupported, notes []string
-	passed, skipped := 0, 0
+	passed, skipped, inapplicable := 0, 0, 0
+	reason := ""
 	for _, rec := range specs {
 		sr := rec.report
 		switch {
@@ -197,6 +236,11 @@ func verdict(specs []*specRecord) (certificate.Verdict, string) {
 			failed = append(failed, fmt.Sprintf("[%s] %s", rec.where, msg))
 		case sr.State == types.SpecStateSkipped && rec.outcome == outcomeNotSupported:
 			notSupported = append(notSupported, fmt.Sprintf("[%s] %s", rec.where, rec.message))
+		case sr.State == types.SpecStateSkipped && rec.outcome == outcomeNotApplicable:
+			// The same reason for every spec: the implementation's
+			// declaration, which the fixture decides once.
+			inapplicable++
+			reason = rec.message
 		default:
 			skipped++
 		}
@@ -208,6 +252,8 @@ func verdict(specs []*specRecord) (certificate.Verdict, string) {
 		return certificate.VerdictFail, certificate.BoundLines(strings.Join(failed, "\n"))
 	case skipped > 0:
 		return certificate.VerdictSkipped, fmt.Sprintf("%d of %d specs did not run", skipped, len(specs))
+	case inapplicable == len(specs):
+		return certificate.VerdictNotApplicable, reason
 	case passed == 0 && len(notSupported) > 0:
 		return certificate.VerdictNotSupported, certificate.BoundLines(strings.Join(notSupported, "\n"))
 	case len(notSupported) > 0:

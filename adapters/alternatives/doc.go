@@ -25,6 +25,13 @@
 //     written with database/sql and the pgx stdlib driver, applying the
 //     effect with [adapters.Effect.ApplySQL]. It proves the *sql.Tx effect
 //     helper.
+//   - alt-destination-key (package destinationkey): the reference's
+//     store, and no outbox: the external effect is sent inside the claim's
+//     transaction, before COMMIT, with a key derived from the identity
+//     (external.Key). A failed send rolls the claim back and the
+//     redelivery sends the same key; a send whose COMMIT then failed is
+//     replayed by the destination. Costs: a transaction held open across
+//     the network; it rests on the destination honouring keys.
 //   - alt-slow (package slow): the reference, waiting one second at the
 //     start of every delivery. It is not another technique but another
 //     kind of implementation: a slow one, which the harness must certify

@@ -6,7 +6,9 @@
 // adapters.Effect.Apply, the same processed-events table in the play's
 // schema, the harness's clock, the same identity checks and the same
 // declaration (conflict policy "reject", the reference's redelivery window,
-// AcceptsClock).
+// AcceptsClock). Only the four whose bug lies at the external boundary
+// declare external effects; the others declare none, and the
+// external-effect fixture does not apply to them.
 //
 // | adapter                  | package         | bug                                                             | caught by                                                                                     |
 // |--------------------------|-----------------|-----------------------------------------------------------------|-----------------------------------------------------------------------------------------------|
@@ -21,6 +23,10 @@
 // | broken-marker-first      | markerfirst     | marker committed, then the effect in a second transaction       | concurrent-delivery, failure-after-marker, ambiguous-commit, crash-recovery                   |
 // | broken-no-namespace      | nonamespace     | the marker is keyed by the event id alone                       | namespace-isolation, identity-fidelity                                                        |
 // | broken-no-purge          | nopurge         | a window is declared, but Purge removes nothing                 | retention-expiry                                                                              |
+// | broken-outbox-delete-first | outboxdeletefirst | the relay deletes the outbox row and commits, then sends | external-effect |
+// | broken-random-key        | randomkey       | an outbox relay making a new idempotency key for every send     | external-effect |
+// | broken-send-after-commit | sendaftercommit | the external call after COMMIT with no outbox                   | external-effect |
+// | broken-send-in-tx        | sendintx        | the external call inside the transaction, a fresh key per attempt | external-effect |
 // | broken-sql-splice        | sqlsplice       | the identity spliced into the claim's SQL text                  | bad-input                                                                                     |
 // | broken-truncated-key     | truncatedkey    | the marker keyed by the id cut to 64 characters                 | identity-fidelity                                                                             |
 //

@@ -10,6 +10,7 @@ import (
 	"github.com/harmless-dev/harmless/adapters"
 	"github.com/harmless-dev/harmless/adapters/alternatives/advisorylock"
 	"github.com/harmless-dev/harmless/adapters/alternatives/databasesql"
+	"github.com/harmless-dev/harmless/adapters/alternatives/destinationkey"
 	"github.com/harmless-dev/harmless/adapters/alternatives/serializable"
 	"github.com/harmless-dev/harmless/adapters/alternatives/slow"
 	"github.com/harmless-dev/harmless/adapters/broken/busyisduplicate"
@@ -23,6 +24,10 @@ import (
 	"github.com/harmless-dev/harmless/adapters/broken/markerfirst"
 	"github.com/harmless-dev/harmless/adapters/broken/nonamespace"
 	"github.com/harmless-dev/harmless/adapters/broken/nopurge"
+	"github.com/harmless-dev/harmless/adapters/broken/outboxdeletefirst"
+	"github.com/harmless-dev/harmless/adapters/broken/randomkey"
+	"github.com/harmless-dev/harmless/adapters/broken/sendaftercommit"
+	"github.com/harmless-dev/harmless/adapters/broken/sendintx"
 	"github.com/harmless-dev/harmless/adapters/broken/sqlsplice"
 	"github.com/harmless-dev/harmless/adapters/broken/truncatedkey"
 	"github.com/harmless-dev/harmless/adapters/reference"
@@ -33,21 +38,26 @@ func All() []adapters.Adapter {
 	all := []adapters.Adapter{
 		advisorylock.Adapter(),
 		databasesql.Adapter(),
+		destinationkey.Adapter(),
 		serializable.Adapter(),
 		slow.Adapter(),
-		busyisduplicate.Adapter(), // broken-busy-is-duplicate
-		casefolded.Adapter(),      // broken-case-folded
-		checktheninsert.Adapter(), // broken-check-then-insert
-		earlypurge.Adapter(),      // broken-early-purge
-		effectfirst.Adapter(),     // broken-effect-first
-		ignorepayload.Adapter(),   // broken-ignore-payload
-		inmemory.Adapter(),        // broken-in-memory
-		lossykey.Adapter(),        // broken-lossy-key
-		markerfirst.Adapter(),     // broken-marker-first
-		nonamespace.Adapter(),     // broken-no-namespace
-		nopurge.Adapter(),         // broken-no-purge
-		sqlsplice.Adapter(),       // broken-sql-splice
-		truncatedkey.Adapter(),    // broken-truncated-key
+		busyisduplicate.Adapter(),   // broken-busy-is-duplicate
+		casefolded.Adapter(),        // broken-case-folded
+		checktheninsert.Adapter(),   // broken-check-then-insert
+		earlypurge.Adapter(),        // broken-early-purge
+		effectfirst.Adapter(),       // broken-effect-first
+		ignorepayload.Adapter(),     // broken-ignore-payload
+		inmemory.Adapter(),          // broken-in-memory
+		lossykey.Adapter(),          // broken-lossy-key
+		markerfirst.Adapter(),       // broken-marker-first
+		nonamespace.Adapter(),       // broken-no-namespace
+		nopurge.Adapter(),           // broken-no-purge
+		outboxdeletefirst.Adapter(), // broken-outbox-delete-first
+		randomkey.Adapter(),         // broken-random-key
+		sendaftercommit.Adapter(),   // broken-send-after-commit
+		sendintx.Adapter(),          // broken-send-in-tx
+		sqlsplice.Adapter(),         // broken-sql-splice
+		truncatedkey.Adapter(),      // broken-truncated-key
 		reference.Adapter(),
 	}
 	slices.SortFunc(all, func(a, b adapters.Adapter) int { return strings.Compare(a.Name, b.Name) })

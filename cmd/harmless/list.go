@@ -144,12 +144,16 @@ type runPlan struct {
 // ruleplan is whether a rule will run, and the variants of its fixture
 // that will not.
 type ruleplan struct {
-	ID       string               `json:"id"`
-	Fixture  string               `json:"fixture"`
-	Level    fixtures.Level       `json:"level"`
-	Runs     bool                 `json:"runs"`
-	Reason   string               `json:"reason,omitempty"`
-	Excluded []fixtures.Exclusion `json:"excluded_variants,omitempty"`
+	ID      string         `json:"id"`
+	Fixture string         `json:"fixture"`
+	Level   fixtures.Level `json:"level"`
+	Runs    bool           `json:"runs"`
+	Reason  string         `json:"reason,omitempty"`
+	// NotApplicable marks a rule that does not run because the
+	// implementation has nothing it tests: not-applicable, which does not
+	// lower the status (see fixtures.Applicability.NotApplicable).
+	NotApplicable bool                 `json:"not_applicable,omitempty"`
+	Excluded      []fixtures.Exclusion `json:"excluded_variants,omitempty"`
 }
 
 // planOf decides which rules a certify run with flags f would run. It
@@ -176,11 +180,12 @@ func planOf(ctx context.Context, f certifyFlags) (runPlan, error) {
 		AcceptsClock:     adapter.Declares.AcceptsClock,
 		OutOfProcess:     p.OutOfProcess,
 		OwnedServer:      p.OwnedServer,
+		ExternalEffects:  adapter.Declares.ExternalEffects,
 	}
 	for _, fx := range fixtures.Catalog() {
 		a := fx.Applies(target)
 		for _, r := range fx.Rules {
-			p.Rules = append(p.Rules, ruleplan{ID: r.ID, Fixture: r.Fixture, Level: r.Level, Runs: a.Runs, Reason: a.Reason, Excluded: a.Excluded})
+			p.Rules = append(p.Rules, ruleplan{ID: r.ID, Fixture: r.Fixture, Level: r.Level, Runs: a.Runs, Reason: a.Reason, NotApplicable: a.NotApplicable, Excluded: a.Excluded})
 		}
 	}
 	return p, nil
@@ -201,12 +206,16 @@ func (p runPlan) print(out io.Writer) error {
 	}
 	fmt.Fprintf(w, "adapter %s (%s); database: %s (%s)\n\n", p.Adapter.Name, where, p.Database, owned)
 	fmt.Fprintln(w, "RULE\tLEVEL\tWILL RUN")
-	var notRun, mustNotRun int
+	var notRun, mustNotRun, notApplicable int
 	seen := map[string]bool{}
 	var variants []string
 	for _, r := range p.Rules {
 		verdict := "runs"
-		if !r.Runs {
+		switch {
+		case r.NotApplicable:
+			verdict = "not-applicable: " + r.Reason
+			notApplicable++
+		case !r.Runs:
 			verdict = "not-supported: " + r.Reason
 			notRun++
 			if r.Level == fixtures.Must {
@@ -221,7 +230,10 @@ func (p runPlan) print(out io.Writer) error {
 			}
 		}
 	}
-	fmt.Fprintf(w, "\n%d of %d rules will run", len(p.Rules)-notRun, len(p.Rules))
+	fmt.Fprintf(w, "\n%d of %d rules will run", len(p.Rules)-notRun-notApplicable, len(p.Rules))
+	if notApplicable > 0 {
+		fmt.Fprintf(w, "; %d are not-applicable, which does not lower the status", notApplicable)
+	}
 	if mustNotRun > 0 {
 		fmt.Fprintf(w, "; %d MUST rules cannot, so the run can at best be PARTIAL", mustNotRun)
 	}

@@ -153,6 +153,11 @@ func TestListExec(t *testing.T) {
 		if r.Fixture == fixtures.FailureAfterMarker {
 			want = "a panic in the effect, a cancelled context"
 		}
+		// A child that declares no external effects has nothing for
+		// external-effect to test: not-applicable, not a gap.
+		if r.Fixture == fixtures.ExternalEffect && r.NotApplicable && r.Reason == fixtures.ExternalEffectsNoneDeclared {
+			continue
+		}
 		if !r.Runs || strings.Join(names, ", ") != want {
 			t.Errorf("rule %s: runs %t, variants not played %q; want it to run without %q", r.ID, r.Runs, names, want)
 		}

@@ -27,6 +27,8 @@ var verdictColors = map[certificate.Verdict]string{
 	certificate.VerdictFail:         red,
 	certificate.VerdictNotSupported: yellow,
 	certificate.VerdictSkipped:      yellow,
+	// Not-applicable is no warning: the implementation has nothing to test.
+	certificate.VerdictNotApplicable: "",
 }
 
 // verbosity is how much certify prints while the suite runs.
@@ -151,7 +153,7 @@ func (p *printer) fixture(f suite.FixtureProgress) {
 	const countsWidth = 36
 	var counts []string
 	width := 0
-	for _, v := range []certificate.Verdict{certificate.VerdictPass, certificate.VerdictFail, certificate.VerdictNotSupported, certificate.VerdictSkipped} {
+	for _, v := range []certificate.Verdict{certificate.VerdictPass, certificate.VerdictFail, certificate.VerdictNotSupported, certificate.VerdictSkipped, certificate.VerdictNotApplicable} {
 		if n := f.Count(v); n > 0 {
 			s := fmt.Sprintf("%d %s", n, v)
 			width += len(s)

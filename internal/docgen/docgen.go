@@ -81,6 +81,8 @@ func FixturePage(fixture string) (Page, bool) {
 		return Page{"identity.md", "identities"}, true
 	case fixtures.CrashRecovery:
 		return Page{"crash-recovery.md", "crash recovery"}, true
+	case fixtures.ExternalEffect:
+		return Page{"external-effects.md", "external effects"}, true
 	}
 	return Page{}, false
 }
@@ -134,8 +136,11 @@ func MatrixTable() string {
 		fmt.Fprintf(&b, "| `%s` |", row.Adapter)
 		for _, f := range fixtures.Catalog() {
 			cell := "pass"
-			if row.Expect(f.ID) == matrix.MustFail {
+			switch row.Expect(f.ID) {
+			case matrix.MustFail:
 				cell = "**FAIL**"
+			case matrix.NotApplicable:
+				cell = "n/a"
 			}
 			fmt.Fprintf(&b, " %s |", cell)
 		}

@@ -83,8 +83,10 @@ func (s *Play) Deliver(ctx context.Context, n int, ev adapters.Event) Attempt {
 	d.Payload = slices.Clone(ev.Payload)
 	a := Attempt{Delivery: adapters.Delivery{Event: ev, Attempt: d.Attempt}, Instance: n, Started: time.Since(s.started)}
 
+	k := eventKey{ev.Namespace, ev.ID}
 	s.mu.Lock()
 	s.pending++
+	s.inFlight[k]++
 	s.mu.Unlock()
 	impl, err := s.Instance(ctx, n)
 	if err != nil {
@@ -98,6 +100,11 @@ func (s *Play) Deliver(ctx context.Context, n int, ev adapters.Event) Attempt {
 	a.Ended = time.Since(s.started)
 	s.mu.Lock()
 	s.pending--
+	if s.inFlight[k]--; s.inFlight[k] == 0 {
+		delete(s.inFlight, k)
+	}
+	close(s.released)
+	s.released = make(chan struct{})
 	s.history = append(s.history, a)
 	s.mu.Unlock()
 	return a
@@ -106,9 +113,20 @@ func (s *Play) Deliver(ctx context.Context, n int, ev adapters.Event) Attempt {
 // DeliverUntilTerminal delivers ev to instance n until an attempt is
 // terminal (see [Attempt.Terminal]) or maxTries attempts were made, as an
 // at-least-once broker does. It returns every attempt it made.
+//
+// Like a broker, it redelivers an unacknowledged event only once no other
+// delivery of it is in flight: a broker hands a message it has handed out
+// to nobody else until that consumer acknowledges it, gives it back, or
+// times out. So an implementation that fails fast rather than wait for a
+// lock another delivery of the event holds (a short lock_timeout, NOWAIT)
+// is redelivered once that delivery has ended, not while it still holds
+// the lock. The wait ends, too, when ctx ends or the budget runs out.
 func (s *Play) DeliverUntilTerminal(ctx context.Context, n int, ev adapters.Event, maxTries int) []Attempt {
 	var attempts []Attempt
-	for range maxTries {
+	for k := range maxTries {
+		if k > 0 && !s.awaitAlone(ctx, ev) {
+			break
+		}
 		a := s.Deliver(ctx, n, ev)
 		attempts = append(attempts, a)
 		if a.Terminal() || ctx.Err() != nil || errors.Is(a.Err, ErrBudgetExpired) {
@@ -116,6 +134,30 @@ func (s *Play) DeliverUntilTerminal(ctx context.Context, n int, ev adapters.Even
 		}
 	}
 	return attempts
+}
+
+// awaitAlone waits until no delivery of ev is in flight. It reports false
+// at once if ctx ends or the play's budget runs out first.
+func (s *Play) awaitAlone(ctx context.Context, ev adapters.Event) bool {
+	ctx, release, ok := s.bounded(ctx)
+	defer release()
+	if !ok {
+		return false
+	}
+	k := eventKey{ev.Namespace, ev.ID}
+	for {
+		s.mu.Lock()
+		busy, released := s.inFlight[k] > 0, s.released
+		s.mu.Unlock()
+		if !busy {
+			return true
+		}
+		select {
+		case <-released:
+		case <-ctx.Done():
+			return false
+		}
+	}
 }
 
 // History returns every attempt made for ev, in the order they ended.

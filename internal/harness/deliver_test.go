@@ -334,6 +334,70 @@ func TestDeliverUntilTerminal(t *testing.T) {
 	}
 }
 
+// TestRedeliveryWaitsForTheEventsOtherDeliveries: as a broker hands a
+// message it handed out to nobody else until that consumer is done with it,
+// DeliverUntilTerminal redelivers only once no other delivery of the event
+// is in flight. An implementation that fails fast while another delivery
+// holds the event's lock (a short lock_timeout) is redelivered after that
+// delivery ended, not while it still holds the lock.
+func TestRedeliveryWaitsForTheEventsOtherDeliveries(t *testing.T) {
+	t.Parallel()
+	release := make(chan struct{})
+	failedFast := make(chan struct{}, 1)
+	var holding atomic.Bool
+	play := newPlay(t, startRun(t, ampleTimeout), delivering("lock-timeout", func(ctx context.Context, d adapters.Delivery) (adapters.Outcome, error) {
+		switch {
+		case d.Attempt == 1: // holds the event, as a claim that sleeps
+			holding.Store(true)
+			defer holding.Store(false)
+			select {
+			case <-release:
+				return adapters.Applied, nil
+			case <-ctx.Done():
+				return 0, ctx.Err()
+			}
+		case holding.Load():
+			select {
+			case failedFast <- struct{}{}:
+			default:
+			}
+			return 0, errors.New("canceling statement due to lock timeout (SQLSTATE 55P03)")
+		}
+		return adapters.Duplicate, nil
+	}))
+	ev := event("held")
+	first := make(chan harness.Attempt, 1)
+	go func() { first <- play.Deliver(t.Context(), 1, ev) }()
+	// Attempt 1 holds the event before the redeliveries start.
+	if !poll(patience, holding.Load) {
+		t.Fatal("attempt 1 never started")
+	}
+	redelivered := make(chan []harness.Attempt, 1)
+	go func() { redelivered <- play.DeliverUntilTerminal(t.Context(), 2, ev, 3) }()
+	<-failedFast
+	// A redelivery that did not wait would use up its tries while attempt
+	// 1 holds the event; give it the chance, then let attempt 1 end.
+	var attempts []harness.Attempt
+	select {
+	case attempts = <-redelivered:
+	case <-time.After(100 * time.Millisecond):
+	}
+	close(release)
+	held := <-first
+	if attempts == nil {
+		attempts = <-redelivered
+	}
+	if got := attemptNumbers(attempts); !slices.Equal(got, []int{2, 3}) {
+		t.Fatalf("redelivery attempts %v; want [2 3]: one that fails fast, then one after attempt 1 ended", got)
+	}
+	if attempts[1].Started < held.Ended {
+		t.Errorf("attempt 3 started at %s, before attempt 1 (holding the event) ended at %s", attempts[1].Started, held.Ended)
+	}
+	if last := attempts[1]; !last.Acked() || last.Outcome != adapters.Duplicate {
+		t.Errorf("attempt 3 ended %s; want Duplicate", last.Result())
+	}
+}
+
 func TestDeliverUntilTerminalStopsWhenItsContextEnds(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithCancel(t.Context())

@@ -32,6 +32,7 @@ type Play struct {
 	clock   adapters.Clock
 	manual  *ManualClock // the clock, when the adapter accepts the harness's
 	proxy   *Proxy       // between instances and server, once UseProxy was called
+	dest    *Destination // the external destination, when the adapter declares external effects
 
 	// faultsMu guards the faults the play armed, counted when it closes:
 	// every one in armed, the database-side ones in dbFaults too, to be
@@ -52,6 +53,12 @@ type Play struct {
 	attempts  map[eventKey]int
 	history   []Attempt
 	pending   int // deliveries in flight
+	// inFlight counts the deliveries in flight per event, and released is
+	// closed (and replaced) whenever one of them ends: a redelivery waits
+	// on it for the event's other deliveries to end (see
+	// DeliverUntilTerminal).
+	inFlight map[eventKey]int
+	released chan struct{}
 }
 
 type eventKey struct{ namespace, id string }
@@ -67,6 +74,11 @@ func (s *Play) install(ctx context.Context) error {
 	}
 	s.instances = map[int]adapters.Implementation{}
 	s.attempts = map[eventKey]int{}
+	s.inFlight = map[eventKey]int{}
+	s.released = make(chan struct{})
+	if err := s.startDestination(ctx); err != nil {
+		return err
+	}
 	// One transaction: the schema never exists half installed, nor without
 	// the marker by which a later run tells it from a user's schema of a
 	// similar name.
@@ -189,6 +201,9 @@ func (s *Play) env(n int) (adapters.Env, error) {
 		Clock:    s.clock,
 		Instance: n,
 		Logf:     s.run.opts.Logf,
+		// One destination per play, for every instance: the plays'
+		// records never mix.
+		Destination: s.destinationURL(),
 	}, nil
 }
 
@@ -293,6 +308,11 @@ func (s *Play) Close(ctx context.Context) error {
 		if err := guardClose(ctx, impl, s.run.opts.DeliveryTimeout); err != nil {
 			errs = append(errs, fmt.Errorf("close instance %d: %w", n, err))
 		}
+	}
+	// After the instances: a relay still sending when its instance closes
+	// must not see the destination vanish first.
+	if err := s.closeDestination(); err != nil {
+		errs = append(errs, err)
 	}
 	if s.proxy != nil {
 		if err := s.proxy.proxy.Close(); err != nil {

@@ -38,6 +38,14 @@ func Compare(cert certificate.Certificate, row matrix.Row) []string {
 						cert.Adapter, f.ID, r.ID, r.Verdict, line))
 				}
 			}
+		case matrix.NotApplicable:
+			for _, r := range rules {
+				if r.Verdict != certificate.VerdictNotApplicable {
+					line, _, _ := strings.Cut(r.Message, "\n")
+					diffs = append(diffs, fmt.Sprintf("adapter %s, fixture %s, rule %s: verdict %s, but the matrix says the fixture does not apply: %s",
+						cert.Adapter, f.ID, r.ID, r.Verdict, line))
+				}
+			}
 		case matrix.MustFail:
 			var failed []string
 			for _, r := range rules {

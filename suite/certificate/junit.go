@@ -59,8 +59,8 @@ type (
 // version, harness commit, database, seed, protocol), and one testcase per
 // rule, named "[LEVEL] RULE-ID: doc" with the fixture as its classname. A
 // failed rule has a failure element whose text is the rule's message; a
-// skipped or not-supported rule has a skipped element saying which and
-// why. A run that could not start counts one error, its message in
+// skipped, not-supported or not-applicable rule has a skipped element
+// saying which and why. A run that could not start counts one error, its message in
 // system-err.
 func (c Certificate) WriteJUnit(path string) error {
 	f, err := os.Create(path)
@@ -109,7 +109,12 @@ func (c Certificate) writeJUnit(w io.Writer) error {
 		case VerdictFail:
 			ts.Failures++
 			tc.Failure = &junitFailure{Message: r.ID + " failed", Type: string(r.Level), Text: r.Message}
-		case VerdictSkipped, VerdictNotSupported:
+		case VerdictSkipped, VerdictNotSupported, VerdictNotApplicable:
+			// A not-applicable rule is a skipped test case too: JUnit has
+			// no verdict for "nothing to test", and a passed case would
+			// claim a check that never ran. Its message says
+			// "not-applicable: external effects: none declared", and the
+			// suite's status property stays certified.
 			ts.Skipped++
 			tc.Skipped = &junitSkipped{Message: string(r.Verdict) + ": " + r.Message}
 		}

@@ -42,3 +42,26 @@ func TestJUnitProperties(t *testing.T) {
 		t.Errorf("counts %+v (testsuites %+v); want %d tests, 1 failure, 2 skipped", ts.junitCounts, got.junitCounts, len(c.Rules))
 	}
 }
+
+// TestJUnitNotApplicable: a not-applicable rule is a skipped test case
+// whose message says so and why; the suite stays certified.
+func TestJUnitNotApplicable(t *testing.T) {
+	c := Certificate{Adapter: "a", Status: StatusCertified, Certified: true, Rules: []RuleResult{
+		{ID: "external-effect.no-loss", Fixture: "external-effect", Level: "MUST", Verdict: VerdictNotApplicable, Message: "external effects: none declared"},
+	}}
+	var b bytes.Buffer
+	if err := c.writeJUnit(&b); err != nil {
+		t.Fatal(err)
+	}
+	var got junitSuites
+	if err := xml.Unmarshal(b.Bytes(), &got); err != nil {
+		t.Fatal(err)
+	}
+	ts := got.Suites[0]
+	if ts.Skipped != 1 || ts.Cases[0].Skipped == nil || ts.Cases[0].Skipped.Message != "not-applicable: external effects: none declared" {
+		t.Errorf("JUnit of a not-applicable rule:\n%s", b.String())
+	}
+	if c.Summary() != "0 passed, 0 failed, 1 not-applicable" {
+		t.Errorf("Summary() = %q", c.Summary())
+	}
+}

@@ -15,10 +15,11 @@ import (
 // markdownVerdicts are the verdicts as the Markdown table shows them: a
 // failure in bold, what did not run in italics.
 var markdownVerdicts = map[Verdict]string{
-	VerdictPass:         "PASS",
-	VerdictFail:         "**FAIL**",
-	VerdictNotSupported: "_NOT-SUPPORTED_",
-	VerdictSkipped:      "_SKIPPED_",
+	VerdictPass:          "PASS",
+	VerdictFail:          "**FAIL**",
+	VerdictNotSupported:  "_NOT-SUPPORTED_",
+	VerdictSkipped:       "_SKIPPED_",
+	VerdictNotApplicable: "not-applicable",
 }
 
 // markdownEvidence says, in a Markdown summary, where the evidence left
@@ -33,7 +34,8 @@ const markdownEvidence = "all in the JSON certificate (harmless certify --json F
 // (adapter, database, suite version and harness commit, protocol when
 // there is one, seed, declared and verified capabilities, faults fired,
 // start and duration), a table with one row per rule (rule id, fixture,
-// level, verdict), and the message of every failed and not-supported rule
+// level, verdict), and the message of every failed, not-supported and
+// not-applicable rule
 // in a collapsed <details> block, as a fenced code block. The messages are
 // excerpts (see [RuleResult.Excerpt]), so that the summary stays readable
 // and within what a CI step summary may hold (GitHub's takes 1 MiB); the
@@ -76,7 +78,7 @@ func (c Certificate) WriteMarkdown(w io.Writer) error {
 	for _, section := range []struct {
 		title   string
 		verdict Verdict
-	}{{"Failures", VerdictFail}, {"Not supported", VerdictNotSupported}} {
+	}{{"Failures", VerdictFail}, {"Not supported", VerdictNotSupported}, {"Not applicable", VerdictNotApplicable}} {
 		if c.Count(section.verdict) == 0 {
 			continue
 		}

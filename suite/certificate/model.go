@@ -23,13 +23,20 @@ const (
 	VerdictNotSupported Verdict = "not-supported"
 	// VerdictSkipped means the rule did not run (filtered out, or the run stopped early).
 	VerdictSkipped Verdict = "skipped"
+	// VerdictNotApplicable means the implementation has nothing the rule
+	// tests: it declares no external effects, so the external-effect rules
+	// have no boundary to judge; the message says "external effects: none
+	// declared". Unlike not-supported it is no gap in the run but a true
+	// statement about the implementation, and does not lower the status.
+	VerdictNotApplicable Verdict = "not-applicable"
 )
 
 // Status is a certificate's overall verdict.
 type Status string
 
 const (
-	// StatusCertified: every MUST rule ran and passed, and no rule failed.
+	// StatusCertified: every MUST rule ran and passed (or is
+	// not-applicable), and no rule failed.
 	StatusCertified Status = "certified"
 	// StatusPartial: no rule failed, but some MUST rules did not run:
 	// they could not run here (not-supported: the environment, or what the
@@ -116,7 +123,10 @@ type Certificate struct {
 	// in the effect: "hook:error", "hook:panic", "hook:cancel"),
 	// "proxy:<action>@<point>" (a rule of the wire proxy, e.g.
 	// "proxy:cut@before-commit", "proxy:cut@after-commit-complete",
-	// "proxy:cut@after-statement") and "server:crash". It is never nil in
+	// "proxy:cut@after-statement"), "server:crash" and "dest:<action>" (a
+	// fault of the external destination: "dest:status-500",
+	// "dest:status-503", "dest:drop-after-process", "dest:slow",
+	// "dest:hold", "dest:down"). It is never nil in
 	// a certificate the suite made.
 	Faults map[string]int64 `json:"faults"`
 	// Started and Duration time the run.
@@ -168,6 +178,9 @@ func (c Certificate) Summary() string {
 	if n := c.Count(VerdictNotSupported); n > 0 {
 		s += fmt.Sprintf(", %d not-supported", n)
 	}
+	if n := c.Count(VerdictNotApplicable); n > 0 {
+		s += fmt.Sprintf(", %d not-applicable", n)
+	}
 	return s
 }
 
@@ -185,7 +198,9 @@ func (c Certificate) Table() string {
 
 // StatusOf decides the overall verdict of a run's rules: not-certified
 // when there are none or any rule failed, else partial when a MUST rule did
-// not pass (it was not-supported or skipped), else certified. Certificates
+// not pass (it was not-supported or skipped), else certified. A
+// not-applicable rule lowers nothing: the implementation has nothing it
+// tests. Certificates
 // use it; so can a tool that merges the rules of several filtered runs.
 func StatusOf(rules []RuleResult) Status {
 	if len(rules) == 0 {
@@ -196,7 +211,7 @@ func StatusOf(rules []RuleResult) Status {
 		switch {
 		case r.Verdict == VerdictFail:
 			return StatusNotCertified
-		case r.Level == fixtures.Must && r.Verdict != VerdictPass:
+		case r.Level == fixtures.Must && r.Verdict != VerdictPass && r.Verdict != VerdictNotApplicable:
 			st = StatusPartial
 		}
 	}

@@ -84,6 +84,10 @@ func TestStatus(t *testing.T) {
 		{"a SHOULD rule not-supported", should(ruleVerdicts(VerdictPass, map[string]Verdict{fixtures.BadInputRunContinues: VerdictNotSupported}), fixtures.BadInputRunContinues), StatusCertified, 0},
 		{"a SHOULD rule failed", should(ruleVerdicts(VerdictPass, map[string]Verdict{fixtures.BadInputRunContinues: VerdictFail}), fixtures.BadInputRunContinues), StatusNotCertified, 0},
 		{"nothing ran", ruleVerdicts(VerdictSkipped, nil), StatusPartial, len(fixtures.Rules())},
+		{"external-effect not-applicable", ruleVerdicts(VerdictPass, map[string]Verdict{
+			fixtures.ExternalEffectStableKey: VerdictNotApplicable, fixtures.ExternalEffectExactlyOnce: VerdictNotApplicable,
+			fixtures.ExternalEffectNoLoss: VerdictNotApplicable, fixtures.ExternalEffectNoNewKeyDuplicates: VerdictNotApplicable,
+		}), StatusCertified, 0},
 		{"no rules at all", nil, StatusNotCertified, 0},
 	} {
 		c := Certificate{Rules: tc.rules}

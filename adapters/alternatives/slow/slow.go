@@ -50,17 +50,19 @@ func Adapter() adapters.Adapter {
 			}
 			p, ok := impl.(purgingImplementation)
 			if !ok {
-				return nil, fmt.Errorf("%s: the reference's instance %T has no Purge", Name, impl)
+				return nil, fmt.Errorf("%s: the reference's instance %T has no Purge or Drain", Name, impl)
 			}
 			return slow{p}, nil
 		},
 	}
 }
 
-// purgingImplementation is what the reference's instances are.
+// purgingImplementation is what the reference's instances are: they purge,
+// and they drain their outbox.
 type purgingImplementation interface {
 	adapters.Implementation
 	adapters.Purger
+	adapters.Drainer
 }
 
 // slow is a reference instance whose deliveries wait Delay first.

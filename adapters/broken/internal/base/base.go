@@ -38,10 +38,26 @@ const KeyedColumns = Columns + `,
 // NoTable, passed to [Adapter] as the columns, creates no table.
 const NoTable = ""
 
-// Declaration is what every broken adapter declares: exactly the
-// reference's claims, which the bug then breaks.
+// Declaration is what every broken adapter declares: the reference's
+// claims about the database, which the bug then breaks. It declares no
+// external effects: the adapters whose bug lies at that boundary declare
+// theirs with [Declaring].
 func Declaration() adapters.Declaration {
-	return reference.Adapter().Declares
+	d := reference.Adapter().Declares
+	d.ExternalEffects = adapters.NoExternalEffects
+	return d
+}
+
+// Declaring returns a with its declaration of external effects set to e.
+func Declaring(a adapters.Adapter, e adapters.ExternalEffects) adapters.Adapter {
+	a.Declares = declaring(e)
+	return a
+}
+
+func declaring(e adapters.ExternalEffects) adapters.Declaration {
+	d := Declaration()
+	d.ExternalEffects = e
+	return d
 }
 
 // Adapter returns the adapter called name, declaring [Declaration]. Its
@@ -78,6 +94,8 @@ type Instance struct {
 	Now func() time.Time
 	// Markers is the quoted, schema-qualified processed-events table.
 	Markers string
+	// Env is the environment the instance was built from.
+	Env adapters.Env
 }
 
 func open(ctx context.Context, env adapters.Env, name, columns string) (*Instance, error) {
@@ -85,7 +103,7 @@ func open(ctx context.Context, env adapters.Env, name, columns string) (*Instanc
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}
-	inst := &Instance{Pool: pool, Effect: env.Effect, Now: env.Clock.Now, Markers: kit.Table(env.Schema, Table)}
+	inst := &Instance{Pool: pool, Effect: env.Effect, Now: env.Clock.Now, Markers: kit.Table(env.Schema, Table), Env: env}
 	if columns == NoTable {
 		return inst, nil
 	}

@@ -1,0 +1,521 @@
+package suite
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+
+	"github.com/harmless-dev/harmless/adapters"
+	"github.com/harmless-dev/harmless/faults"
+	"github.com/harmless-dev/harmless/fixtures"
+	"github.com/harmless-dev/harmless/internal/destination"
+	"github.com/harmless-dev/harmless/internal/harness"
+	"github.com/harmless-dev/harmless/internal/ledger"
+)
+
+// slowAnswer is how long the destination delays its answer in the slow
+// variant: long enough that a relay sending in the background is still
+// waiting when the play redelivers, short of external.DefaultTimeout.
+const slowAnswer = time.Second
+
+// stopGrace is how long the stop variant waits for the stopped instance's
+// Close or Abort to return before it releases the held request: an
+// implementation whose Close waits for its request in flight is stopped
+// all the same, its request dropped unprocessed.
+const stopGrace = 2 * time.Second
+
+// extVariant is one play of the external-effect fixture.
+type extVariant struct {
+	name string
+	// inconclusive: a planned fault that did not fire makes the variant
+	// not-supported rather than failed, because an implementation may
+	// legitimately not reach it (a relay that did not send while the
+	// destination was down, or not within the delivery timeout after the
+	// commit). For the other variants the fault acts on the first request
+	// the destination sees for the event, so it fires whenever the event's
+	// effect reaches the destination at all: not firing is a loss.
+	inconclusive bool
+	play         func(ctx context.Context, x *extPlay)
+}
+
+// extPlay is what one play of the fixture did and saw.
+type extPlay struct {
+	s    *state
+	sc   *scenario
+	play *harness.Play
+	dest *harness.Destination
+	tag  string
+
+	events    []adapters.Event // distinct identities, the payload that was applied
+	conflicts []adapters.Event // conflicting copies of some of them
+	planned   []extFault
+	notes     []string // what the play did beyond delivering, e.g. the stop
+	skip      string   // set when the variant proved nothing (see inconclusive)
+
+	drained  string
+	drainErr error
+	records  []destination.Record
+	effects  map[destination.Identity][]ledger.Entry
+	history  map[destination.Identity][]harness.Attempt
+	fired    []int64
+}
+
+// extFault is a fault the play planned, and on what.
+type extFault struct {
+	what  string
+	fired func(context.Context) (int64, error)
+}
+
+func (x *extPlay) event(id string) adapters.Event {
+	ev := newEvent(fixtures.ExternalEffect, x.tag+"-"+id)
+	x.events = append(x.events, ev)
+	return ev
+}
+
+// destFault records a destination fault planned as what, for the
+// judges: x.destFault("what")(x.dest.Fail(...)).
+func (x *extPlay) destFault(what string) func(*destination.Fault, error) *destination.Fault {
+	return func(f *destination.Fault, err error) *destination.Fault {
+		GinkgoHelper()
+		Expect(err).NotTo(HaveOccurred(), "plan "+what)
+		x.planned = append(x.planned, extFault{what: what + " (" + f.Kind() + ")", fired: f.Fired})
+		return f
+	}
+}
+
+func (x *extPlay) untilTerminal(ctx context.Context, n int, ev adapters.Event) []harness.Attempt {
+	return x.play.DeliverUntilTerminal(ctx, n, ev, x.s.cfg.maxTries)
+}
+
+// variants of the external-effect fixture.
+var extVariants = []extVariant{
+	{name: "redelivery, two workers and a conflicting copy", play: func(ctx context.Context, x *extPlay) {
+		a, b, c := x.event("redelivered"), x.event("concurrent"), x.event("conflicting")
+		x.sc.at("the redelivered event")
+		x.untilTerminal(ctx, 1, a)
+		x.play.Deliver(ctx, 2, a)
+		x.sc.at("two workers at once")
+		var wg sync.WaitGroup
+		got := make([]harness.Attempt, 2)
+		for i := range got {
+			wg.Go(func() { got[i] = x.play.Deliver(ctx, i+1, b) })
+		}
+		wg.Wait()
+		if !got[0].Terminal() && !got[1].Terminal() {
+			x.untilTerminal(ctx, 1, b)
+		}
+		x.play.Deliver(ctx, 2, b)
+		x.sc.at("the conflicting copy")
+		x.untilTerminal(ctx, 1, c)
+		dup := c
+		dup.Payload = append(slices.Clone(c.Payload), " (conflicting copy)"...)
+		x.conflicts = append(x.conflicts, dup)
+		x.untilTerminal(ctx, 2, dup)
+		x.play.Deliver(ctx, 1, c)
+	}},
+	{name: "the destination answers 500, then 503", play: func(ctx context.Context, x *extPlay) {
+		ev := x.event("failing")
+		x.destFault("500 on request 1")(x.dest.Fail(ev, 1, 500))
+		x.destFault("503 on request 2")(x.dest.Fail(ev, 2, 503))
+		x.untilTerminal(ctx, 1, ev)
+		x.play.Deliver(ctx, 2, ev)
+	}},
+	{name: "the destination processes, then drops the connection", play: func(ctx context.Context, x *extPlay) {
+		ev := x.event("dropped")
+		x.destFault("process request 1, then drop its connection")(x.dest.DropAfterProcess(ev, 1))
+		x.untilTerminal(ctx, 1, ev)
+		x.play.Deliver(ctx, 2, ev)
+	}},
+	{name: "the destination is down for a while", inconclusive: true, play: func(ctx context.Context, x *extPlay) {
+		evs := []adapters.Event{x.event("down-1"), x.event("down-2")}
+		down := x.destFault("the destination down")(x.dest.Down())
+		x.sc.at("deliveries while the destination is down")
+		first := make([]harness.Attempt, len(evs))
+		for i, ev := range evs {
+			first[i] = x.play.Deliver(ctx, 1, ev)
+		}
+		// A relay sends after the commit, maybe after Deliver returned:
+		// wait for its first refused connection, at most a delivery
+		// timeout, before the destination comes back.
+		if !x.wait(ctx, down.Arrived()) {
+			x.skip = fmt.Sprintf("the implementation made no request in the %s the destination was down after the deliveries", x.s.cfg.deliveryTimeout)
+		}
+		x.dest.Up()
+		x.notes = append(x.notes, "the destination came back up; the events not acknowledged were redelivered")
+		for i, ev := range evs {
+			if !first[i].Terminal() {
+				x.untilTerminal(ctx, 1, ev)
+			}
+			x.play.Deliver(ctx, 2, ev)
+		}
+	}},
+	{name: "a slow answer", play: func(ctx context.Context, x *extPlay) {
+		ev := x.event("slow")
+		x.destFault(fmt.Sprintf("answer request 1 after %s", slowAnswer))(x.dest.Slow(ev, 1, slowAnswer))
+		x.untilTerminal(ctx, 1, ev)
+		x.play.Deliver(ctx, 2, ev)
+	}},
+	{name: "the implementation stopped between its commit and its send", inconclusive: true, play: func(ctx context.Context, x *extPlay) {
+		ev := x.event("stopped")
+		_, err := x.play.Instance(ctx, 1)
+		Expect(err).NotTo(HaveOccurred(), "build instance 1")
+		hold := x.destFault("hold request 1, then drop it unprocessed")(x.dest.Hold(ev, 1))
+		x.sc.at("the delivery whose send is held")
+		delivered := make(chan harness.Attempt, 1)
+		go func() { delivered <- x.play.Deliver(ctx, 1, ev) }()
+		if !x.wait(ctx, hold.Arrived()) {
+			hold.Release()
+			<-delivered
+			x.skip = fmt.Sprintf("the destination received no request for %s within %s of its delivery, so the implementation could not be stopped between its commit and its send", ev, x.s.cfg.deliveryTimeout)
+			return
+		}
+		x.sc.at("stopping instance 1 while its request is held")
+		stopped := make(chan struct{})
+		var how string
+		var stopErr error
+		go func() {
+			defer close(stopped)
+			how, stopErr = x.play.Stop(ctx, 1)
+		}()
+		timer := time.NewTimer(stopGrace)
+		select {
+		case <-stopped:
+		case <-timer.C:
+		}
+		timer.Stop()
+		hold.Release()
+		<-stopped
+		first := <-delivered
+		note := fmt.Sprintf("instance 1 was %s while the destination held request 1 (attempt 1 ended %s); the request was then dropped unprocessed and the event redelivered to a new instance 2 on the same schema", how, first.Result())
+		if stopErr != nil {
+			note += fmt.Sprintf(" (stopping it said: %v)", stopErr)
+		}
+		x.notes = append(x.notes, note)
+		x.sc.at("redelivery to instance 2")
+		x.untilTerminal(ctx, 2, ev)
+		x.play.Deliver(ctx, 2, ev)
+	}},
+	{name: "the transaction fails at COMMIT after the external call", play: func(ctx context.Context, x *extPlay) {
+		ev := x.event("rolled-back")
+		f, err := x.play.Arm(ctx, faults.Plan{Namespace: ev.Namespace, ID: ev.ID, Attempt: 1, Point: faults.AtCommit, Action: faults.Raise})
+		Expect(err).NotTo(HaveOccurred())
+		x.planned = append(x.planned, extFault{what: f.String(), fired: func(ctx context.Context) (int64, error) { return x.play.Fired(ctx, f) }})
+		x.untilTerminal(ctx, 1, ev)
+		x.play.Deliver(ctx, 2, ev)
+	}},
+}
+
+// wait waits for ch, at most a delivery timeout; it reports whether ch
+// was closed.
+func (x *extPlay) wait(ctx context.Context, ch <-chan struct{}) bool {
+	wctx, cancel := context.WithTimeout(ctx, x.s.cfg.deliveryTimeout)
+	defer cancel()
+	select {
+	case <-ch:
+		return true
+	case <-wctx.Done():
+		return false
+	}
+}
+
+func (s *state) externalEffect() {
+	Describe(fixtures.ExternalEffect, Label("fixture:"+fixtures.ExternalEffect), Serial, func() {
+		for i, v := range extVariants {
+			Describe(v.name, Ordered, ContinueOnFailure, func() {
+				var (
+					x   = &extPlay{s: s, tag: fmt.Sprint(i + 1)}
+					app fixtures.Applicability
+				)
+				// Two instances at most built, two drains, and every
+				// event delivered until terminal and once more, by two
+				// deliveries per event of conflicts and workers at most.
+				x.sc = s.scenario(fixtures.ExternalEffect+" / "+v.name, 4+4*(s.cfg.maxTries+2), harness.QuietPeriod+slowAnswer+stopGrace)
+				BeforeAll(func(ctx SpecContext) {
+					if app = s.applies(fixtures.ExternalEffect, nil); !app.Runs {
+						return
+					}
+					x.play = x.sc.begin(ctx)
+					x.dest = x.play.Destination()
+					Expect(x.dest).NotTo(BeNil(), "the play's destination")
+					v.play(ctx, x)
+					x.sc.at("draining")
+					x.drained, x.drainErr = x.play.Drain(ctx)
+					x.gather(ctx)
+				}, x.sc.timeout())
+
+				judge := func(check func(x *extPlay) []string) func() []string {
+					return func() []string {
+						skipFor(app, v.name)
+						if p := x.unfired(v.inconclusive); p != nil {
+							return p
+						}
+						return check(x)
+					}
+				}
+				x.sc.rule(fixtures.ExternalEffectStableKey, judge((*extPlay).stableKey))
+				x.sc.noteRule(fixtures.ExternalEffectExactlyOnce, func() ([]string, string) {
+					if p := judge((*extPlay).exactlyOnce)(); len(p) > 0 {
+						return p, ""
+					}
+					return nil, x.summary()
+				})
+				x.sc.rule(fixtures.ExternalEffectNoLoss, judge((*extPlay).noLoss))
+				x.sc.rule(fixtures.ExternalEffectNoNewKeyDuplicates, judge((*extPlay).noNewKey))
+			})
+		}
+	})
+}
+
+// gather reads what the play left: the destination's records, the
+// ledger, the history and the faults' firings.
+func (x *extPlay) gather(ctx context.Context) {
+	GinkgoHelper()
+	x.records = x.dest.Records()
+	x.effects = map[destination.Identity][]ledger.Entry{}
+	x.history = map[destination.Identity][]harness.Attempt{}
+	for _, ev := range x.events {
+		id := destination.IdentityOf(ev)
+		effects, err := x.play.Effects(ctx, ev)
+		Expect(err).NotTo(HaveOccurred())
+		x.effects[id] = effects
+		x.history[id] = x.play.History(ev)
+	}
+	for _, f := range x.planned {
+		n, err := f.fired(ctx)
+		Expect(err).NotTo(HaveOccurred())
+		x.fired = append(x.fired, n)
+	}
+}
+
+// unfired judges the planned faults that did not fire: the variant is
+// not-supported when inconclusive, else every rule fails saying so.
+func (x *extPlay) unfired(inconclusive bool) []string {
+	if x.skip != "" {
+		notSupported(x.skip)
+	}
+	var problems []string
+	for i, f := range x.planned {
+		if x.fired[i] > 0 {
+			continue
+		}
+		if inconclusive {
+			notSupported(fmt.Sprintf("the planned fault (%s) did not fire", f.what))
+		}
+		problems = append(problems, fmt.Sprintf("the planned fault (%s) did not fire: the destination never received the request it was planned for\n%s", f.what, x.describeAll()))
+	}
+	return problems
+}
+
+// forIdentity returns the valid records of id, in arrival order.
+func (x *extPlay) forIdentity(id destination.Identity) []destination.Record {
+	var out []destination.Record
+	for _, r := range x.records {
+		if r.Valid && r.Identity == id {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// committed reports whether ev's effect committed in the database, or a
+// delivery of it was acknowledged as Applied: the destination owes it one
+// effect.
+func (x *extPlay) committed(ev adapters.Event) bool {
+	id := destination.IdentityOf(ev)
+	return len(x.effects[id]) > 0 || slices.ContainsFunc(x.history[id], func(a harness.Attempt) bool {
+		return a.Acked() && a.Outcome == adapters.Applied
+	})
+}
+
+func processedCount(recs []destination.Record) int {
+	n := 0
+	for _, r := range recs {
+		if r.Processed {
+			n++
+		}
+	}
+	return n
+}
+
+// stableKey: one key per identity, no key shared by two identities.
+func (x *extPlay) stableKey() []string {
+	var problems []string
+	owners := map[string][]destination.Identity{}
+	for _, ev := range x.events {
+		id := destination.IdentityOf(ev)
+		var keys []string
+		for _, r := range x.forIdentity(id) {
+			if !slices.Contains(keys, r.Key) {
+				keys = append(keys, r.Key)
+				owners[r.Key] = append(owners[r.Key], id)
+			}
+		}
+		if len(keys) > 1 {
+			problems = append(problems, fmt.Sprintf("the requests for %s carry %d different keys (%s)\n%s", ev, len(keys), quoteKeys(keys), x.describe(ev)))
+		}
+	}
+	for key, ids := range owners {
+		if len(ids) > 1 {
+			problems = append(problems, fmt.Sprintf("key %q was sent for %d different events: %v", key, len(ids), ids))
+		}
+	}
+	slices.Sort(problems)
+	return problems
+}
+
+// exactlyOnce: processed once for every committed event, never for one
+// that was not, and never with a conflicting copy's payload.
+func (x *extPlay) exactlyOnce() []string {
+	var problems []string
+	for _, ev := range x.events {
+		n := processedCount(x.forIdentity(destination.IdentityOf(ev)))
+		want := 0
+		if x.committed(ev) {
+			want = 1
+		}
+		if n != want {
+			problems = append(problems, fmt.Sprintf("the destination processed %s %s; expected %s\n%s", ev, harness.Times(n), harness.Times(want), x.describe(ev)))
+		}
+	}
+	for _, c := range x.conflicts {
+		digest := adapters.PayloadDigest(c.Payload)
+		for _, r := range x.forIdentity(destination.IdentityOf(c)) {
+			if r.Processed && r.PayloadDigest == digest {
+				problems = append(problems, fmt.Sprintf("the destination processed the conflicting copy of %s (request #%d, payload digest %s), which must never make an effect\n%s", c, r.Seq, digest, x.describe(c)))
+			}
+		}
+	}
+	return problems
+}
+
+// noLoss: every committed event was processed at least once.
+func (x *extPlay) noLoss() []string {
+	var problems []string
+	for _, ev := range x.events {
+		if x.committed(ev) && processedCount(x.forIdentity(destination.IdentityOf(ev))) == 0 {
+			problems = append(problems, fmt.Sprintf("%s committed its effect in the database, but the destination never processed it\n%s", ev, x.describe(ev)))
+		}
+	}
+	return problems
+}
+
+// noNewKey: after an identity's first processed request, every request for
+// it carries that request's key: a redelivery or a conflicting copy that
+// sends at all sends under the key of the effect already made.
+func (x *extPlay) noNewKey() []string {
+	var problems []string
+	for _, ev := range x.events {
+		applied := ""
+		for _, r := range x.forIdentity(destination.IdentityOf(ev)) {
+			switch {
+			case applied == "" && r.Processed:
+				applied = r.Key
+			case applied != "" && r.Key != applied:
+				problems = append(problems, fmt.Sprintf("request #%d for %s (attempt %d at the destination) carries key %q, after its effect was made under key %q\n%s", r.Seq, ev, r.Attempt, r.Key, applied, x.describe(ev)))
+			}
+		}
+	}
+	return problems
+}
+
+func quoteKeys(keys []string) string {
+	q := make([]string, len(keys))
+	for i, k := range keys {
+		q[i] = fmt.Sprintf("%q", k)
+	}
+	return strings.Join(q, ", ")
+}
+
+// recordsShown bounds the requests listed per event in a message.
+const recordsShown = 12
+
+// describe is the evidence on ev: the ledger and the deliveries, the
+// destination's requests, what the play did and how it was drained.
+func (x *extPlay) describe(ev adapters.Event) string {
+	id := destination.IdentityOf(ev)
+	var b strings.Builder
+	b.WriteString(harness.DescribeEvent(ev, x.effects[id], x.history[id]))
+	recs := x.forIdentity(id)
+	fmt.Fprintf(&b, "\ndestination: %d requests, processed %s", len(recs), harness.Times(processedCount(recs)))
+	for i, r := range recs {
+		if i == recordsShown {
+			fmt.Fprintf(&b, "\n  and %d more", len(recs)-recordsShown)
+			break
+		}
+		fmt.Fprintf(&b, "\n  #%d request %d key %q digest %.12s: %s", r.Seq, r.Attempt, r.Key, r.PayloadDigest, answerOf(r))
+	}
+	if refused := x.refused(); refused > 0 {
+		fmt.Fprintf(&b, "\n  and %d connections refused while down", refused)
+	}
+	for _, n := range x.notes {
+		b.WriteString("\n" + n)
+	}
+	if x.drained != "" {
+		b.WriteString("\nafter the play: " + x.drained)
+	}
+	if x.drainErr != nil {
+		fmt.Fprintf(&b, "\nthe drain failed: %v", x.drainErr)
+	}
+	return b.String()
+}
+
+// summary says what the destination saw in the play, as a pass's note.
+func (x *extPlay) summary() string {
+	processed := 0
+	for _, r := range x.records {
+		if r.Processed {
+			processed++
+		}
+	}
+	s := fmt.Sprintf("the destination saw %d requests for %d events and processed %d", len(x.records)-x.refused(), len(x.events), processed)
+	if n := x.refused(); n > 0 {
+		s += fmt.Sprintf("; it refused %d connections while down", n)
+	}
+	if x.drained != "" {
+		s += "; after the play: " + x.drained
+	}
+	return s
+}
+
+// describeAll is describe for every event of the play.
+func (x *extPlay) describeAll() string {
+	parts := make([]string, len(x.events))
+	for i, ev := range x.events {
+		parts[i] = x.describe(ev)
+	}
+	return strings.Join(parts, "\n")
+}
+
+func (x *extPlay) refused() int {
+	n := 0
+	for _, r := range x.records {
+		if r.Outcome == destination.Refused {
+			n++
+		}
+	}
+	return n
+}
+
+// answerOf says how the destination ended a request.
+func answerOf(r destination.Record) string {
+	s := string(r.Outcome)
+	if r.Outcome == destination.Answered {
+		s = fmt.Sprint(r.Status)
+	}
+	if r.Replayed {
+		s += " (replayed)"
+	}
+	if r.Processed {
+		s += ", processed"
+	}
+	if r.Fault != "" {
+		s += ", fault " + r.Fault
+	}
+	return s
+}
