@@ -23,10 +23,12 @@ type adapterInfo struct {
 	ConflictPolicy   string  `json:"conflict_policy"`
 	RedeliveryWindow float64 `json:"redelivery_window_s"`
 	AcceptsClock     bool    `json:"accepts_clock"`
+	ExternalEffects  string  `json:"external_effects"`
 }
 
 func infoOf(a adapters.Adapter) adapterInfo {
-	return adapterInfo{a.Name, string(a.Declares.ConflictPolicy), a.Declares.RedeliveryWindow.Seconds(), a.Declares.AcceptsClock}
+	d := a.Declares
+	return adapterInfo{a.Name, string(d.ConflictPolicy), d.RedeliveryWindow.Seconds(), d.AcceptsClock, string(d.ExternalEffects)}
 }
 
 // list prints the built-in adapters and the rules, or, with --adapter or
@@ -96,13 +98,17 @@ func listAll(asJSON bool, stdout, stderr io.Writer) int {
 		return printJSON(stdout, stderr, out)
 	}
 	w := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(w, "ADAPTER\tCONFLICT POLICY\tREDELIVERY WINDOW\tACCEPTS CLOCK")
+	fmt.Fprintln(w, "ADAPTER\tCONFLICT POLICY\tREDELIVERY WINDOW\tACCEPTS CLOCK\tEXTERNAL EFFECTS")
 	for _, a := range builtin.All() {
 		policy := string(a.Declares.ConflictPolicy)
 		if policy == "" {
 			policy = "(none)"
 		}
-		fmt.Fprintf(w, "%s\t%s\t%s\t%t\n", a.Name, policy, a.Declares.RedeliveryWindow, a.Declares.AcceptsClock)
+		external := string(a.Declares.ExternalEffects)
+		if external == "" {
+			external = "(none)"
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%t\t%s\n", a.Name, policy, a.Declares.RedeliveryWindow, a.Declares.AcceptsClock, external)
 	}
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "RULE\tFIXTURE\tLEVEL\tDOC")

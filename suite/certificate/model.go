@@ -100,9 +100,13 @@ type Certificate struct {
 	//     not-supported there, so never a verified window);
 	//   - AcceptsClock, when the adapter declares it and every rule of the
 	//     retention-expiry fixture passed: those rules then ran on the
-	//     harness's manual clock, which the implementation had to follow.
+	//     harness's manual clock, which the implementation had to follow;
+	//   - ExternalEffects, when every rule of the external-effect fixture
+	//     passed (an adapter that declares none gets not-applicable there,
+	//     so never a verified strategy).
 	//
-	// A rule that was skipped, not-supported or failed verifies nothing.
+	// A rule that was skipped, not-supported, not-applicable or failed
+	// verifies nothing.
 	// [Verify] decides it.
 	Verified adapters.Declaration `json:"verified"`
 	// Seed is the seed of the run's random choices: the same seed repeats
@@ -246,6 +250,9 @@ func Verify(declared adapters.Declaration, rules []RuleResult) adapters.Declarat
 	if passed(fixtures.RetentionExpiry) {
 		v.RedeliveryWindow = declared.RedeliveryWindow
 		v.AcceptsClock = declared.AcceptsClock
+	}
+	if passed(fixtures.ExternalEffect) {
+		v.ExternalEffects = declared.ExternalEffects
 	}
 	return v
 }
