@@ -233,9 +233,11 @@ type Env struct {
 	Logf func(format string, args ...any)
 	// Destination is the base URL (http://127.0.0.1:PORT) of this play's
 	// external destination, an HTTP API that honours idempotency keys as
-	// payment and email APIs do. It is set for every play when the adapter
-	// declares ExternalEffects, and "" otherwise. Make each applied event's
-	// external effect there, as package adapters/external describes.
+	// payment and email APIs do. It is set in the plays of the
+	// external-effect fixture when the adapter declares ExternalEffects,
+	// and "" everywhere else: then make no external effect (write no
+	// outbox row, start no relay). Make each applied event's external
+	// effect there, as package adapters/external describes.
 	Destination string
 }
 

@@ -241,8 +241,9 @@ func (s *state) externalEffect() {
 						return
 					}
 					x.play = x.sc.begin(ctx)
-					x.dest = x.play.Destination()
-					Expect(x.dest).NotTo(BeNil(), "the play's destination")
+					var err error
+					x.dest, err = x.play.OpenDestination(ctx)
+					Expect(err).NotTo(HaveOccurred(), "open the play's destination")
 					v.play(ctx, x)
 					x.sc.at("draining")
 					x.drained, x.drainErr = x.play.Drain(ctx)

@@ -26,23 +26,43 @@ type Destination struct {
 	play   *Play
 }
 
-// startDestination starts the play's destination, when the adapter declares
-// external effects.
-func (s *Play) startDestination(ctx context.Context) error {
+// OpenDestination starts the play's external destination and returns it;
+// every instance built from then on gets its URL as
+// [adapters.Env.Destination]. Only the plays of the external-effect
+// fixture open one: elsewhere Env.Destination is "" and the implementation
+// makes no external effect, so that its relay's connections cannot take
+// the faults other fixtures aim at a worker's connections (a proxy cut
+// after the first statement, at COMMIT). Call it before any instance is
+// built; the play closes the destination.
+func (s *Play) OpenDestination(ctx context.Context) (*Destination, error) {
 	if s.adapter.Declares.ExternalEffects == adapters.NoExternalEffects {
-		return nil
+		return nil, errors.New("the adapter declares no external effects: it has no destination")
+	}
+	s.mu.Lock()
+	built, open := len(s.instances) > 0, s.dest != nil
+	s.mu.Unlock()
+	switch {
+	case open:
+		return nil, errors.New("the play's destination is open already")
+	case built:
+		return nil, errors.New("an instance was built before the destination opened: it has no URL")
 	}
 	server, err := destination.Start(ctx, nil)
 	if err != nil {
-		return err
+		return nil, err
 	}
+	s.mu.Lock()
 	s.dest = &Destination{server: server, play: s}
-	return nil
+	s.mu.Unlock()
+	return s.dest, nil
 }
 
-// Destination returns the play's destination; nil when the adapter
-// declares no external effects.
-func (s *Play) Destination() *Destination { return s.dest }
+// Destination returns the play's destination; nil until OpenDestination.
+func (s *Play) Destination() *Destination {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.dest
+}
 
 // URL is the destination's base URL, handed to every instance as
 // [adapters.Env.Destination].
@@ -133,8 +153,8 @@ func (s *Play) Stop(ctx context.Context, n int) (string, error) {
 // the destination has had no request for [QuietPeriod], bounded by the
 // delivery timeout. It returns what it did, for the evidence.
 func (s *Play) Drain(ctx context.Context) (string, error) {
-	if s.dest == nil {
-		return "", errors.New("the play has no destination: the adapter declares no external effects")
+	if s.Destination() == nil {
+		return "", errors.New("the play has no destination: OpenDestination was not called")
 	}
 	ctx, release, ok := s.bounded(ctx)
 	defer release()

@@ -32,7 +32,7 @@ type Play struct {
 	clock   adapters.Clock
 	manual  *ManualClock // the clock, when the adapter accepts the harness's
 	proxy   *Proxy       // between instances and server, once UseProxy was called
-	dest    *Destination // the external destination, when the adapter declares external effects
+	dest    *Destination // the external destination, once OpenDestination started it; guarded by mu
 
 	// faultsMu guards the faults the play armed, counted when it closes:
 	// every one in armed, the database-side ones in dbFaults too, to be
@@ -76,9 +76,6 @@ func (s *Play) install(ctx context.Context) error {
 	s.attempts = map[eventKey]int{}
 	s.inFlight = map[eventKey]int{}
 	s.released = make(chan struct{})
-	if err := s.startDestination(ctx); err != nil {
-		return err
-	}
 	// One transaction: the schema never exists half installed, nor without
 	// the marker by which a later run tells it from a user's schema of a
 	// similar name.
