@@ -159,6 +159,11 @@ JOIN unnest($1::int4[], $2::timestamptz[]) AS v(pid, started) ON a.pid = v.pid A
 		if left == 0 {
 			return nil
 		}
+		// Checked first: select picks at random when the tick is due too,
+		// and the next look would only fail on the ended context.
+		if ctx.Err() != nil {
+			return fmt.Errorf("wait for backends %v to end: %d still there: %w", pids, left, ctxErr(ctx))
+		}
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("wait for backends %v to end: %d still there: %w", pids, left, ctxErr(ctx))

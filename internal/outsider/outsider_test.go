@@ -88,8 +88,14 @@ func TestGoConsumersFromAnotherModule(t *testing.T) {
 			}
 			t.Logf("%s: %s in %.1fs", name, p.action, p.elapsed)
 			for _, r := range fixtures.Rules() {
-				if got := p.rules[r.ID]; got != "pass" {
-					t.Errorf("rule %s: %q; want pass", r.ID, got)
+				// The outsiders make no external effect: Go's test
+				// reports their not-applicable rules as skipped.
+				want := "pass"
+				if r.Fixture == fixtures.ExternalEffect {
+					want = "skip"
+				}
+				if got := p.rules[r.ID]; got != want {
+					t.Errorf("rule %s: %q; want %s", r.ID, got, want)
 				}
 			}
 			if p.action != "pass" || t.Failed() {
