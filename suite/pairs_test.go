@@ -69,6 +69,8 @@ func TestCleanRefusal(t *testing.T) {
 		{"refused with an effect", delivered{ev: ev, first: []harness.Attempt{failed(errInvalid, 1)}, again: []harness.Attempt{failed(errInvalid, 2)}, effects: effects(ev, 1)}, false, false, "handled inconsistently"},
 		{"a retryable error, then refused", delivered{ev: ev, first: []harness.Attempt{failed(errTransient, 1), failed(errInvalid, 2)}, again: []harness.Attempt{failed(errInvalid, 3)}}, false, false, "handled inconsistently"},
 		{"refused, then applied", delivered{ev: ev, first: []harness.Attempt{failed(errInvalid, 1)}, again: []harness.Attempt{applied(2)}, effects: effects(ev, 1)}, false, false, "handled inconsistently"},
+		{"applied by an attempt that timed out, then Duplicate", delivered{ev: ev, first: []harness.Attempt{failed(errTransient, 1), answered(adapters.Duplicate, 2)}, again: []harness.Attempt{answered(adapters.Duplicate, 3)}, effects: effects(ev, 1)}, false, true, "processed exactly once"},
+		{"Duplicate first, the effect from an acknowledged attempt", delivered{ev: ev, first: []harness.Attempt{answered(adapters.Duplicate, 1)}, again: []harness.Attempt{answered(adapters.Duplicate, 2)}, effects: effects(ev, 1)}, false, false, "neither processed exactly once"},
 		{"applied, then applied again", delivered{ev: ev, first: []harness.Attempt{applied(1)}, again: []harness.Attempt{applied(2)}, effects: effects(ev, 2)}, false, false, "applied 2 times"},
 	} {
 		t.Run(c.name, func(t *testing.T) {

@@ -39,12 +39,24 @@ func ended(tries []harness.Attempt) (harness.Attempt, bool) {
 	return tries[len(tries)-1], true
 }
 
-// processedOnce reports whether the event was processed exactly once: its
-// first delivery ended Applied, its redelivery (if the fixture made one)
-// Duplicate, and the ledger holds exactly one effect.
+// processedOnce reports whether the event was processed exactly once: the
+// ledger holds exactly one effect, its first delivery ended Applied, and
+// its redelivery (if the fixture made one) Duplicate. The first delivery
+// may also end Duplicate when an earlier attempt of it went unacknowledged
+// (it timed out, say, on a loaded machine) yet applied the one effect: the
+// broker's redelivery then rightly finds the event claimed.
 func (d delivered) processedOnce() bool {
 	first, ok := ended(d.first)
-	if !ok || !first.Acked() || first.Outcome != adapters.Applied || len(d.effects) != 1 {
+	if !ok || !first.Acked() || len(d.effects) != 1 {
+		return false
+	}
+	switch first.Outcome {
+	case adapters.Applied:
+	case adapters.Duplicate:
+		if !appliedUnacknowledged(d.first, d.effects[0].Attempt) {
+			return false
+		}
+	default:
 		return false
 	}
 	if d.again == nil {
@@ -52,6 +64,17 @@ func (d delivered) processedOnce() bool {
 	}
 	again, _ := ended(d.again)
 	return again.Acked() && again.Outcome == adapters.Duplicate
+}
+
+// appliedUnacknowledged reports whether attempt is one of tries that went
+// unacknowledged.
+func appliedUnacknowledged(tries []harness.Attempt, attempt int) bool {
+	for _, a := range tries {
+		if a.Delivery.Attempt == attempt && !a.Acked() {
+			return true
+		}
+	}
+	return false
 }
 
 // refusedCleanly reports whether the event was refused cleanly: every
