@@ -30,7 +30,7 @@ func (s *state) applies(id string, impl adapters.Implementation) fixtures.Applic
 		RedeliveryWindow: s.adapter.Declares.RedeliveryWindow,
 		AcceptsClock:     s.adapter.Declares.AcceptsClock,
 		OutOfProcess:     impl != nil && effect.IsRemote(impl),
-		ExternalEffects:  s.adapter.Declares.ExternalEffects,
+		ExternalEffects:  string(s.adapter.Declares.ExternalEffects),
 	}
 	if s.run != nil {
 		t.OwnedServer = s.run.Server().Owned()

@@ -278,7 +278,7 @@ func checkCertificate(t *testing.T, cert certificate.Certificate, m misbehaving)
 			t.Errorf("rule %s was skipped (%s): the run did not go on", r.ID, r.Message)
 			continue
 		}
-		if m.failing != nil && !failing[r.ID] || m.failing == nil && r.Verdict == certificate.VerdictNotSupported {
+		if m.failing != nil && !failing[r.ID] || m.failing == nil && (r.Verdict == certificate.VerdictNotSupported || r.Verdict == certificate.VerdictNotApplicable) {
 			continue
 		}
 		if r.Verdict != certificate.VerdictFail {

@@ -90,6 +90,7 @@ func notRunHere(adapter adapters.Adapter, owned bool) map[string]string {
 		RedeliveryWindow: adapter.Declares.RedeliveryWindow,
 		AcceptsClock:     adapter.Declares.AcceptsClock,
 		OwnedServer:      owned,
+		ExternalEffects:  string(adapter.Declares.ExternalEffects),
 	}
 	notRun := map[string]string{}
 	for _, f := range fixtures.Catalog() {

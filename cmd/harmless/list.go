@@ -186,7 +186,7 @@ func planOf(ctx context.Context, f certifyFlags) (runPlan, error) {
 		AcceptsClock:     adapter.Declares.AcceptsClock,
 		OutOfProcess:     p.OutOfProcess,
 		OwnedServer:      p.OwnedServer,
-		ExternalEffects:  adapter.Declares.ExternalEffects,
+		ExternalEffects:  string(adapter.Declares.ExternalEffects),
 	}
 	for _, fx := range fixtures.Catalog() {
 		a := fx.Applies(target)

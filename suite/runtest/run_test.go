@@ -50,10 +50,11 @@ func TestRunCertifiesTwoAdapters(t *testing.T) {
 func checkCorrect(t *testing.T, c certificate.Certificate) {
 	t.Helper()
 	// What the catalogue decides for an in-process adapter on a DSN.
-	notRun := map[string]string{}
+	notRun, notApplicable := map[string]string{}, map[string]bool{}
 	for _, f := range fixtures.Catalog() {
-		if a := f.Applies(fixtures.Target{RedeliveryWindow: c.Declared.RedeliveryWindow, AcceptsClock: c.Declared.AcceptsClock}); !a.Runs {
-			notRun[f.ID] = a.Reason
+		target := fixtures.Target{RedeliveryWindow: c.Declared.RedeliveryWindow, AcceptsClock: c.Declared.AcceptsClock, ExternalEffects: string(c.Declared.ExternalEffects)}
+		if a := f.Applies(target); !a.Runs {
+			notRun[f.ID], notApplicable[f.ID] = a.Reason, a.NotApplicable
 		}
 	}
 	if c.Error != "" || c.Database == "" || c.DatabaseKind != "dsn" {
@@ -61,7 +62,10 @@ func checkCorrect(t *testing.T, c certificate.Certificate) {
 	}
 	for _, r := range c.Rules {
 		want, why := certificate.VerdictPass, notRun[r.Fixture]
-		if why != "" {
+		switch {
+		case notApplicable[r.Fixture]:
+			want = certificate.VerdictNotApplicable
+		case why != "":
 			want = certificate.VerdictNotSupported
 		}
 		if r.Verdict != want || !strings.Contains(r.Message, why) {
