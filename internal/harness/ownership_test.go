@@ -6,7 +6,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -98,17 +97,6 @@ func lookAlikes(other string) []lookAlike {
 		{schema: "harmless_deadbeef_s3", why: fmt.Sprintf("belongs to role %q", other), owner: other,
 			setup: "COMMENT ON SCHEMA %s IS 'harmless run deadbeef spec s3 v1'"},
 	}
-}
-
-// keeperGone waits until the keeper of run, closed or cut, leaves
-// pg_stat_activity.
-func keeperGone(t *testing.T, db *pgxpool.Pool, run *harness.Run) {
-	t.Helper()
-	eventually(t, 30*time.Second, "the closed run's keeper leaves pg_stat_activity", func() bool {
-		var alive bool
-		err := db.QueryRow(t.Context(), `SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE application_name = $1)`, run.AppNamePrefix()+"keeper").Scan(&alive)
-		return err == nil && !alive
-	})
 }
 
 // die ends run as a killed process would: its connections are cut and it
