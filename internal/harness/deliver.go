@@ -105,7 +105,9 @@ func (s *Play) Deliver(ctx context.Context, n int, ev adapters.Event) Attempt {
 	}
 	close(s.released)
 	s.released = make(chan struct{})
-	s.history = append(s.history, a)
+	if !s.opts.NoHistory {
+		s.history = append(s.history, a)
+	}
 	s.mu.Unlock()
 	return a
 }

@@ -28,6 +28,7 @@ type Play struct {
 	name    string
 	schema  string
 	started time.Time
+	opts    PlayOptions
 	hooks   *Hooks
 	clock   adapters.Clock
 	manual  *ManualClock // the clock, when the adapter accepts the harness's
@@ -66,7 +67,7 @@ type eventKey struct{ namespace, id string }
 func (s *Play) install(ctx context.Context) error {
 	s.hooks = &Hooks{hooks: faults.NewHooks(), play: s}
 	s.clock = adapters.SystemClock{}
-	if s.adapter.Declares.AcceptsClock {
+	if s.adapter.Declares.AcceptsClock && !s.opts.SystemClock {
 		// A round second far from the real time, so an implementation
 		// that reads the system clock instead is noticed.
 		s.manual = NewManualClock(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC))
@@ -344,3 +345,7 @@ func (s *Play) Close(ctx context.Context) error {
 	}
 	return errors.Join(errs...)
 }
+
+// Started is when the play began: the attempts' Started and Ended are
+// offsets from it.
+func (s *Play) Started() time.Time { return s.started }

@@ -235,6 +235,24 @@ func (r *Run) Close(ctx context.Context) error {
 // play of a fixture's scenario with adapter. The run names its plays s1,
 // s2, ... in turn.
 func (r *Run) NewPlay(ctx context.Context, adapter adapters.Adapter) (*Play, error) {
+	return r.NewPlayWith(ctx, adapter, PlayOptions{})
+}
+
+// PlayOptions change what a play keeps and hands out; the zero value is
+// what the fixtures use.
+type PlayOptions struct {
+	// NoHistory keeps no history of the play's deliveries ([Play.History]
+	// is empty): a soak of a million events records each delivery
+	// compactly itself, from what [Play.Deliver] returns.
+	NoHistory bool
+	// SystemClock hands the instances the system clock even when the
+	// adapter accepts the harness's: a soak's purges compare claim times
+	// with the real time.
+	SystemClock bool
+}
+
+// NewPlayWith is NewPlay with options.
+func (r *Run) NewPlayWith(ctx context.Context, adapter adapters.Adapter, opts PlayOptions) (*Play, error) {
 	n := r.plays.Add(1)
 	name := fmt.Sprintf("s%d", n)
 	s := &Play{
@@ -243,6 +261,7 @@ func (r *Run) NewPlay(ctx context.Context, adapter adapters.Adapter) (*Play, err
 		name:    name,
 		schema:  fmt.Sprintf("harmless_%s_%s", r.id, name),
 		started: time.Now(),
+		opts:    opts,
 	}
 	r.mu.Lock()
 	r.open[s] = struct{}{}
