@@ -287,3 +287,37 @@ func effectIn(e adapters.Effect, table string) bool {
 	eff, ok := effect.Of(e)
 	return ok && eff.Table() == table
 }
+
+// PlayOptions: a play without history keeps none (the attempt is still
+// returned and numbered), and one with the system clock hands it out even
+// to an adapter that accepts the harness's.
+func TestPlayOptions(t *testing.T) {
+	r := startRun(t, 5*time.Second)
+	adapter := delivering("clocked", func(context.Context, adapters.Delivery) (adapters.Outcome, error) { return adapters.Applied, nil })
+	adapter.Declares.AcceptsClock = true
+
+	plain := newPlay(t, r, adapter)
+	if _, manual := plain.Clock(); manual == nil {
+		t.Error("a default play hands an adapter that accepts the clock no manual clock")
+	}
+	plain.Deliver(t.Context(), 1, event("kept"))
+	if n := len(plain.History(event("kept"))); n != 1 {
+		t.Errorf("a default play kept %d attempts; want 1", n)
+	}
+
+	play, err := r.NewPlayWith(t.Context(), adapter, harness.PlayOptions{NoHistory: true, SystemClock: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	atEnd(t, "play "+play.Schema(), play.Close)
+	if clock, manual := play.Clock(); manual != nil || clock != (adapters.SystemClock{}) {
+		t.Errorf("SystemClock: clock %T, manual %v", clock, manual)
+	}
+	first, second := play.Deliver(t.Context(), 1, event("forgotten")), play.Deliver(t.Context(), 2, event("forgotten"))
+	if first.Delivery.Attempt != 1 || second.Delivery.Attempt != 2 || first.Err != nil {
+		t.Errorf("attempts %d and %d (%v); want 1 and 2", first.Delivery.Attempt, second.Delivery.Attempt, first.Err)
+	}
+	if n := len(play.History(event("forgotten"))); n != 0 {
+		t.Errorf("NoHistory: the play kept %d attempts", n)
+	}
+}
