@@ -1,0 +1,314 @@
+package soak
+
+import (
+	"bytes"
+	"encoding/base64"
+	"encoding/xml"
+	"errors"
+	"html"
+	"io"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/anishathalye/porcupine"
+)
+
+// Strings a report may carry that break a page written without escaping.
+const (
+	nastyAdapter = `exec: ./impl --name "<b>bold</b>" & 'quoted'`
+	nastyID      = `evt-<script>alert("id")</script>&'`
+	nastyError   = `pq: </td></tr></table><h1>injected</h1> "quote" & more`
+	nastyKind    = `db-<sleep>&"`
+)
+
+// dedupModel is one deduplicated event: the first delivery to take effect
+// answers applied, every later one duplicate.
+var dedupModel = porcupine.Model{
+	Init: func() any { return false },
+	Step: func(state, input, output any) (bool, any) {
+		applied := state.(bool)
+		if output.(string) == "applied" {
+			return !applied, true
+		}
+		return applied, true
+	},
+	DescribeOperation: func(input, output any) string { return "deliver -> " + output.(string) },
+	DescribeState: func(state any) string {
+		if state.(bool) {
+			return "applied"
+		}
+		return "not applied"
+	},
+}
+
+// wrongVisualization returns porcupine's page for a history in which two
+// sequential deliveries of one event both answered applied.
+func wrongVisualization(t *testing.T) string {
+	t.Helper()
+	ops := []porcupine.Operation{
+		{ClientId: 0, Input: 1, Call: 0, Output: "applied", Return: 10},
+		{ClientId: 1, Input: 2, Call: 20, Output: "applied", Return: 30},
+	}
+	res, info := porcupine.CheckOperationsVerbose(dedupModel, ops, 0)
+	if res != porcupine.Illegal {
+		t.Fatalf("porcupine judged the double apply %v, want Illegal", res)
+	}
+	var buf bytes.Buffer
+	if err := porcupine.Visualize(dedupModel, info, &buf); err != nil {
+		t.Fatalf("porcupine.Visualize: %v", err)
+	}
+	return buf.String()
+}
+
+// testReport is a run of 40 seconds with a dip under a db-sleep window, a
+// kill, a fault that failed, a wrong event with porcupine's page, and
+// strings that need escaping everywhere a string goes.
+func testReport(t *testing.T) Report {
+	t.Helper()
+	r := Report{
+		Adapter: nastyAdapter,
+		Config: Config{
+			Duration: 40 * time.Second, Workers: 4, Duplicates: 0.3, Conflicts: 0.01,
+			Nemeses: []string{"kill", "db-sleep", nastyKind}, Seed: 424242, DeliveryTimeout: 5 * time.Second,
+		},
+		Started:     time.Date(2026, 11, 30, 20, 0, 0, 0, time.UTC),
+		Elapsed:     42*time.Second + 300*time.Millisecond,
+		Interrupted: true,
+		Environment: Environment{Harmless: "v0.9.0-test", Go: "go1.26.8", OS: "linux", Arch: "amd64", CPUs: 2,
+			Server: "PostgreSQL", ServerVersion: "15.10"},
+		Verdict: "anomalies",
+		Totals: Totals{Events: 9000, Deliveries: 12500, Applied: 8990, Duplicate: 3200, Rejected: 90,
+			Refused: 12, Unknown: 208, UnknownApplied: 150, UnknownNotApplied: 58, Wrong: 1, Lost: 1},
+		Throughput: 297.6,
+		Latency:    Latency{P50: 3200 * time.Microsecond, P95: 21 * time.Millisecond, P99: 480 * time.Millisecond, Max: 5 * time.Second},
+		Faults: []FaultWindow{
+			{Kind: "db-sleep", Detail: "pg_sleep(3) in every transaction", Start: 10 * time.Second, End: 16 * time.Second},
+			{Kind: "kill", Detail: "killed worker 2", Start: 22 * time.Second, End: 22*time.Second + 50*time.Millisecond},
+			{Kind: "db-sleep", Detail: "pg_sleep(1)", Start: 30 * time.Second, End: 33 * time.Second},
+			{Kind: nastyKind, Detail: "could not", Start: 35 * time.Second, End: 35 * time.Second, Err: nastyError},
+		},
+		FaultsFired: map[string]int64{"db-sleep": 2, "kill": 1},
+		Unknowns: []Unknown{
+			{ID: nastyID, Attempt: 2, Error: nastyError, Applied: true},
+			{ID: "evt-17", Attempt: 1, Error: "context deadline exceeded", Applied: false},
+		},
+	}
+	for s := range 40 {
+		sec := Second{At: time.Duration(s) * time.Second, Completed: 300 + 10*(s%5), Acked: 290 + 10*(s%5),
+			Latency: Latency{P50: 3 * time.Millisecond, P95: 15 * time.Millisecond, P99: 40 * time.Millisecond}}
+		switch {
+		case s >= 10 && s < 16:
+			sec.Completed, sec.Acked = 20, 12
+			sec.Latency = Latency{P50: 1500 * time.Millisecond, P95: 3 * time.Second, P99: 4900 * time.Millisecond}
+		case s >= 30 && s < 33:
+			sec.Completed, sec.Acked = 120, 110
+			sec.Latency = Latency{P50: 300 * time.Millisecond, P95: 900 * time.Millisecond, P99: 1 * time.Second}
+		}
+		if s == 13 {
+			sec = Second{At: 13 * time.Second} // nothing ended: a gap in the latency lines
+		}
+		r.Timeline = append(r.Timeline, sec)
+	}
+	dest := 2
+	r.Anomalies = []Anomaly{
+		{
+			Namespace: "soak-<ns>", ID: nastyID, Kinds: []string{"wrong", "duplicated"},
+			Explanation:   `two deliveries answered "applied" & the ledger holds two effects`,
+			Effects:       []EffectRecord{{Attempt: 1, Payload: "original"}, {Attempt: 3, Payload: "original"}},
+			AtDestination: &dest,
+			History: []Delivery{
+				{Attempt: 1, Worker: 1, Payload: "original", Status: "ok", Outcome: "applied", Invoke: 11 * time.Second, Return: 11*time.Second + 40*time.Millisecond},
+				{Attempt: 2, Worker: 3, Payload: "original", Status: "info", Error: nastyError, Hung: true, Invoke: 12 * time.Second, Return: 17 * time.Second},
+				{Attempt: 3, Worker: 2, Payload: "original", Status: "ok", Outcome: "applied", Invoke: 18 * time.Second, Return: 18*time.Second + 5*time.Millisecond},
+			},
+			Visualization: wrongVisualization(t),
+		},
+		{
+			ID: "evt-lost-9", Kinds: []string{"lost"}, Explanation: "acknowledged applied, but the ledger holds no effect",
+			History: []Delivery{{Attempt: 1, Worker: 4, Payload: "original", Status: "ok", Outcome: "applied", Invoke: 31 * time.Second, Return: 32 * time.Second}},
+		},
+	}
+	return r
+}
+
+func writeHTML(t *testing.T, r Report) string {
+	t.Helper()
+	var buf bytes.Buffer
+	if err := WriteHTML(&buf, r); err != nil {
+		t.Fatalf("WriteHTML: %v", err)
+	}
+	return buf.String()
+}
+
+// TestWriteHTMLEscapes checks that no string from the report reaches the
+// page as markup, and that porcupine's page survives the srcdoc attribute
+// byte for byte.
+func TestWriteHTMLEscapes(t *testing.T) {
+	r := testReport(t)
+	out := writeHTML(t, r)
+
+	for _, raw := range []string{nastyAdapter, nastyID, nastyError, "<h1>injected</h1>", "<script"} {
+		if strings.Contains(out, raw) {
+			t.Errorf("page holds %q unescaped", raw)
+		}
+	}
+	for _, want := range []string{
+		html.EscapeString(nastyAdapter), html.EscapeString(nastyError),
+		"evt-&lt;script&gt;alert(&#34;id&#34;)&lt;/script&gt;&amp;&#39;",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("page lacks the escaped %q", want)
+		}
+	}
+
+	srcdocs := regexp.MustCompile(`srcdoc="([^"]*)"`).FindAllStringSubmatch(out, -1)
+	if len(srcdocs) != 1 {
+		t.Fatalf("page has %d srcdoc iframes, want 1 (one anomaly has a visualisation)", len(srcdocs))
+	}
+	if got := html.UnescapeString(srcdocs[0][1]); got != r.Anomalies[0].Visualization {
+		t.Errorf("srcdoc unescapes to %d bytes that differ from porcupine's %d", len(got), len(r.Anomalies[0].Visualization))
+	}
+	if !strings.Contains(out, "<details class=\"visualization\">") {
+		t.Error("the visualisation is not behind a closed <details>")
+	}
+	if !strings.Contains(out, `id="interrupted"`) {
+		t.Error("an interrupted run has no interrupted banner")
+	}
+	if !strings.Contains(out, "ANOMALIES: 2") {
+		t.Error("the verdict does not say ANOMALIES: 2")
+	}
+	if !strings.Contains(out, "206 more are counted in the totals") {
+		t.Error("the unknowns list does not say how many it leaves out")
+	}
+}
+
+// chartSVGs decodes the page's two chart images, checking each is
+// well-formed SVG.
+func chartSVGs(t *testing.T, out string) map[string]string {
+	t.Helper()
+	imgs := regexp.MustCompile(`<img class="chart" id="(chart-[a-z]+)"[^>]* src="([^"]+)"`).FindAllStringSubmatch(out, -1)
+	svgs := map[string]string{}
+	for _, m := range imgs {
+		// html/template writes the URI's + as &#43;, as HTML allows.
+		data, ok := strings.CutPrefix(html.UnescapeString(m[2]), "data:image/svg+xml;base64,")
+		if !ok {
+			t.Fatalf("%s is not an inline SVG: %.60s", m[1], m[2])
+		}
+		b, err := base64.StdEncoding.DecodeString(data)
+		if err != nil {
+			t.Fatalf("%s: %v", m[1], err)
+		}
+		d := xml.NewDecoder(bytes.NewReader(b))
+		for {
+			_, err := d.Token()
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			if err != nil {
+				t.Fatalf("%s is not well-formed SVG: %v", m[1], err)
+			}
+		}
+		svgs[m[1]] = string(b)
+	}
+	return svgs
+}
+
+func TestWriteHTMLCharts(t *testing.T) {
+	svgs := chartSVGs(t, writeHTML(t, testReport(t)))
+	if len(svgs) != 2 || svgs["chart-throughput"] == "" || svgs["chart-latency"] == "" {
+		t.Fatalf("page has charts %v, want chart-throughput and chart-latency", keys(svgs))
+	}
+	for name, svg := range svgs {
+		for _, want := range []string{"fault: db-sleep", "fault: kill", "seconds since start"} {
+			if !strings.Contains(svg, want) {
+				t.Errorf("%s lacks %q", name, want)
+			}
+		}
+		// The failed fault was not injected, so it is not shaded.
+		if strings.Contains(svg, "fault: db-&lt;sleep") {
+			t.Errorf("%s shades a fault the nemesis could not inject", name)
+		}
+	}
+	for _, want := range []string{"completed/s", "acked/s"} {
+		if !strings.Contains(svgs["chart-throughput"], want) {
+			t.Errorf("throughput chart lacks %q", want)
+		}
+	}
+	for _, want := range []string{"p50", "p95", "p99"} {
+		if !strings.Contains(svgs["chart-latency"], want) {
+			t.Errorf("latency chart lacks %q", want)
+		}
+	}
+}
+
+func TestWriteHTMLEmptyAndFaultless(t *testing.T) {
+	out := writeHTML(t, Report{})
+	for _, want := range []string{`id="no-timeline"`, "CLEAN", `id="no-anomalies"`, "No delivery had an unknown outcome"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("empty report's page lacks %q", want)
+		}
+	}
+	if strings.Contains(out, "<img") {
+		t.Error("empty report's page has a chart")
+	}
+
+	r := testReport(t)
+	r.Faults, r.FaultsFired = nil, nil
+	svgs := chartSVGs(t, writeHTML(t, r))
+	if len(svgs) != 2 {
+		t.Fatalf("faultless report has charts %v, want two", keys(svgs))
+	}
+	for name, svg := range svgs {
+		if strings.Contains(svg, "fault:") {
+			t.Errorf("faultless %s has a fault in its legend", name)
+		}
+	}
+
+	// Faults but no second recorded (interrupted at once) still chart.
+	r = testReport(t)
+	r.Timeline = nil
+	if svgs := chartSVGs(t, writeHTML(t, r)); len(svgs) != 2 {
+		t.Errorf("report without timeline but with faults has charts %v, want two", keys(svgs))
+	}
+}
+
+func TestSeriesBreaksOnGaps(t *testing.T) {
+	var s series
+	s.addPoint(0, 1, true)
+	s.addPoint(1, 2, true)
+	s.addPoint(2, 0, false)
+	s.addPoint(3, 0, false)
+	s.addPoint(4, 5, true)
+	if len(s.segments) != 2 || len(s.segments[0]) != 2 || len(s.segments[1]) != 1 {
+		t.Errorf("segments = %v, want [[(0,1) (1,2)] [(4,5)]]", s.segments)
+	}
+}
+
+func keys(m map[string]string) []string {
+	var ks []string
+	for k := range m {
+		ks = append(ks, k)
+	}
+	return ks
+}
+
+// TestWriteHTMLUnhealedFault: a window the interrupted run never healed
+// (End before Start) is said so, and shaded to the chart's end.
+func TestWriteHTMLUnhealedFault(t *testing.T) {
+	r := testReport(t)
+	r.Faults = append(r.Faults, FaultWindow{Kind: "crash", Detail: "crashed the server", Start: 38 * time.Second})
+	out := writeHTML(t, r)
+	if !strings.Contains(out, `<td colspan="2">not healed</td>`) {
+		t.Error("the schedule does not say the crash was not healed")
+	}
+	if strings.Contains(out, "-38s") {
+		t.Error("the schedule gives the unhealed window a negative length")
+	}
+	_, layers := faultLayers(r.Faults, chartsEnd(r))
+	last := layers[len(layers)-1]
+	if got, want := last.spans[0], [2]float64{38, r.Elapsed.Seconds()}; got != want {
+		t.Errorf("unhealed crash shaded over %v, want %v", got, want)
+	}
+}
