@@ -242,9 +242,14 @@ func (c *Checker) Error(i uint32) string {
 func (c *Checker) Suspicious() int { return int(c.suspicious.Load()) }
 
 // Effect adds one ledger effect of event, by the attempt that applied it.
+// An effect of an event past every recorded one is ignored: no delivery of
+// this run can have made it, and a stray index must not grow the table.
 func (c *Checker) Effect(event uint32, attempt int, v Variant) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if event >= c.nevents {
+		return
+	}
 	a := uint16(min(max(attempt, 0), math.MaxUint16))
 	f := c.event(event)
 	if f.effects == 0 {
@@ -265,11 +270,15 @@ func (c *Checker) Effect(event uint32, attempt int, v Variant) {
 
 // Destination records how many requests the external destination processed
 // for event. Once it was called for any event, an event it was not called for
-// counts as processed by none.
+// counts as processed by none. Like Effect, it ignores events past every
+// recorded one.
 func (c *Checker) Destination(event uint32, processed int) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.hasDest = true
+	if event >= c.nevents {
+		return
+	}
 	c.event(event).dest = uint16(min(max(processed, 0), math.MaxUint16))
 }
 
@@ -298,9 +307,10 @@ func (c *Checker) effectsOf(i uint32, f *facts) []effect {
 
 // Check judges the history: per event, whether the ledger (and the
 // destination) hold exactly one effect of the original, and whether the
-// deliveries' outcomes are linearizable against one deduplicated event. It
-// looks at ctx between events: when ctx ends it stops and returns what it
-// judged so far (Totals.Events then counts the events judged).
+// deliveries' outcomes are linearizable against one deduplicated event.
+// Anomalies come in event order. It looks at ctx between windows of
+// windowSize events: when ctx ends it stops and returns what it judged so far
+// (Totals.Events then counts the events judged).
 func (c *Checker) Check(ctx context.Context) (Totals, []Anomaly, []Unknown) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -322,14 +332,12 @@ func (c *Checker) Check(ctx context.Context) (Totals, []Anomaly, []Unknown) {
 		w.judge(&em, model)
 		for i := start; i < end; i++ {
 			f := &c.events[i>>chunkBits][i&chunkMask]
-			if f.head == 0 && f.effects == 0 {
-				continue // never generated (nor applied)
+			if f.head == 0 {
+				continue // never delivered: not one of the run's events
 			}
 			k := i - start
 			ops := w.ops[w.offs[k]:w.offs[k+1]]
-			if len(ops) > 0 {
-				t.Events++
-			}
+			t.Events++
 			t.Deliveries += len(ops)
 			wrong := w.wrong[k]
 			var effs []effect
@@ -387,7 +395,7 @@ func (c *Checker) Check(ctx context.Context) (Totals, []Anomaly, []Unknown) {
 			if wrong {
 				t.Wrong++
 				a.Kinds = append(a.Kinds, "wrong")
-				why = append(why, explainWrong(ops, effs))
+				why = append(why, explainWrong(ops, effs, lost || duplicated))
 				if visuals < MaxVisualized {
 					if html := c.visualize(model, ops); html != "" {
 						a.Visualization = html
@@ -644,9 +652,11 @@ func output(op Op) modelOutput {
 }
 
 // appendOperations appends an event's deliveries to porcupine's history h,
-// with their errors as metadata if errs is given. A hung
-// delivery returns at the end of time: its effect may land at any time after
-// it was invoked.
+// with their errors as metadata if errs is given. A hung delivery returns at
+// the end of time, as its effect may land any time after its invocation.
+// (In this model that cannot change a verdict, since only Applied needs the
+// event not applied and after it no delivery may apply; it keeps the
+// history honest in the visualization.)
 func appendOperations(h []porcupine.Operation, ops []Op, errs []string) []porcupine.Operation {
 	from := len(h)
 	h = append(h, make([]porcupine.Operation, len(ops))...)
@@ -657,7 +667,7 @@ func appendOperations(h []porcupine.Operation, ops []Op, errs []string) []porcup
 			ret = math.MaxInt64
 		}
 		h[i] = porcupine.Operation{
-			ClientId: int(op.Worker),
+			ClientId: max(int(op.Worker)-1, 0), // porcupine's lanes are from 0
 			Input:    input(op),
 			Call:     int64(op.Invoke),
 			Output:   output(op),
@@ -792,9 +802,19 @@ func explainLost(ops []Op, effs []effect) string {
 		}
 	}
 	for _, op := range ops {
-		if op.Status == OK {
-			return fmt.Sprintf("no delivery was acknowledged Applied and the ledger holds no effect, though %s %s", who(op), answered(op))
+		if op.Status != OK {
+			continue
 		}
+		s := fmt.Sprintf("no delivery was acknowledged Applied and the ledger holds no effect, though %s %s", who(op), answered(op))
+		for _, u := range ops {
+			if u.Status == Info && u.Invoke <= op.Return {
+				// The marker-first shape: the unknown delivery
+				// claimed the event and its effect never landed.
+				s += fmt.Sprintf(" after %s had %s without applying anything", who(u), strings.TrimPrefix(answered(u), "answered "))
+				break
+			}
+		}
+		return s
 	}
 	var unknown, refused int
 	for _, op := range ops {
@@ -835,7 +855,7 @@ func explainConflict(ops []Op, effs []effect) string {
 
 // explainWrong names the first pair (or single delivery) that no order of
 // the deliveries can explain; the visualization shows the rest.
-func explainWrong(ops []Op, effs []effect) string {
+func explainWrong(ops []Op, effs []effect, saidLedger bool) string {
 	end := func(op Op) time.Duration {
 		if op.Hung {
 			return math.MaxInt64
@@ -848,7 +868,10 @@ func explainWrong(ops []Op, effs []effect) string {
 			applied = append(applied, op)
 		}
 	}
-	tail := "; " + ledger(effs)
+	tail := ""
+	if !saidLedger {
+		tail = "; " + ledger(effs)
+	}
 	if len(applied) > 1 {
 		a, b := applied[0], applied[1]
 		if end(a) < b.Invoke {

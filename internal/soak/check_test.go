@@ -87,6 +87,9 @@ func TestCheckerClean(t *testing.T) {
 		{"conflicting copy refused", []Op{applied(1, 1, 0, 10), refused(2, 2, Conflicting, RefusedConflict, 20, 30)}, []ledgerEffect{one}},
 		{"conflicting copy answered duplicate", []Op{applied(1, 1, 0, 10), d(2, 2, Conflicting, OK, adapters.Duplicate, 20, 30)}, []ledgerEffect{one}},
 		{"invalid refusal then applied", []Op{refused(1, 1, Original, RefusedInvalid, 0, 10), applied(2, 2, 20, 30)}, []ledgerEffect{{2, Original}}},
+		// Porcupine's intervals are closed: a delivery invoked when
+		// another returned overlapped it.
+		{"touching intervals", []Op{duplicate(2, 2, 0, 10), applied(1, 1, 10, 20)}, []ledgerEffect{one}},
 		{"hung then duplicate", []Op{func() Op { o := info(1, 1, 0, 10); o.Hung = true; return o }(), duplicate(2, 2, 20, 30)}, []ledgerEffect{one}},
 	}
 	for _, tc := range cases {
@@ -125,8 +128,8 @@ func TestCheckerWrong(t *testing.T) {
 			if !says(a.Explanation, tc.explain) {
 				t.Errorf("explanation %q lacks %q", a.Explanation, tc.explain)
 			}
-			if !strings.Contains(a.Visualization, "<html") {
-				t.Errorf("no visualization")
+			if !strings.Contains(a.Visualization, "<html") || !strings.Contains(a.Visualization, `attempt 1 w1 original -\u003e`) {
+				t.Errorf("no visualization of the event's deliveries")
 			}
 			if a.ID != "e0" || a.Namespace != "ns-" || len(a.History) != len(tc.ops) {
 				t.Errorf("anomaly %q %q with %d deliveries", a.Namespace, a.ID, len(a.History))
@@ -162,6 +165,9 @@ func TestCheckerLost(t *testing.T) {
 		}
 		if tot.UnknownNotApplied != 1 {
 			t.Errorf("unknown not applied %d, want 1", tot.UnknownNotApplied)
+		}
+		if want := "after attempt 1 (worker 1) had ended unknown at 0.010s without applying anything"; !says(as[0].Explanation, want) {
+			t.Errorf("explanation %q lacks %q", as[0].Explanation, want)
 		}
 	})
 	t.Run("destination processed none", func(t *testing.T) {
@@ -333,6 +339,19 @@ func TestCheckerConcurrentRecord(t *testing.T) {
 	}
 	if visualized != MaxVisualized {
 		t.Errorf("%d visualizations, want %d", visualized, MaxVisualized)
+	}
+}
+
+func TestCheckerIgnoresStrayEvents(t *testing.T) {
+	c := NewChecker("")
+	c.Record(applied(1, 1, 0, 10), nil)
+	c.Effect(0, 1, Original)
+	c.Effect(1<<31, 1, Original)
+	c.Destination(0, 1)
+	c.Destination(1<<31, 1)
+	tot, as, _ := c.Check(context.Background())
+	if tot.Events != 1 || len(as) != 0 || c.Bytes() > 1<<20 {
+		t.Fatalf("totals %+v, %d anomalies, %d bytes", tot, len(as), c.Bytes())
 	}
 }
 
