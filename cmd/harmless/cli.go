@@ -54,6 +54,8 @@ const usage = `harmless certifies that an implementation makes duplicate event d
 Usage:
   harmless certify --adapter NAME [flags]   certify a built-in adapter: run the suite, print a verdict per rule
   harmless certify --exec COMMAND [flags]   certify a program in any language that speaks the exec protocol
+  harmless soak --adapter NAME [flags]      run a long, faulty, concurrent load and check its history
+  harmless soak --exec COMMAND [flags]      the same for a program that speaks the exec protocol
   harmless list                             print the known adapters and rules
   harmless list --adapter NAME [--json]     say which rules a certify run will run, and why the others cannot
   harmless matrix                           print the verdict matrix: which fixture each built-in adapter must pass or fail
@@ -75,6 +77,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	switch args[0] {
 	case "certify":
 		return certify(args[1:], stdout, stderr)
+	case "soak":
+		return soakCommand(args[1:], stdout, stderr)
 	case "list":
 		// list quotes no DSN, but an error about its flags may.
 		m := maskArgs("harmless list", stdout, stderr, args[1:])
@@ -119,15 +123,21 @@ type certifyFlags struct {
 	quiet           bool
 }
 
+// addDatabaseFlags adds the flags that choose the database, which certify
+// and soak share.
+func addDatabaseFlags(fs *flag.FlagSet, f *certifyFlags) {
+	fs.StringVar(&f.dsn, "dsn", "", "PostgreSQL connection string (default: $HARMLESS_DSN, else $DATABASE_URL, else a container, else a throwaway local cluster)")
+	fs.StringVar(&f.image, "image", "", "container image when starting PostgreSQL in a container (default: $HARMLESS_IMAGE, else postgres:17-alpine)")
+	fs.StringVar(&f.provision, "provision", "", "force one way to get a database: dsn, container or cluster")
+}
+
 func parseCertify(args []string, stderr io.Writer) (certifyFlags, error) {
 	var f certifyFlags
 	fs := flag.NewFlagSet("harmless certify", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.StringVar(&f.adapter, "adapter", "", "built-in adapter to certify (see 'harmless list')")
 	fs.StringVar(&f.exec, "exec", "", "certify the program this shell command runs, over the exec protocol (docs/protocol.md)")
-	fs.StringVar(&f.dsn, "dsn", "", "PostgreSQL connection string (default: $HARMLESS_DSN, else $DATABASE_URL, else a container, else a throwaway local cluster)")
-	fs.StringVar(&f.image, "image", "", "container image when starting PostgreSQL in a container (default: $HARMLESS_IMAGE, else postgres:17-alpine)")
-	fs.StringVar(&f.provision, "provision", "", "force one way to get a database: dsn, container or cluster")
+	addDatabaseFlags(fs, &f)
 	fs.StringVar(&f.labelFilter, "label-filter", "", "run only specs matching this Ginkgo label filter, e.g. 'fixture:double-delivery'")
 	fs.StringVar(&f.jsonPath, "json", "", "write the certificate as JSON to this file")
 	fs.StringVar(&f.junitPath, "junit", "", "write a JUnit XML report (one testcase per rule) to this file")

@@ -40,6 +40,14 @@ func TestUsageErrorsExit2(t *testing.T) {
 		{"list: a database without an adapter", []string{"list", "--provision", "cluster"}, "give --adapter NAME or --exec COMMAND too"},
 		{"list: bad provision", []string{"list", "--adapter", "reference", "--provision", "cloud"}, "--provision must be dsn, container or cluster"},
 		{"list: stray argument", []string{"list", "--adapter", "reference", "extra"}, "unexpected arguments: extra"},
+		{"soak: no adapter", []string{"soak"}, "--adapter NAME or --exec COMMAND is required"},
+		{"soak: one worker", []string{"soak", "--adapter", "reference", "--workers", "1"}, "--workers must be at least 2"},
+		{"soak: duplicates above one", []string{"soak", "--adapter", "reference", "--duplicates", "1.5"}, "--duplicates is a share between 0 and 1"},
+		{"soak: negative duration", []string{"soak", "--adapter", "reference", "--duration", "-1s"}, "--duration must not be negative"},
+		{"soak: unknown nemesis", []string{"soak", "--adapter", "reference", "--nemesis", "kill,flood"}, "--nemesis flood: no such nemesis (known: kill, "},
+		{"soak: crash on a DSN", []string{"soak", "--adapter", "reference", "--dsn", "postgres://u@127.0.0.1:1/db", "--nemesis", "crash"}, "--nemesis crash: the server is named by a DSN"},
+		{"soak: destination without external effects", []string{"soak", "--adapter", "broken-in-memory", "--provision", "cluster", "--nemesis", "destination"}, "--nemesis destination: the implementation declares no external effects"},
+		{"soak: stray argument", []string{"soak", "--adapter", "reference", "extra"}, "unexpected arguments: extra"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var stdout, stderr bytes.Buffer
@@ -84,7 +92,14 @@ func binary(t *testing.T) string {
 // runCertify runs the built command and returns its exit code and output.
 func runCertify(t *testing.T, bin string, env []string, args ...string) (int, string, string) {
 	t.Helper()
-	cmd := exec.Command(bin, append([]string{"certify"}, args...)...)
+	return runCommand(t, bin, env, append([]string{"certify"}, args...)...)
+}
+
+// runCommand runs the built command with args and returns its exit code
+// and output.
+func runCommand(t *testing.T, bin string, env []string, args ...string) (int, string, string) {
+	t.Helper()
+	cmd := exec.Command(bin, args...)
 	cmd.Env = append(os.Environ(), env...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr

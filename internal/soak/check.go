@@ -124,7 +124,10 @@ type facts struct {
 	flags        uint8
 }
 
-const flagFirstConflicting = 1 << 0
+const (
+	flagFirstConflicting = 1 << 0
+	flagUnsettled        = 1 << 1
+)
 
 type effect struct {
 	attempt uint16
@@ -268,6 +271,17 @@ func (c *Checker) Effect(event uint32, attempt int, v Variant) {
 	}
 }
 
+// Unsettled marks event as never acknowledged because the run was
+// interrupted before its redeliveries were made: Check does not judge it
+// lost (it still judges the rest).
+func (c *Checker) Unsettled(event uint32) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if event < c.nevents {
+		c.event(event).flags |= flagUnsettled
+	}
+}
+
 // Destination records how many requests the external destination processed
 // for event. Once it was called for any event, an event it was not called for
 // counts as processed by none. Like Effect, it ignores events past every
@@ -375,6 +389,11 @@ func (c *Checker) Check(ctx context.Context) (Totals, []Anomaly, []Unknown) {
 			}
 
 			lost := f.effects == 0 || (c.hasDest && f.dest == 0)
+			if f.flags&flagUnsettled != 0 {
+				// Its redeliveries were never made: not judged lost.
+				t.Unsettled++
+				lost = false
+			}
 			duplicated := f.effects > 1 || (c.hasDest && f.dest > 1)
 			conflict := f.conflicting > 0
 			if !lost && !duplicated && !conflict && !wrong {
@@ -770,9 +789,9 @@ func answered(op Op) string {
 	return fmt.Sprintf("answered %s at %s", out, at(op.Return))
 }
 
-// ledger describes the effects, as "the ledger holds 2 effects (attempts 1
+// describeLedger describes the effects, as "the ledger holds 2 effects (attempts 1
 // and 3)".
-func ledger(effs []effect) string {
+func describeLedger(effs []effect) string {
 	switch len(effs) {
 	case 0:
 		return "the ledger holds no effect"
@@ -794,7 +813,7 @@ func isOutcome(op Op, o adapters.Outcome) bool { return op.Status == OK && op.Ou
 
 func explainLost(ops []Op, effs []effect) string {
 	if len(effs) > 0 {
-		return fmt.Sprintf("%s but the destination processed no request for it", ledger(effs))
+		return fmt.Sprintf("%s but the destination processed no request for it", describeLedger(effs))
 	}
 	for _, op := range ops {
 		if isOutcome(op, adapters.Applied) {
@@ -830,7 +849,7 @@ func explainLost(ops []Op, effs []effect) string {
 func explainDuplicated(effs []effect, hasDest bool, dest uint16) string {
 	var parts []string
 	if len(effs) > 1 {
-		parts = append(parts, ledger(effs))
+		parts = append(parts, describeLedger(effs))
 	}
 	if hasDest && dest > 1 {
 		parts = append(parts, fmt.Sprintf("the destination processed %d requests for it", dest))
@@ -870,7 +889,7 @@ func explainWrong(ops []Op, effs []effect, saidLedger bool) string {
 	}
 	tail := ""
 	if !saidLedger {
-		tail = "; " + ledger(effs)
+		tail = "; " + describeLedger(effs)
 	}
 	if len(applied) > 1 {
 		a, b := applied[0], applied[1]

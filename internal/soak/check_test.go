@@ -15,13 +15,13 @@ import (
 	"github.com/harmless-dev/harmless/adapters"
 )
 
-const ms = time.Millisecond
+const msec = time.Millisecond
 
 // d builds one delivery of event 0: attempt a by worker w, invoked at from
 // and returned at to (milliseconds).
 func d(a, w int, v Variant, s Status, o adapters.Outcome, from, to int) Op {
 	return Op{Attempt: uint16(a), Worker: uint16(w), Variant: v, Status: s, Outcome: o,
-		Invoke: time.Duration(from) * ms, Return: time.Duration(to) * ms}
+		Invoke: time.Duration(from) * msec, Return: time.Duration(to) * msec}
 }
 
 func applied(a, w, from, to int) Op { return d(a, w, Original, OK, adapters.Applied, from, to) }
@@ -302,7 +302,7 @@ func TestCheckerConcurrentRecord(t *testing.T) {
 				op := applied(1, w+1, i, i+1)
 				op.Event = e
 				c.Record(op, nil)
-				op.Attempt, op.Invoke, op.Return = 2, op.Return+ms, op.Return+2*ms
+				op.Attempt, op.Invoke, op.Return = 2, op.Return+msec, op.Return+2*msec
 				if i%10 == 0 {
 					// Acknowledged Applied twice: suspicious.
 					c.Record(op, nil)
@@ -459,5 +459,21 @@ func TestFastPathMatchesPorcupine(t *testing.T) {
 	walk()
 	if wrong == 0 || wrong == checked {
 		t.Fatalf("%d of %d histories wrong: the enumeration is broken", wrong, checked)
+	}
+}
+
+// An event marked unsettled (an interruption cut its redeliveries short)
+// is counted, not judged lost; an unmarked one like it is lost.
+func TestCheckerUnsettledIsNotLost(t *testing.T) {
+	c := NewChecker(Namespace)
+	for i := range uint32(2) {
+		op := info(1, 1, 0, 10)
+		op.Event = i
+		c.Record(op, errors.New("connection reset"))
+	}
+	c.Unsettled(0)
+	totals, anomalies, _ := c.Check(t.Context())
+	if totals.Unsettled != 1 || totals.Lost != 1 || len(anomalies) != 1 || anomalies[0].ID != EventID(1) {
+		t.Errorf("unsettled %d, lost %d, anomalies %+v; want e0 unsettled and e1 lost", totals.Unsettled, totals.Lost, anomalies)
 	}
 }

@@ -81,7 +81,7 @@ type Op struct {
 	// Refusal is set when Status is Fail.
 	Refusal Refusal
 	// Err indexes the error's first line in the history's table of
-	// distinct errors (see History.Error) when Status is not OK; 0 is
+	// distinct errors (see Checker.Error) when Status is not OK; 0 is
 	// none.
 	Err uint32
 	// Hung is set when the call did not return: its effect may land at any

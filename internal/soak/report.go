@@ -71,6 +71,10 @@ type Totals struct {
 	// by the ledger: the effect row names the attempt that applied it.
 	UnknownApplied    int `json:"unknown_applied"`
 	UnknownNotApplied int `json:"unknown_not_applied"`
+	// Unsettled counts the events never acknowledged because an
+	// interruption cut settling short: they are not judged lost, since
+	// their redeliveries were never made.
+	Unsettled int `json:"unsettled"`
 
 	// The anomalies, counted per event.
 	Lost             int `json:"lost"`

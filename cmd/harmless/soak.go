@@ -1,0 +1,312 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"maps"
+	"os"
+	"os/signal"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/schollz/progressbar/v3"
+
+	"github.com/harmless-dev/harmless/internal/harness"
+	"github.com/harmless-dev/harmless/internal/provision"
+	"github.com/harmless-dev/harmless/internal/soak"
+	"github.com/harmless-dev/harmless/suite"
+	"github.com/harmless-dev/harmless/suite/container"
+)
+
+// Exit codes of soak besides those certify shares: 0 clean, 1 anomalies
+// found, 2 usage or environment error.
+const (
+	exitClean     = 0
+	exitAnomalies = 1
+)
+
+type soakFlags struct {
+	certifyFlags // adapter, exec, dsn, image, provision, delivery timeout
+	cfg          soak.Config
+	nemesis      string
+	htmlPath     string
+	seedSet      bool
+}
+
+func parseSoak(args []string, stderr io.Writer) (soakFlags, error) {
+	var f soakFlags
+	fs := flag.NewFlagSet("harmless soak", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&f.adapter, "adapter", "", "built-in adapter to soak (see 'harmless list')")
+	fs.StringVar(&f.exec, "exec", "", "soak the program this shell command runs, over the exec protocol (docs/protocol.md); each worker is one process")
+	addDatabaseFlags(fs, &f.certifyFlags)
+	fs.DurationVar(&f.cfg.Duration, "duration", 0, "how long to generate events (default 60s unless --events is given)")
+	fs.IntVar(&f.cfg.Events, "events", 0, "how many events to generate (with --duration too, whichever ends first)")
+	fs.IntVar(&f.cfg.Workers, "workers", soak.DefaultWorkers, "implementation instances delivering concurrently, at least 2")
+	fs.Float64Var(&f.cfg.Duplicates, "duplicates", soak.DefaultDuplicates, "share of events delivered more than once: at once, later, or to two workers at the same time")
+	fs.Float64Var(&f.cfg.Conflicts, "conflicts", soak.DefaultConflicts, "share of events that also get a conflicting copy (same identity, another payload)")
+	fs.StringVar(&f.nemesis, "nemesis", "all", "faults to inject, comma-separated: "+strings.Join(soak.Nemeses(), ", ")+"; all (those the environment allows) or none")
+	fs.Int64Var(&f.cfg.Seed, "seed", 0, "seed of the event stream and the fault schedule, to repeat a run (default: random; the report records it)")
+	fs.StringVar(&f.jsonPath, "json", "", "write the report as JSON to this file")
+	fs.StringVar(&f.htmlPath, "html", "", "write the report as one self-contained HTML page to this file")
+	fs.DurationVar(&f.deliveryTimeout, "delivery-timeout", suite.DefaultDeliveryTimeout, "how long one delivery may take before it counts as hung (an unknown outcome)")
+	fs.BoolVar(&f.verbose, "v", false, "verbose: the harness's and the implementation's log lines on stderr")
+	if err := fs.Parse(args); err != nil {
+		return f, err
+	}
+	fs.Visit(func(fl *flag.Flag) { f.seedSet = f.seedSet || fl.Name == "seed" })
+	if rest := fs.Args(); len(rest) > 0 {
+		return f, fmt.Errorf("unexpected arguments: %s", strings.Join(rest, " "))
+	}
+	if err := checkImplementationFlags(f.certifyFlags); err != nil {
+		return f, err
+	}
+	switch {
+	case f.cfg.Duration < 0:
+		return f, errors.New("--duration must not be negative")
+	case f.cfg.Events < 0:
+		return f, errors.New("--events must not be negative")
+	case f.cfg.Workers < 2:
+		return f, fmt.Errorf("--workers must be at least 2 (duplicates go to different workers), not %d", f.cfg.Workers)
+	case f.cfg.Duplicates < 0 || f.cfg.Duplicates > 1:
+		return f, fmt.Errorf("--duplicates is a share between 0 and 1, not %g", f.cfg.Duplicates)
+	case f.cfg.Conflicts < 0 || f.cfg.Conflicts > 1:
+		return f, fmt.Errorf("--conflicts is a share between 0 and 1, not %g", f.cfg.Conflicts)
+	case f.deliveryTimeout <= 0:
+		return f, errors.New("--delivery-timeout must be positive")
+	}
+	if f.cfg.Duration == 0 && f.cfg.Events == 0 {
+		f.cfg.Duration = soak.DefaultDuration
+	}
+	f.cfg.DeliveryTimeout = f.deliveryTimeout
+	return f, nil
+}
+
+func soakCommand(args []string, stdout, stderr io.Writer) int {
+	m := maskArgs("harmless soak", stdout, stderr, args)
+	defer m.flush()
+	f, err := parseSoak(args, m.stderr)
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return exitClean
+		}
+		fmt.Fprintf(m.stderr, "harmless soak: %v\n", err)
+		return exitUsage
+	}
+	if !f.seedSet {
+		f.cfg.Seed = time.Now().UnixNano()
+	}
+
+	// The first signal ends the load and reports what ran; a second one
+	// abandons the run (its cleanup still runs).
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	stop := make(chan struct{})
+	signals := make(chan os.Signal, 2)
+	signal.Notify(signals, syscall.SIGINT, syscall.SIGTERM)
+	defer signal.Stop(signals)
+	var sig os.Signal
+	go func() {
+		s, ok := <-signals
+		if !ok {
+			return
+		}
+		sig = s
+		fmt.Fprintf(m.stderr, "\nharmless soak: %s: ending the load, healing the faults and checking what ran (again to abandon)\n", signalName(s))
+		close(stop)
+		if _, ok := <-signals; ok {
+			cancel()
+		}
+	}()
+
+	rep, code := m.soak(ctx, f, stop)
+	signal.Stop(signals)
+	if rep != nil && rep.Interrupted && sig != nil {
+		if sig == syscall.SIGTERM {
+			return 143
+		}
+		return 130
+	}
+	return code
+}
+
+// soak runs the soak f asks for and prints and writes its report.
+func (m *masker) soak(ctx context.Context, f soakFlags, stop <-chan struct{}) (*soak.Report, int) {
+	logf := func(format string, args ...any) { fmt.Fprintf(m.stderr, format+"\n", args...) }
+	adapter, _, err := implementation(ctx, f.certifyFlags)
+	if err != nil {
+		fmt.Fprintf(m.stderr, "harmless soak: %v\n", err)
+		return nil, exitUsage
+	}
+	popts := provision.Options{DSN: f.dsn, Image: f.image, Only: provision.Kind(f.provision),
+		Container: provision.Engine(container.Start), Logf: logf}
+	kind, err := popts.Planned()
+	if err != nil {
+		fmt.Fprintf(m.stderr, "harmless soak: %v\n", err)
+		return nil, exitUsage
+	}
+	// Checked before a server is started: naming a nemesis that cannot run
+	// here is a usage error.
+	if f.cfg.Nemeses, err = soak.ParseNemeses(f.nemesis, adapter, kind != provision.KindDSN); err != nil {
+		fmt.Fprintf(m.stderr, "harmless soak: %v\n", err)
+		return nil, exitUsage
+	}
+	// The implementation's log lines (a relay retrying while the server is
+	// down) would drown the progress: only -v shows them.
+	quiet := func(string, ...any) {}
+	if f.verbose {
+		quiet = logf
+	}
+	run, err := harness.Start(ctx, harness.Options{Provision: popts, DeliveryTimeout: f.deliveryTimeout, Logf: quiet})
+	if err != nil {
+		fmt.Fprintf(m.stderr, "harmless soak: %v\n", err)
+		return nil, exitUsage
+	}
+	if d := run.Server().DSN(); d != "" {
+		m.addDSN(d)
+	}
+	defer func() {
+		if err := run.Close(context.WithoutCancel(ctx)); err != nil {
+			fmt.Fprintf(m.stderr, "harmless soak: %v\n", err)
+		}
+	}()
+	name := adapter.Name
+	if f.exec != "" {
+		name = f.exec
+	}
+	fmt.Fprintf(m.stderr, "harmless soak: %s, %d workers, seed %d, nemeses: %s, on %s\n",
+		name, f.cfg.Workers, f.cfg.Seed, nemesesList(f.cfg.Nemeses), run.Server())
+
+	progress, done := progressPrinter(m, f.cfg)
+	rep, err := soak.Run(ctx, run, adapter, f.cfg, soak.Options{Name: name, Progress: progress, Stop: stop, Logf: quiet})
+	done()
+	rep.Environment.Harmless = suite.Version
+	if err != nil && rep.Verdict == "" {
+		fmt.Fprintf(m.stderr, "harmless soak: %v\n", err)
+		return &rep, exitUsage
+	}
+	if err != nil {
+		fmt.Fprintf(m.stderr, "harmless soak: %v\n", err)
+	}
+	if werr := writeSoakReports(f, rep); werr != nil {
+		fmt.Fprintf(m.stderr, "harmless soak: %v\n", werr)
+		return &rep, exitUsage
+	}
+	printSoakSummary(m.stdout, rep)
+	if !rep.Clean() {
+		return &rep, exitAnomalies
+	}
+	return &rep, exitClean
+}
+
+func nemesesList(n []string) string {
+	if len(n) == 0 {
+		return "none"
+	}
+	return strings.Join(n, ", ")
+}
+
+// progressPrinter returns the soak's progress callback and a function that
+// ends its display. On a terminal it draws a bar; elsewhere (CI logs) it
+// prints a line every ten seconds.
+func progressPrinter(m *masker, cfg soak.Config) (func(soak.Progress), func()) {
+	line := func(p soak.Progress) string {
+		s := fmt.Sprintf("%s %s: %d events, %d delivered, %d acked, %.0f/s, %d anomalies so far",
+			p.Phase, p.Elapsed.Round(time.Second), p.Events, p.Delivered, p.Acked, p.Throughput, p.Anomalies)
+		if p.Fault != "" {
+			s += ", fault: " + p.Fault
+		}
+		return s
+	}
+	if !isTerminal(m.rawStderr) {
+		var last time.Duration
+		return func(p soak.Progress) {
+			if p.Elapsed-last >= 10*time.Second {
+				last = p.Elapsed
+				fmt.Fprintf(m.stderr, "harmless soak: %s\n", line(p))
+			}
+		}, func() {}
+	}
+	total, byEvents := int64(cfg.Duration/time.Second), cfg.Events > 0 && cfg.Duration == 0
+	if byEvents {
+		total = int64(cfg.Events)
+	}
+	bar := progressbar.NewOptions64(total,
+		progressbar.OptionSetWriter(m.stderr),
+		progressbar.OptionSetWidth(20),
+		progressbar.OptionThrottle(200*time.Millisecond),
+		progressbar.OptionClearOnFinish(),
+		progressbar.OptionSetRenderBlankState(true))
+	return func(p soak.Progress) {
+			if byEvents {
+				_ = bar.Set64(int64(p.Events))
+			} else {
+				_ = bar.Set64(min(int64(p.Elapsed/time.Second), total))
+			}
+			bar.Describe(line(p))
+		}, func() {
+			_ = bar.Finish()
+		}
+}
+
+func writeSoakReports(f soakFlags, rep soak.Report) error {
+	if f.jsonPath != "" {
+		b, err := json.MarshalIndent(rep, "", "  ")
+		if err != nil {
+			return fmt.Errorf("--json: %w", err)
+		}
+		if err := os.WriteFile(f.jsonPath, append(b, '\n'), 0o644); err != nil {
+			return fmt.Errorf("--json: %w", err)
+		}
+	}
+	if f.htmlPath != "" {
+		out, err := os.Create(f.htmlPath)
+		if err != nil {
+			return fmt.Errorf("--html: %w", err)
+		}
+		if err := soak.WriteHTML(out, rep); err != nil {
+			out.Close()
+			return fmt.Errorf("--html: %w", err)
+		}
+		if err := out.Close(); err != nil {
+			return fmt.Errorf("--html: %w", err)
+		}
+	}
+	return nil
+}
+
+func printSoakSummary(w io.Writer, r soak.Report) {
+	t := r.Totals
+	fmt.Fprintf(w, "soak of %s: %s\n", r.Adapter, strings.ToUpper(r.Verdict))
+	if r.Interrupted {
+		fmt.Fprintln(w, "  interrupted: the report covers what ran")
+	}
+	fmt.Fprintf(w, "  %d events, %d deliveries in %s (seed %d): %.0f acknowledged deliveries/s, latency p50 %s p99 %s\n",
+		t.Events, t.Deliveries, r.Elapsed.Round(time.Millisecond), r.Config.Seed, r.Throughput,
+		r.Latency.P50.Round(10*time.Microsecond), r.Latency.P99.Round(10*time.Microsecond))
+	fmt.Fprintf(w, "  outcomes: %d applied, %d duplicate, %d rejected, %d refused, %d unknown (%d applied, %d not, by the ledger)\n",
+		t.Applied, t.Duplicate, t.Rejected, t.Refused, t.Unknown, t.UnknownApplied, t.UnknownNotApplied)
+	fmt.Fprintf(w, "  faults: %d injected", len(r.Faults))
+	for _, k := range sortedKeys(r.FaultsFired) {
+		fmt.Fprintf(w, ", %s fired %d", k, r.FaultsFired[k])
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintf(w, "  anomalies: %d lost, %d duplicated, %d wrong, %d conflicts applied\n", t.Lost, t.Duplicated, t.Wrong, t.ConflictsApplied)
+	for i, a := range r.Anomalies {
+		if i == 10 {
+			fmt.Fprintf(w, "  ... and %d more (see --json or --html)\n", len(r.Anomalies)-10)
+			break
+		}
+		fmt.Fprintf(w, "  %s %s: %s\n", strings.Join(a.Kinds, ", "), a.ID, a.Explanation)
+	}
+}
+
+func sortedKeys(m map[string]int64) []string {
+	return slices.Sorted(maps.Keys(m))
+}

@@ -1,0 +1,73 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/harmless-dev/harmless/internal/pgtest"
+	"github.com/harmless-dev/harmless/internal/soak"
+)
+
+// runSoak runs the built command's soak and reads its JSON report.
+func runSoak(t *testing.T, bin string, args ...string) (int, soak.Report, string, string) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "soak.json")
+	cmd := append([]string{"--dsn", pgtest.DSN(t), "--json", path}, args...)
+	code, stdout, stderr := runCommand(t, bin, nil, append([]string{"soak"}, cmd...)...)
+	var rep soak.Report
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("exit %d, no JSON report: %v\nstdout:\n%s\nstderr:\n%s", code, err, stdout, stderr)
+	}
+	if err := json.Unmarshal(b, &rep); err != nil {
+		t.Fatalf("the JSON report does not parse: %v", err)
+	}
+	return code, rep, stdout, stderr
+}
+
+// The command's verdicts, end to end: the reference soaks clean (exit 0),
+// an in-memory claim duplicates across workers (exit 1), and both reports
+// are written.
+func TestSoakCommand(t *testing.T) {
+	bin := binary(t)
+
+	t.Run("reference is clean", func(t *testing.T) {
+		code, rep, stdout, stderr := runSoak(t, bin, "--adapter", "reference", "--duration", "3s", "--nemesis", "kill,db-raise,cut-after-commit", "--seed", "7")
+		if code != exitClean || rep.Verdict != "clean" || !strings.Contains(stdout, "soak of reference: CLEAN") {
+			t.Fatalf("exit %d, verdict %q\nstdout:\n%s\nstderr:\n%s", code, rep.Verdict, stdout, stderr)
+		}
+		if rep.Config.Seed != 7 || rep.Totals.Events == 0 || rep.Environment.Harmless == "" {
+			t.Errorf("report: seed %d, %d events, harmless %q", rep.Config.Seed, rep.Totals.Events, rep.Environment.Harmless)
+		}
+	})
+
+	t.Run("in-memory duplicates", func(t *testing.T) {
+		html := filepath.Join(t.TempDir(), "soak.html")
+		code, rep, stdout, stderr := runSoak(t, bin, "--adapter", "broken-in-memory", "--duration", "2s", "--nemesis", "none", "--html", html)
+		if code != exitAnomalies || rep.Verdict != "anomalies" || rep.Totals.Duplicated == 0 {
+			t.Fatalf("exit %d, verdict %q, totals %+v\nstdout:\n%s\nstderr:\n%s", code, rep.Verdict, rep.Totals, stdout, stderr)
+		}
+		if first := rep.Anomalies[0]; !strings.Contains(stdout, strings.Join(first.Kinds, ", ")+" "+first.ID+": ") {
+			t.Errorf("stdout does not name the first anomaly, %v %s:\n%s", first.Kinds, first.ID, stdout)
+		}
+		page, err := os.ReadFile(html)
+		if err != nil || !strings.Contains(string(page), rep.Anomalies[0].ID) {
+			t.Errorf("the HTML report (%v) does not name the first anomaly %s", err, rep.Anomalies[0].ID)
+		}
+	})
+}
+
+// The Python example soaks clean over the exec protocol, each worker a
+// process of its own.
+func TestSoakExecPython(t *testing.T) {
+	python := needPsycopg(t)
+	bin := binary(t)
+	script := filepath.Join(repoRoot(t), "examples", "python-psycopg", "impl.py")
+	code, rep, stdout, stderr := runSoak(t, bin, "--exec", python+" "+script, "--duration", "3s", "--workers", "2", "--nemesis", "kill,db-raise")
+	if code != exitClean || rep.Totals.Events == 0 {
+		t.Fatalf("exit %d, totals %+v\nstdout:\n%s\nstderr:\n%s", code, rep.Totals, stdout, stderr)
+	}
+}

@@ -1,0 +1,300 @@
+package soak
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/harmless-dev/harmless/adapters"
+	"github.com/harmless-dev/harmless/faults"
+	"github.com/harmless-dev/harmless/faults/pgproxy"
+	"github.com/harmless-dev/harmless/internal/harness"
+)
+
+// The nemeses, by the names --nemesis takes.
+const (
+	NemesisKill            = "kill"              // terminate the implementation's connections
+	NemesisCutBeforeCommit = "cut-before-commit" // the proxy cuts a connection as it sends COMMIT
+	NemesisCutAfterCommit  = "cut-after-commit"  // ... after COMMIT's CommandComplete, before the client reads it
+	NemesisDBRaise         = "db-raise"          // a trigger fails upcoming events' effect or commit
+	NemesisDBSleep         = "db-sleep"          // a trigger holds upcoming events' transactions open, delivered concurrently
+	NemesisCrash           = "crash"             // crash the server and restart it (a server harmless owns)
+	NemesisPurge           = "purge"             // purge old deduplication state concurrently (a declared window)
+	NemesisDestination     = "destination"       // the external destination fails, drops answers, goes down
+)
+
+// Nemeses lists every nemesis, in the order the documentation gives them.
+func Nemeses() []string {
+	return []string{NemesisKill, NemesisCutBeforeCommit, NemesisCutAfterCommit, NemesisDBRaise, NemesisDBSleep,
+		NemesisCrash, NemesisPurge, NemesisDestination}
+}
+
+// Unavailable says why nemesis cannot run against adapter in env, or ""
+// when it can.
+func Unavailable(nemesis string, adapter adapters.Adapter, ownedServer bool) string {
+	switch nemesis {
+	case NemesisCrash:
+		if !ownedServer {
+			return "the server is named by a DSN: harmless crashes only a server it started (use --provision cluster or container)"
+		}
+	case NemesisPurge:
+		if adapter.Declares.RedeliveryWindow <= 0 {
+			return "the implementation declares no redelivery window, so it has no state to purge"
+		}
+	case NemesisDestination:
+		if adapter.Declares.ExternalEffects == adapters.NoExternalEffects {
+			return "the implementation declares no external effects"
+		}
+	case NemesisKill, NemesisCutBeforeCommit, NemesisCutAfterCommit, NemesisDBRaise, NemesisDBSleep:
+	default:
+		return fmt.Sprintf("no such nemesis (known: %s)", strings.Join(Nemeses(), ", "))
+	}
+	return ""
+}
+
+// ParseNemeses reads --nemesis: a comma-separated list, "all" (every
+// nemesis the environment allows, the default) or "none". Naming one the
+// environment does not allow is an error that says why.
+func ParseNemeses(list string, adapter adapters.Adapter, ownedServer bool) ([]string, error) {
+	switch strings.TrimSpace(list) {
+	case "", "all":
+		var out []string
+		for _, n := range Nemeses() {
+			if Unavailable(n, adapter, ownedServer) == "" {
+				out = append(out, n)
+			}
+		}
+		return out, nil
+	case "none":
+		return nil, nil
+	}
+	var out []string
+	for _, n := range strings.Split(list, ",") {
+		n = strings.TrimSpace(n)
+		if why := Unavailable(n, adapter, ownedServer); why != "" {
+			return nil, fmt.Errorf("--nemesis %s: %s", n, why)
+		}
+		if !slices.Contains(out, n) {
+			out = append(out, n)
+		}
+	}
+	return out, nil
+}
+
+// nemesis injects one fault at a time on a schedule drawn from the seed,
+// and records each as a FaultWindow.
+type nemesis struct {
+	s     *soaker
+	rng   *rand.Rand
+	kinds []string
+
+	mu      sync.Mutex
+	windows []FaultWindow
+	current string // the fault in progress, for the progress line
+}
+
+func newNemesis(s *soaker) *nemesis {
+	return &nemesis{s: s, rng: rand.New(rand.NewPCG(uint64(s.cfg.Seed), 0x4e3e)), kinds: s.cfg.Nemeses}
+}
+
+// Current describes the fault in progress, or "".
+func (n *nemesis) Current() string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.current
+}
+
+// Windows returns the faults injected so far.
+func (n *nemesis) Windows() []FaultWindow {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return slices.Clone(n.windows)
+}
+
+// run injects faults until ctx ends, each healed before the next begins
+// and the last healed before it returns.
+func (n *nemesis) run(ctx context.Context) {
+	if len(n.kinds) == 0 {
+		return
+	}
+	order := slices.Clone(n.kinds)
+	for k := 0; ; k++ {
+		if k%len(order) == 0 {
+			n.rng.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
+		}
+		quiet := time.Duration(500+n.rng.IntN(1500)) * time.Millisecond
+		if !wait(ctx, quiet) {
+			return
+		}
+		kind := order[k%len(order)]
+		hold := time.Duration(300+n.rng.IntN(1200)) * time.Millisecond
+		w := FaultWindow{Kind: kind, Start: n.s.since()}
+		n.mu.Lock()
+		n.current = kind
+		n.mu.Unlock()
+		detail, err := n.inject(ctx, kind, hold)
+		w.End, w.Detail = n.s.since(), detail
+		if err != nil {
+			w.Err = err.Error()
+			n.s.logf("soak: nemesis %s: %v", kind, err)
+		}
+		n.mu.Lock()
+		n.current = ""
+		n.windows = append(n.windows, w)
+		n.mu.Unlock()
+		if errors.Is(err, errFatal) {
+			n.s.fail(err)
+			return
+		}
+	}
+}
+
+// errFatal marks a nemesis error after which the run cannot go on: the
+// server did not come back from a crash.
+var errFatal = errors.New("the soak cannot go on")
+
+// wait waits d or until ctx ends, reporting whether d passed.
+func wait(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// inject does one fault of kind, holds it for hold (or until ctx ends)
+// and heals it. Healing never depends on ctx: it uses a context of its
+// own, so a fault never outlives the nemesis.
+func (n *nemesis) inject(ctx context.Context, kind string, hold time.Duration) (string, error) {
+	heal, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
+	defer cancel()
+	s := n.s
+	switch kind {
+	case NemesisKill:
+		pids, err := faults.TerminateBackends(ctx, s.run.Admin(), s.play.AppNamePrefix())
+		return fmt.Sprintf("terminated %d connections of the implementation", len(pids)), err
+
+	case NemesisCutBeforeCommit, NemesisCutAfterCommit:
+		at := pgproxy.BeforeCommit
+		if kind == NemesisCutAfterCommit {
+			at = pgproxy.AfterCommitComplete
+		}
+		f, err := s.proxy.Arm(pgproxy.Rule{At: at, Action: pgproxy.Cut, Times: 1})
+		if err != nil {
+			return "", err
+		}
+		deadline := time.Now().Add(hold)
+		for time.Now().Before(deadline) {
+			if fired, _ := f.Fired(ctx); fired > 0 {
+				return fmt.Sprintf("cut a connection %s", at), nil
+			}
+			if !wait(ctx, 20*time.Millisecond) {
+				break
+			}
+		}
+		// A rule that has not fired yet stays armed: it cuts one later
+		// commit, which is no less a fault.
+		return fmt.Sprintf("armed a cut %s; it had not fired when the window ended", at), nil
+
+	case NemesisDBRaise, NemesisDBSleep:
+		targets := s.upcoming(3, kind == NemesisDBSleep)
+		var armed []*faults.Fault
+		var names []string
+		point := faults.AtEffect
+		if n.rng.IntN(2) == 0 && kind == NemesisDBRaise {
+			point = faults.AtCommit
+		}
+		for _, i := range targets {
+			p := faults.Plan{Namespace: Namespace, ID: EventID(i), Attempt: 1, Point: point, Action: faults.Raise}
+			if kind == NemesisDBSleep {
+				p.Attempt, p.Point, p.Action, p.Sleep = 0, faults.AtEffect, faults.Sleep, 200*time.Millisecond
+			}
+			f, err := s.play.Arm(ctx, p)
+			if err != nil {
+				return "", errors.Join(err, disarm(heal, s.play, armed))
+			}
+			armed = append(armed, f)
+			names = append(names, EventID(i))
+		}
+		wait(ctx, hold)
+		what := "raise at " + string(point) + " of attempt 1"
+		if kind == NemesisDBSleep {
+			what = "sleep 200ms at the effect of every attempt, delivered concurrently,"
+		}
+		return fmt.Sprintf("%s of %s", what, strings.Join(names, ", ")), disarm(heal, s.play, armed)
+
+	case NemesisCrash:
+		c, err := s.run.CrashServer(ctx)
+		if err != nil {
+			return "", err
+		}
+		wait(ctx, hold)
+		rec, err := s.run.RestartServer(heal, c)
+		if err != nil {
+			return "crashed the server", fmt.Errorf("%w: restart after the crash: %w", errFatal, err)
+		}
+		if p := rec.Problem(); p != "" {
+			return rec.String(), fmt.Errorf("%w: %s", errFatal, p)
+		}
+		return rec.String(), nil
+
+	case NemesisPurge:
+		cutoff, ok := s.purgeCutoff()
+		if !ok {
+			return "nothing old enough to purge yet", nil
+		}
+		removed, err := s.play.Purge(ctx, 1+n.rng.IntN(s.cfg.Workers), cutoff)
+		return fmt.Sprintf("purged %d rows claimed before %s", removed, cutoff.Format("15:04:05.000")), err
+
+	case NemesisDestination:
+		d := s.play.Destination()
+		switch n.rng.IntN(3) {
+		case 0:
+			if _, err := d.Down(); err != nil {
+				return "", err
+			}
+			wait(ctx, hold)
+			d.Up()
+			return fmt.Sprintf("destination down for %s", hold.Round(time.Millisecond)), nil
+		case 1:
+			var names []string
+			for _, i := range s.upcoming(3, false) {
+				ev := s.gen.event(i, Original)
+				if _, err := d.Fail(ev, 1, 503); err != nil {
+					return "", err
+				}
+				names = append(names, ev.ID)
+			}
+			wait(ctx, hold)
+			return "503 to the first request of " + strings.Join(names, ", "), nil
+		default:
+			var names []string
+			for _, i := range s.upcoming(3, false) {
+				ev := s.gen.event(i, Original)
+				if _, err := d.DropAfterProcess(ev, 1); err != nil {
+					return "", err
+				}
+				names = append(names, ev.ID)
+			}
+			wait(ctx, hold)
+			return "processed, then dropped the answer to, the first request of " + strings.Join(names, ", "), nil
+		}
+	}
+	return "", fmt.Errorf("no such nemesis %q", kind)
+}
+
+func disarm(ctx context.Context, play *harness.Play, armed []*faults.Fault) error {
+	var errs []error
+	for _, f := range armed {
+		errs = append(errs, play.Disarm(ctx, f))
+	}
+	return errors.Join(errs...)
+}
