@@ -224,12 +224,14 @@ func (n *nemesis) inject(ctx context.Context, kind string, hold time.Duration) (
 			armed = append(armed, f)
 			names = append(names, EventID(i))
 		}
-		wait(ctx, hold)
+		// Held until every planned fault fired (its event may be
+		// delivered only after the window) or a while longer.
+		fired := waitFired(ctx, s.play, armed, hold+3*time.Second, hold)
 		what := "raise at " + string(point) + " of attempt 1"
 		if kind == NemesisDBSleep {
 			what = "sleep 200ms at the effect of every attempt, delivered concurrently,"
 		}
-		return fmt.Sprintf("%s of %s", what, strings.Join(names, ", ")), disarm(heal, s.play, armed)
+		return fmt.Sprintf("%s of %s; %d of %d fired", what, strings.Join(names, ", "), fired, len(armed)), disarm(heal, s.play, armed)
 
 	case NemesisCrash:
 		c, err := s.run.CrashServer(ctx)
@@ -289,6 +291,24 @@ func (n *nemesis) inject(ctx context.Context, kind string, hold time.Duration) (
 		}
 	}
 	return "", fmt.Errorf("no such nemesis %q", kind)
+}
+
+// waitFired waits at least hold and until every fault of armed fired, or
+// limit passed or ctx ended; it returns how many fired.
+func waitFired(ctx context.Context, play *harness.Play, armed []*faults.Fault, limit, hold time.Duration) int {
+	start := time.Now()
+	for {
+		fired := 0
+		for _, f := range armed {
+			if n, err := play.Fired(ctx, f); err == nil && n > 0 {
+				fired++
+			}
+		}
+		elapsed := time.Since(start)
+		if (fired == len(armed) && elapsed >= hold) || elapsed >= limit || !wait(ctx, 50*time.Millisecond) {
+			return fired
+		}
+	}
 }
 
 func disarm(ctx context.Context, play *harness.Play, armed []*faults.Fault) error {

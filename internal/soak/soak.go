@@ -454,15 +454,21 @@ func (s *soaker) signal() {
 	}
 }
 
-// upcoming returns k events not generated yet, a little ahead, for faults
-// planned on their first delivery; with concurrent, each is delivered to
-// two workers at once.
+// upcoming returns k events not generated yet, for faults planned on their
+// first delivery; with concurrent, each is delivered to two workers at
+// once. They are a quarter of a second ahead at the rate events are
+// generated, so that planning the fault (a round trip to the server) ends
+// before they are delivered, however fast the implementation is.
 func (s *soaker) upcoming(k int, concurrent bool) []uint32 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	lead := uint32(10)
+	if elapsed := s.since(); elapsed > 0 {
+		lead = max(lead, uint32(float64(s.next)/elapsed.Seconds()/4))
+	}
 	var out []uint32
 	for n := range k {
-		i := s.next + uint32(2+3*n)
+		i := s.next + lead + uint32(3*n)
 		out = append(out, i)
 		if concurrent {
 			s.concurrent[i] = true
