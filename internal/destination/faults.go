@@ -195,7 +195,7 @@ func (s *Server) refuse() bool {
 		return false
 	}
 	s.outage.fire()
-	s.records = append(s.records, &Record{Seq: len(s.records) + 1, At: time.Now(), Outcome: Refused, Fault: s.outage.kind})
+	s.record(&Record{At: time.Now(), Outcome: Refused, Fault: s.outage.kind})
 	s.touchLocked()
 	return true
 }

@@ -41,6 +41,8 @@ type Server struct {
 	mu        sync.Mutex
 	closed    bool
 	records   []*Record
+	seq       int  // records made, kept or not
+	forget    bool // see ForgetRequests
 	attempts  map[Identity]int
 	processed map[Identity]int
 	keys      map[string]*entry
@@ -103,6 +105,27 @@ func Start(ctx context.Context, logf func(string, ...any)) (*Server, error) {
 		}
 	}()
 	return s, nil
+}
+
+// ForgetRequests stops keeping the records of requests from now on:
+// [Server.Requests] and [Server.RequestsFor] return only those made
+// before. The counts ([Server.Processed]) and the keys are kept. A soak of
+// a million events needs only the counts, and a record with its body
+// costs about a kilobyte.
+func (s *Server) ForgetRequests() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.forget = true
+}
+
+// record numbers rec and keeps it, unless ForgetRequests was called. The
+// caller holds s.mu.
+func (s *Server) record(rec *Record) {
+	s.seq++
+	rec.Seq = s.seq
+	if !s.forget {
+		s.records = append(s.records, rec)
+	}
 }
 
 // URL is the destination's base URL, http://127.0.0.1:PORT, for
@@ -236,8 +259,7 @@ func (s *Server) handle(w http.ResponseWriter, r *http.Request) {
 		derr = fmt.Errorf("read body: %w", rerr)
 	}
 	s.mu.Lock()
-	rec.Seq = len(s.records) + 1
-	s.records = append(s.records, rec)
+	s.record(rec)
 	var f *Fault
 	if derr == nil {
 		rec.Valid, rec.Identity, rec.PayloadDigest = true, req.id, req.digest

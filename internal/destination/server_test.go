@@ -631,3 +631,22 @@ func TestExternalSendAgainstTheDestination(t *testing.T) {
 		}
 	}
 }
+
+// After ForgetRequests the destination keeps its counts and keys but no
+// more records: the ones made before stay, and numbering goes on.
+func TestForgetRequestsKeepsCounts(t *testing.T) {
+	s := start(t)
+	mustPost(t, s, wire(ev1), "k1")
+	s.ForgetRequests()
+	again := mustPost(t, s, wire(ev1), "k1")
+	mustPost(t, s, wire(ev1), "k2")
+	if !again.replayed {
+		t.Errorf("the key taken before ForgetRequests was forgotten: %+v", again)
+	}
+	if n := s.Processed(ev1); n != 2 {
+		t.Errorf("Processed = %d, want 2", n)
+	}
+	if recs := s.Requests(); len(recs) != 1 || recs[0].Seq != 1 {
+		t.Errorf("records after ForgetRequests: %+v, want only the first", recs)
+	}
+}

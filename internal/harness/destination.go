@@ -95,6 +95,10 @@ func (d *Destination) Down() (*destination.Fault, error) { return d.recorded(d.s
 // Up ends the outage.
 func (d *Destination) Up() { d.server.Up() }
 
+// ForgetRequests keeps only the destination's counts from now on (see
+// [destination.Server.ForgetRequests]).
+func (d *Destination) ForgetRequests() { d.server.ForgetRequests() }
+
 // Records returns every request the destination read, and every connection
 // it refused, in arrival order.
 func (d *Destination) Records() []destination.Record { return d.server.Requests() }

@@ -305,9 +305,12 @@ func (s *soaker) setup(ctx context.Context) error {
 				s.proxy = p
 			}
 		case NemesisDestination:
-			if _, err := s.play.OpenDestination(ctx); err != nil {
+			d, err := s.play.OpenDestination(ctx)
+			if err != nil {
 				return err
 			}
+			// The checker needs only the counts per event.
+			d.ForgetRequests()
 		case NemesisCrash, NemesisPurge:
 			if why := Unavailable(n, s.play.Adapter(), s.run.Server().Owned()); why != "" {
 				return fmt.Errorf("nemesis %s: %s", n, why)
