@@ -1,10 +1,16 @@
 package main
 
 import (
+	"bufio"
+	"bytes"
+	"context"
 	"encoding/json"
+	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/harmless-dev/harmless/internal/pgtest"
@@ -69,5 +75,60 @@ func TestSoakExecPython(t *testing.T) {
 	code, rep, stdout, stderr := runSoak(t, bin, "--exec", python+" "+script, "--duration", "3s", "--workers", "2", "--nemesis", "kill,db-raise")
 	if code != exitClean || rep.Totals.Events == 0 {
 		t.Fatalf("exit %d, totals %+v\nstdout:\n%s\nstderr:\n%s", code, rep.Totals, stdout, stderr)
+	}
+}
+
+// SIGINT ends the load: the soak heals, settles, checks what ran, writes its
+// report marked interrupted and exits 130.
+func TestSoakInterrupt(t *testing.T) {
+	bin := binary(t)
+	path := filepath.Join(t.TempDir(), "soak.json")
+	ctx, cancel := context.WithTimeout(t.Context(), interruptLimit)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, "soak", "--adapter", "reference", "--dsn", pgtest.DSN(t),
+		"--duration", "1h", "--nemesis", "kill", "--json", path)
+	var stdout bytes.Buffer
+	cmd.Stdout = &stdout
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	// The first progress line (every 10 s off a terminal) says the load
+	// is under way.
+	var log strings.Builder
+	lines := bufio.NewScanner(stderr)
+	for lines.Scan() {
+		log.WriteString(lines.Text() + "\n")
+		if strings.HasPrefix(lines.Text(), "harmless soak: load ") {
+			break
+		}
+	}
+	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	for lines.Scan() {
+		log.WriteString(lines.Text() + "\n")
+	}
+	err = cmd.Wait()
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() != 130 {
+		t.Fatalf("exit: %v; want 130\nstdout:\n%s\nstderr:\n%s", err, stdout.String(), log.String())
+	}
+	var rep soak.Report
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("no report: %v", err)
+	}
+	if err := json.Unmarshal(b, &rep); err != nil {
+		t.Fatal(err)
+	}
+	if !rep.Interrupted || !rep.Clean() || rep.Totals.Events == 0 || !strings.Contains(stdout.String(), "interrupted: the report covers what ran") {
+		t.Errorf("interrupted %t, totals %+v\nstdout:\n%s", rep.Interrupted, rep.Totals, stdout.String())
+	}
+	if !strings.Contains(log.String(), "SIGINT: ending the load") {
+		t.Errorf("stderr does not say what the signal does:\n%s", log.String())
 	}
 }
