@@ -1,0 +1,198 @@
+#!/usr/bin/env bash
+# Does `harmless soak` measure the implementation or the harness? Runs, on one
+# server with the same number of clients, the reference adapter's delivery
+# transaction through pgbench and `harmless soak --adapter reference` without
+# a nemesis, and prints the ratio of their throughputs (docs/soak-benchmark.md).
+#
+#   bash ci/bench-soak.sh [--clients "2 8"] [--duration 30s] [--dsn DSN]
+#
+# The figures are a benchmark, not a test: a ratio below the goal is printed,
+# never an exit status. The exit status is non-zero only when something
+# failed to run. The soak needs at least 2 workers: for a client count of 1
+# only pgbench runs.
+set -euo pipefail
+
+goal=0.8
+clients="2 8"
+duration=30s
+dsn=${HARMLESS_DSN:-postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable}
+
+usage() { echo "usage: bash ci/bench-soak.sh [--clients \"2 8\"] [--duration 30s] [--dsn DSN]" >&2; }
+die() { echo "bench-soak: $*" >&2; exit 2; }
+
+while (($#)); do
+	case $1 in
+	--clients) (($# >= 2)) || { usage; exit 2; }; clients=$2; shift 2 ;;
+	--duration) (($# >= 2)) || { usage; exit 2; }; duration=$2; shift 2 ;;
+	--dsn) (($# >= 2)) || { usage; exit 2; }; dsn=$2; shift 2 ;;
+	-h | --help) usage; exit 0 ;;
+	*) usage; die "unknown argument: $1" ;;
+	esac
+done
+
+# pgbench -T takes whole seconds; the soak takes a Go duration. Accept what
+# both can express: N, Ns, Nm or NmMs.
+if [[ $duration =~ ^([0-9]+)m(([0-9]+)s)?$ ]]; then
+	secs=$((10#${BASH_REMATCH[1]} * 60 + 10#${BASH_REMATCH[3]:-0}))
+elif [[ $duration =~ ^([0-9]+)s?$ ]]; then
+	secs=$((10#${BASH_REMATCH[1]}))
+else
+	die "--duration must be whole seconds or minutes (30s, 2m, 1m30s), not $duration"
+fi
+((secs > 0)) || die "--duration must be positive"
+[[ -n ${clients// /} ]] || die "--clients is empty"
+for n in $clients; do
+	[[ $n =~ ^[1-9][0-9]*$ ]] || die "--clients takes positive whole numbers, not $n"
+done
+
+declare -A tps soaked
+
+# pgbench and psql: in PATH, else PostgreSQL's Debian location.
+find_pg() {
+	local p
+	if p=$(command -v "$1"); then echo "$p"; return; fi
+	for p in /usr/lib/postgresql/*/bin/"$1"; do
+		[[ -x $p ]] && { echo "$p"; return; }
+	done
+	return 1
+}
+pgbench=$(find_pg pgbench) || die "pgbench not found in PATH nor /usr/lib/postgresql/*/bin (Debian/Ubuntu: apt-get install postgresql-client)"
+psql=$(find_pg psql) || die "psql not found in PATH nor /usr/lib/postgresql/*/bin (Debian/Ubuntu: apt-get install postgresql-client)"
+command -v go >/dev/null || die "go not found in PATH"
+if command -v jq >/dev/null; then
+	throughput_of() { jq -er '.throughput' "$1"; }
+elif command -v python3 >/dev/null; then
+	throughput_of() { python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["throughput"])' "$1"; }
+else
+	die "neither jq nor python3 found: one is needed to read the soak's JSON report"
+fi
+
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+bench=$root/ci/bench
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/bench-soak.XXXXXX")
+# Only this schema is ever created or dropped; its name is the benchmark's
+# own and random, so it cannot be a user's or another run's.
+schema=harmless_bench_$(od -An -N6 -tx1 /dev/urandom | tr -d ' \n')
+created=
+
+# The running pgbench or soak, if any: ended on an interrupt, so that the
+# trap runs now and not when it finishes on its own. A soak ends its load on
+# SIGTERM, drops its own schema and exits.
+child=
+
+# run CMD... runs CMD in the background and waits for it, so that a signal
+# to this script is handled at once.
+run() {
+	"$@" &
+	child=$!
+	local status=0
+	wait "$child" || status=$?
+	child=
+	return "$status"
+}
+
+cleanup() {
+	local status=$?
+	trap - EXIT INT TERM
+	if [[ -n $child ]]; then
+		kill -TERM "$child" 2>/dev/null || true
+		wait "$child" 2>/dev/null || true
+	fi
+	if [[ -n $created ]]; then
+		"$psql" "$dsn" -X -q -v ON_ERROR_STOP=1 -c "SET client_min_messages = warning" \
+			-c "DROP SCHEMA IF EXISTS \"$schema\" CASCADE" >/dev/null 2>&1 ||
+			echo "bench-soak: could not drop schema $schema: drop it by hand" >&2
+	fi
+	rm -rf "$tmp"
+	exit "$status"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+"$psql" "$dsn" -X -q -v ON_ERROR_STOP=1 -c "SELECT 1" >/dev/null || die "cannot connect to $dsn"
+
+echo "bench-soak: building harmless" >&2
+(cd "$root" && go build -o "$tmp/harmless" ./cmd/harmless) || die "go build failed"
+
+# The schema's tables and the pgbench script, with the same substitutions
+# faults.Install makes in faults/plan.sql.
+subst() { sed -e "s/{{schema}}/\"$schema\"/g" -e "s/{{ledger}}/\"$schema\".\"harmless_effects\"/g" "$@"; }
+subst "$bench/soak-schema.sql" "$root/faults/plan.sql" >"$tmp/setup.sql"
+subst "$bench/soak-transaction.sql" >"$tmp/transaction.sql"
+
+# A payload like the soak generator's (about 64 bytes of JSON) and its digest:
+# the reference computes the digest in Go for each delivery, so pgbench gets
+# it as a parameter rather than computing it in the server.
+payload='{"event":123456,"amount_cents":654321,"currency":"EUR","note":"soak"}'
+digest=$(printf '%s' "$payload" | sha256sum | cut -d' ' -f1)
+
+# A fresh schema for each run: the soak, too, starts on empty tables.
+fresh_schema() {
+	if [[ -n $created ]]; then
+		"$psql" "$dsn" -X -q -v ON_ERROR_STOP=1 -c "SET client_min_messages = warning" \
+			-c "DROP SCHEMA \"$schema\" CASCADE" >/dev/null
+	fi
+	created=1
+	"$psql" "$dsn" -X -q -v ON_ERROR_STOP=1 --single-transaction -f "$tmp/setup.sql" >/dev/null
+}
+
+# run_pgbench N sets tps[N]. Not in a subshell: fresh_schema records in
+# $created that the schema exists, for cleanup.
+run_pgbench() {
+	local n=$1
+	fresh_schema || die "could not create schema $schema"
+	if ! run "$pgbench" -n -M prepared -c "$n" -j "$((n < 2 ? n : 2))" -T "$secs" -f "$tmp/transaction.sql" \
+		-D ns=soak -D "digest=\\x$digest" -D "hexdigest=$digest" -D "at=2030-01-01 00:00:00+00" \
+		-D attempt=1 -D n=0 "$dsn" >"$tmp/pgbench-$n.txt" 2>&1; then
+		cat "$tmp/pgbench-$n.txt" >&2
+		die "pgbench failed with $n clients"
+	fi
+	awk '/^number of failed transactions:/ && $5 != 0 { bad = 1 } END { exit bad }' "$tmp/pgbench-$n.txt" ||
+		{ cat "$tmp/pgbench-$n.txt" >&2; die "pgbench had failed transactions with $n clients"; }
+	tps[$n]=$(awk '/^tps = / { print $3; found = 1 } END { exit !found }' "$tmp/pgbench-$n.txt") ||
+		{ cat "$tmp/pgbench-$n.txt" >&2; die "no tps in pgbench's output"; }
+}
+
+# run_soak N sets soaked[N].
+run_soak() {
+	local n=$1 status=0
+	run "$tmp/harmless" soak --adapter reference --nemesis none --workers "$n" --duration "$duration" \
+		--duplicates 0 --conflicts 0 --dsn "$dsn" --json "$tmp/soak-$n.json" \
+		>"$tmp/soak-$n.out" 2>"$tmp/soak-$n.err" || status=$?
+	if ((status != 0)); then
+		cat "$tmp/soak-$n.out" "$tmp/soak-$n.err" >&2
+		die "harmless soak with $n workers exited with $status"
+	fi
+	soaked[$n]=$(throughput_of "$tmp/soak-$n.json") || die "no throughput in the soak's JSON report"
+}
+
+for n in $clients; do
+	echo "bench-soak: pgbench, $n clients, ${secs}s" >&2
+	run_pgbench "$n"
+	if ((n >= 2)); then
+		echo "bench-soak: harmless soak, $n workers, $duration" >&2
+		run_soak "$n"
+	fi
+done
+
+echo
+printf '%-8s %14s %18s %7s\n' clients "pgbench tps" "soak deliveries/s" ratio
+lines=()
+for n in $clients; do
+	if [[ -z ${soaked[$n]:-} ]]; then
+		printf '%-8s %14.1f %18s %7s\n' "$n" "${tps[$n]}" n/a n/a
+		lines+=("$n clients: pgbench ${tps[$n]} tps; no soak (it needs at least 2 workers)")
+		continue
+	fi
+	ratio=$(awk -v s="${soaked[$n]}" -v p="${tps[$n]}" 'BEGIN { printf "%.2f", (p > 0 ? s / p : 0) }')
+	printf '%-8s %14.1f %18.1f %7s\n' "$n" "${tps[$n]}" "${soaked[$n]}" "$ratio"
+	if awk -v r="$ratio" -v g="$goal" 'BEGIN { exit !(r >= g) }'; then
+		verdict="meets the $goal goal"
+	else
+		verdict="below the $goal goal"
+	fi
+	lines+=("$n clients: soak/pgbench = $ratio, $verdict")
+done
+echo
+printf '%s\n' "${lines[@]}"
