@@ -4,26 +4,30 @@
 # transaction through pgbench and `harmless soak --adapter reference` without
 # a nemesis, and prints the ratio of their throughputs (docs/soak-benchmark.md).
 #
-#   bash ci/bench-soak.sh [--clients "2 8"] [--duration 30s] [--dsn DSN]
+#   bash ci/bench-soak.sh [--clients "2 8"] [--duration 30s] [--rounds 1] [--dsn DSN]
 #
 # The figures are a benchmark, not a test: a ratio below the goal is printed,
 # never an exit status. The exit status is non-zero only when something
 # failed to run. The soak needs at least 2 workers: for a client count of 1
-# only pgbench runs.
+# only pgbench runs. With --rounds R, pgbench and the soak alternate R times
+# per client count and the verdict is on the median ratio: on a machine
+# shared with other work, load that comes and goes then weighs on both.
 set -euo pipefail
 
 goal=0.8
 clients="2 8"
 duration=30s
+rounds=1
 dsn=${HARMLESS_DSN:-postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable}
 
-usage() { echo "usage: bash ci/bench-soak.sh [--clients \"2 8\"] [--duration 30s] [--dsn DSN]" >&2; }
+usage() { echo "usage: bash ci/bench-soak.sh [--clients \"2 8\"] [--duration 30s] [--rounds 1] [--dsn DSN]" >&2; }
 die() { echo "bench-soak: $*" >&2; exit 2; }
 
 while (($#)); do
 	case $1 in
 	--clients) (($# >= 2)) || { usage; exit 2; }; clients=$2; shift 2 ;;
 	--duration) (($# >= 2)) || { usage; exit 2; }; duration=$2; shift 2 ;;
+	--rounds) (($# >= 2)) || { usage; exit 2; }; rounds=$2; shift 2 ;;
 	--dsn) (($# >= 2)) || { usage; exit 2; }; dsn=$2; shift 2 ;;
 	-h | --help) usage; exit 0 ;;
 	*) usage; die "unknown argument: $1" ;;
@@ -41,6 +45,7 @@ else
 fi
 ((secs > 0)) || die "--duration must be positive"
 [[ -n ${clients// /} ]] || die "--clients is empty"
+[[ $rounds =~ ^[1-9][0-9]*$ ]] || die "--rounds takes a positive whole number, not $rounds"
 for n in $clients; do
 	[[ $n =~ ^[1-9][0-9]*$ ]] || die "--clients takes positive whole numbers, not $n"
 done
@@ -137,62 +142,78 @@ fresh_schema() {
 	"$psql" "$dsn" -X -q -v ON_ERROR_STOP=1 --single-transaction -f "$tmp/setup.sql" >/dev/null
 }
 
-# run_pgbench N sets tps[N]. Not in a subshell: fresh_schema records in
-# $created that the schema exists, for cleanup.
+# run_pgbench N KEY sets tps[KEY]. Not in a subshell: fresh_schema records
+# in $created that the schema exists, for cleanup.
 run_pgbench() {
-	local n=$1
+	local n=$1 key=$2 out=$tmp/pgbench-$2.txt
 	fresh_schema || die "could not create schema $schema"
 	if ! run "$pgbench" -n -M prepared -c "$n" -j "$((n < 2 ? n : 2))" -T "$secs" -f "$tmp/transaction.sql" \
 		-D ns=soak -D "digest=\\x$digest" -D "hexdigest=$digest" -D "at=2030-01-01 00:00:00+00" \
-		-D attempt=1 -D n=0 "$dsn" >"$tmp/pgbench-$n.txt" 2>&1; then
-		cat "$tmp/pgbench-$n.txt" >&2
+		-D attempt=1 -D n=0 "$dsn" >"$out" 2>&1; then
+		cat "$out" >&2
 		die "pgbench failed with $n clients"
 	fi
-	awk '/^number of failed transactions:/ && $5 != 0 { bad = 1 } END { exit bad }' "$tmp/pgbench-$n.txt" ||
-		{ cat "$tmp/pgbench-$n.txt" >&2; die "pgbench had failed transactions with $n clients"; }
-	tps[$n]=$(awk '/^tps = / { print $3; found = 1 } END { exit !found }' "$tmp/pgbench-$n.txt") ||
-		{ cat "$tmp/pgbench-$n.txt" >&2; die "no tps in pgbench's output"; }
+	awk '/^number of failed transactions:/ && $5 != 0 { bad = 1 } END { exit bad }' "$out" ||
+		{ cat "$out" >&2; die "pgbench had failed transactions with $n clients"; }
+	tps[$key]=$(awk '/^tps = / { print $3; found = 1 } END { exit !found }' "$out") ||
+		{ cat "$out" >&2; die "no tps in pgbench's output"; }
 }
 
-# run_soak N sets soaked[N].
+# run_soak N KEY sets soaked[KEY].
 run_soak() {
-	local n=$1 status=0
+	local n=$1 key=$2 status=0
 	run "$tmp/harmless" soak --adapter reference --nemesis none --workers "$n" --duration "$duration" \
-		--duplicates 0 --conflicts 0 --dsn "$dsn" --json "$tmp/soak-$n.json" \
-		>"$tmp/soak-$n.out" 2>"$tmp/soak-$n.err" || status=$?
+		--duplicates 0 --conflicts 0 --dsn "$dsn" --json "$tmp/soak-$key.json" \
+		>"$tmp/soak-$key.out" 2>"$tmp/soak-$key.err" || status=$?
 	if ((status != 0)); then
-		cat "$tmp/soak-$n.out" "$tmp/soak-$n.err" >&2
+		cat "$tmp/soak-$key.out" "$tmp/soak-$key.err" >&2
 		die "harmless soak with $n workers exited with $status"
 	fi
-	soaked[$n]=$(throughput_of "$tmp/soak-$n.json") || die "no throughput in the soak's JSON report"
+	soaked[$key]=$(throughput_of "$tmp/soak-$key.json") || die "no throughput in the soak's JSON report"
 }
 
 for n in $clients; do
-	echo "bench-soak: pgbench, $n clients, ${secs}s" >&2
-	run_pgbench "$n"
-	if ((n >= 2)); then
-		echo "bench-soak: harmless soak, $n workers, $duration" >&2
-		run_soak "$n"
-	fi
+	for ((r = 1; r <= rounds; r++)); do
+		echo "bench-soak: pgbench, $n clients, ${secs}s (round $r of $rounds)" >&2
+		run_pgbench "$n" "$n.$r"
+		if ((n >= 2)); then
+			echo "bench-soak: harmless soak, $n workers, $duration (round $r of $rounds)" >&2
+			run_soak "$n" "$n.$r"
+		fi
+	done
 done
 
+# median reads numbers, one a line, and prints their median.
+median() { sort -g | awk '{ v[NR] = $1 } END { if (NR % 2) print v[(NR + 1) / 2]; else printf "%.2f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+
 echo
-printf '%-8s %14s %18s %7s\n' clients "pgbench tps" "soak deliveries/s" ratio
+printf '%-8s %6s %14s %18s %7s\n' clients round "pgbench tps" "soak deliveries/s" ratio
 lines=()
 for n in $clients; do
-	if [[ -z ${soaked[$n]:-} ]]; then
-		printf '%-8s %14.1f %18s %7s\n' "$n" "${tps[$n]}" n/a n/a
-		lines+=("$n clients: pgbench ${tps[$n]} tps; no soak (it needs at least 2 workers)")
+	ratios=()
+	for ((r = 1; r <= rounds; r++)); do
+		key=$n.$r
+		if [[ -z ${soaked[$key]:-} ]]; then
+			printf '%-8s %6s %14.1f %18s %7s\n' "$n" "$r" "${tps[$key]}" n/a n/a
+			continue
+		fi
+		ratio=$(awk -v s="${soaked[$key]}" -v p="${tps[$key]}" 'BEGIN { printf "%.2f", (p > 0 ? s / p : 0) }')
+		ratios+=("$ratio")
+		printf '%-8s %6s %14.1f %18.1f %7s\n' "$n" "$r" "${tps[$key]}" "${soaked[$key]}" "$ratio"
+	done
+	if ((${#ratios[@]} == 0)); then
+		lines+=("$n clients: no soak (it needs at least 2 workers)")
 		continue
 	fi
-	ratio=$(awk -v s="${soaked[$n]}" -v p="${tps[$n]}" 'BEGIN { printf "%.2f", (p > 0 ? s / p : 0) }')
-	printf '%-8s %14.1f %18.1f %7s\n' "$n" "${tps[$n]}" "${soaked[$n]}" "$ratio"
+	ratio=$(printf '%s\n' "${ratios[@]}" | median)
 	if awk -v r="$ratio" -v g="$goal" 'BEGIN { exit !(r >= g) }'; then
 		verdict="meets the $goal goal"
 	else
 		verdict="below the $goal goal"
 	fi
-	lines+=("$n clients: soak/pgbench = $ratio, $verdict")
+	what=soak/pgbench
+	((rounds > 1)) && what="median soak/pgbench of $rounds rounds"
+	lines+=("$n clients: $what = $ratio, $verdict")
 done
 echo
 printf '%s\n' "${lines[@]}"
