@@ -172,6 +172,11 @@ run_soak() {
 	soaked[$key]=$(throughput_of "$tmp/soak-$key.json") || die "no throughput in the soak's JSON report"
 }
 
+# The load average frames the figures: on a shared machine, other work takes
+# CPU from the server and the clients alike.
+loadavg() { cut -d' ' -f1 /proc/loadavg 2>/dev/null || echo unknown; }
+load_before=$(loadavg)
+
 for n in $clients; do
 	for ((r = 1; r <= rounds; r++)); do
 		echo "bench-soak: pgbench, $n clients, ${secs}s (round $r of $rounds)" >&2
@@ -217,3 +222,4 @@ for n in $clients; do
 done
 echo
 printf '%s\n' "${lines[@]}"
+echo "machine: $(nproc 2>/dev/null || echo '?') CPUs, load average $load_before before, $(loadavg) after"
