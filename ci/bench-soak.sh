@@ -155,6 +155,14 @@ run_pgbench() {
 	fi
 	awk '/^number of failed transactions:/ && $5 != 0 { bad = 1 } END { exit bad }' "$out" ||
 		{ cat "$out" >&2; die "pgbench had failed transactions with $n clients"; }
+	# Every transaction must have claimed a new event, as a soak without
+	# duplicates does: one marker and one effect each.
+	local processed counts
+	processed=$(awk '/^number of transactions actually processed:/ { print $6 }' "$out")
+	counts=$("$psql" "$dsn" -X -A -t -v ON_ERROR_STOP=1 -c "SELECT (SELECT count(*) FROM \"$schema\".processed_events) || ' ' || (SELECT count(*) FROM \"$schema\".harmless_effects)") ||
+		die "could not count the rows pgbench wrote"
+	[[ $counts == "$processed $processed" ]] ||
+		die "pgbench processed ${processed:-?} transactions but wrote markers and effects $counts: not one new event each"
 	tps[$key]=$(awk '/^tps = / { print $3; found = 1 } END { exit !found }' "$out") ||
 		{ cat "$out" >&2; die "no tps in pgbench's output"; }
 }
