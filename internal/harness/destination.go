@@ -95,6 +95,9 @@ func (d *Destination) Down() (*destination.Fault, error) { return d.recorded(d.s
 // Up ends the outage.
 func (d *Destination) Up() { d.server.Up() }
 
+// ProcessedTotal returns how many requests the destination processed.
+func (d *Destination) ProcessedTotal() int { return d.server.ProcessedTotal() }
+
 // ForgetRequests keeps only the destination's counts from now on (see
 // [destination.Server.ForgetRequests]).
 func (d *Destination) ForgetRequests() { d.server.ForgetRequests() }

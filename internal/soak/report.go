@@ -34,6 +34,11 @@ type Report struct {
 	Faults []FaultWindow `json:"faults"`
 	// FaultsFired counts the faults that fired, by kind.
 	FaultsFired map[string]int64 `json:"faults_fired"`
+	// Drain says how the harness waited for the external effects after the
+	// load (with the destination nemesis), and DrainError why it gave up:
+	// the effects not made are then judged lost at the destination.
+	Drain      string `json:"drain,omitempty"`
+	DrainError string `json:"drain_error,omitempty"`
 	// Anomalies lists every event with an anomaly, with its whole history.
 	Anomalies []Anomaly `json:"anomalies"`
 	// Unknowns resolves the deliveries whose outcome was unknown (info),

@@ -36,7 +36,8 @@ type Options struct {
 // Progress is a snapshot of a running soak.
 type Progress struct {
 	// Phase is "load", "settle" (redelivering what failed, with the
-	// nemesis stopped) or "check".
+	// nemesis stopped), "drain" (waiting for the external effects) or
+	// "check".
 	Phase   string
 	Elapsed time.Duration
 	// Events counts the events generated; Delivered the deliveries that
@@ -72,6 +73,7 @@ const (
 	progressInterval  = 500 * time.Millisecond
 	phaseLoad         = "load"
 	phaseSettle       = "settle"
+	phaseDrain        = "drain"
 	phaseCheck        = "check"
 	verdictClean      = "clean"
 	verdictAnomalies  = "anomalies"
@@ -256,7 +258,7 @@ func (s *soaker) soak(ctx context.Context) (Report, error) {
 	workers.Wait()
 
 	s.setPhase(phaseCheck)
-	err := s.observe(ctx)
+	err := s.observe(ctx, &rep)
 	close(progressDone)
 	stopProgress()
 	if err != nil {
@@ -592,12 +594,12 @@ func backoff(tries int) time.Duration {
 // observe reads what happened: it drains the implementation's external
 // effects, reads every effect from the ledger and the destination's
 // counts, and hands them to the checker.
-func (s *soaker) observe(ctx context.Context) error {
+func (s *soaker) observe(ctx context.Context, rep *Report) error {
 	d := s.play.Destination()
 	if d != nil {
-		if how, err := s.play.Drain(ctx); err != nil {
-			return fmt.Errorf("drain the external effects (%s): %w", how, err)
-		}
+		s.setPhase(phaseDrain)
+		rep.Drain, rep.DrainError = s.drain(ctx, d)
+		s.setPhase(phaseCheck)
 	}
 	rows, err := s.run.Admin().Query(ctx, `SELECT event_id, attempt, payload_digest FROM `+ledger.Table(s.play.Schema())+
 		` WHERE namespace = $1`, []byte(Namespace))
@@ -632,6 +634,32 @@ func (s *soaker) observe(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// DrainTimeout bounds how long a soak waits for the external effects
+// committed during the load while the destination still sees progress.
+const DrainTimeout = 10 * time.Minute
+
+// drain waits until the implementation has made the external effects it
+// committed. Play.Drain is bounded by the delivery timeout, and after a long
+// load an outbox may hold a backlog its relay needs minutes to send: drain
+// asks again as long as the destination processed more since the last
+// try, up to DrainTimeout. When it gives up, the effects not made are
+// judged lost at the destination, and the report says why.
+func (s *soaker) drain(ctx context.Context, d *harness.Destination) (how, failed string) {
+	start := time.Now()
+	for {
+		before := d.ProcessedTotal()
+		how, err := s.play.Drain(ctx)
+		took := time.Since(start).Round(time.Millisecond)
+		if err == nil {
+			return fmt.Sprintf("%s in %s", how, took), ""
+		}
+		if d.ProcessedTotal() == before || time.Since(start) > DrainTimeout || ctx.Err() != nil {
+			return fmt.Sprintf("%s for %s", how, took), err.Error()
+		}
+		s.logf("soak: the external effects are still being made (%d so far): draining again", d.ProcessedTotal())
+	}
 }
 
 // figures returns the timeline, the load's throughput and its latency.
