@@ -208,18 +208,21 @@ func chart(title, ylabel string, ss []series, faults []FaultWindow, end time.Dur
 	}
 
 	p.X.Min, p.X.Max = 0, math.Max(end.Seconds(), 1)
+	// Headroom above the data for the legend, as tall as the legend: a
+	// soak with every nemesis has ten entries, which covered the lines
+	// with a fixed margin.
+	entries := float64(len(ss) + len(kinds))
 	if logY && ymin > 0 && ymax/ymin > 20 {
 		// Latency under faults spans orders of magnitude: the p99 of a
 		// timed-out second would flatten the p50 on a linear axis.
 		p.Y.Scale = plot.LogScale{}
 		p.Y.Tick.Marker = plot.LogTicks{Prec: -1}
-		p.Y.Min, p.Y.Max = ymin/1.5, ymax*math.Pow(ymax/ymin, 0.4)
+		p.Y.Min, p.Y.Max = ymin/1.5, ymax*math.Pow(ymax/ymin, 0.1+0.09*entries)
 	} else {
 		if math.IsInf(ymax, -1) || ymax <= 0 {
 			ymax = 1
 		}
-		// Headroom above the data for the legend.
-		p.Y.Min, p.Y.Max = 0, ymax*1.45
+		p.Y.Min, p.Y.Max = 0, ymax*(1.15+0.11*entries)
 	}
 
 	wt, err := p.WriterTo(chartWidth, chartHeight, "svg")
