@@ -282,6 +282,10 @@ func (s *soaker) soak(ctx context.Context) (Report, error) {
 	}
 
 	rep.Totals, rep.Anomalies, rep.Unknowns = s.checker.Check(ctx)
+	if rep.Totals.Events == 0 {
+		// Nothing delivered is no evidence: never a clean verdict.
+		return rep, errors.New("the soak delivered no event: nothing to judge")
+	}
 	rep.Elapsed = s.since()
 	rep.Timeline, rep.Throughput, rep.Latency = s.figures(loadElapsed)
 	rep.Faults = s.nem.Windows()

@@ -149,3 +149,25 @@ func TestStopEndsTheLoadAndReportsWhatRan(t *testing.T) {
 		t.Errorf("an interrupted soak of the reference: %+v", rep.Totals)
 	}
 }
+
+// A soak stopped before its first delivery judges nothing: it is an error,
+// never a clean verdict.
+func TestNoEventIsNoVerdict(t *testing.T) {
+	adapter, err := builtin.Lookup("reference")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	run, err := harness.Start(ctx, harness.Options{Provision: provision.Options{DSN: pgtest.DSN(t), Only: provision.KindDSN}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer run.Close(context.WithoutCancel(ctx))
+	stop := make(chan struct{})
+	close(stop)
+	rep, err := soak.Run(ctx, run, adapter, soak.Config{Duration: time.Hour, Workers: 2, Seed: 1,
+		DeliveryTimeout: harness.DefaultDeliveryTimeout}, soak.Options{Stop: stop})
+	if err == nil || rep.Verdict != "" {
+		t.Errorf("a soak that delivered %d events: verdict %q, error %v; want an error and no verdict", rep.Totals.Events, rep.Verdict, err)
+	}
+}
