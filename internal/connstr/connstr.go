@@ -101,7 +101,14 @@ func Format(settings []Setting) string {
 	for i, s := range settings {
 		parts[i] = s.Key + "=" + Quote(s.Value)
 	}
-	return strings.Join(parts, " ")
+	out := strings.Join(parts, " ")
+	if IsURL(out) {
+		// A keyword that looks like a URL's scheme ("postgres://") would
+		// make pgx read the string as a URL; a leading space keeps it a
+		// keyword/value string, as it was parsed.
+		out = " " + out
+	}
+	return out
 }
 
 // Quote writes v as a quoted keyword/value value.
