@@ -2,6 +2,7 @@ package suite
 
 import (
 	"fmt"
+	"strings"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
@@ -72,6 +73,9 @@ func (s *state) doubleDelivery() {
 				}
 			}
 			if len(problems) > 0 {
+				if split := unsharedClaim(first, later); split != "" {
+					problems = append(problems, split)
+				}
 				problems = append(problems, describe())
 			}
 			return problems
@@ -80,8 +84,48 @@ func (s *state) doubleDelivery() {
 			if len(effects) == 1 && effects[0].Attempt == first[len(first)-1].Delivery.Attempt {
 				return nil
 			}
-			return []string{fmt.Sprintf("expected exactly one effect, by attempt %d; observed:\n%s",
+			problems := []string{fmt.Sprintf("expected exactly one effect, by attempt %d; observed:\n%s",
 				first[len(first)-1].Delivery.Attempt, describe())}
+			if split := unsharedClaim(first, later); split != "" {
+				problems = append(problems, split)
+			}
+			return problems
 		})
 	})
+}
+
+// unsharedClaim names the failure of an implementation whose claim lives in
+// one instance's memory, or returns "" when the deliveries do not show one:
+// the first delivery was Applied, every redelivery to its instance was
+// Duplicate, and the other instance applied the event again on its first
+// redelivery and answered Duplicate after that. Rule hints guess at a cause
+// from one rule's failure; this one is read from the history, and tells a
+// dedup set held in process memory from a marker keyed on something that
+// changes.
+func unsharedClaim(first []harness.Attempt, later [][]harness.Attempt) string {
+	applied := first[len(first)-1]
+	if !applied.Acked() || applied.Outcome != adapters.Applied {
+		return ""
+	}
+	seen := map[int]bool{applied.Instance: true}
+	var other []string // redeliveries (from 1) applied by an instance new to the event
+	for i, tries := range later {
+		last := tries[len(tries)-1]
+		if !last.Acked() {
+			return ""
+		}
+		switch {
+		case last.Outcome == adapters.Duplicate && seen[last.Instance]:
+		case last.Outcome == adapters.Applied && !seen[last.Instance]:
+			seen[last.Instance] = true
+			other = append(other, fmt.Sprint(i+1))
+		default:
+			return ""
+		}
+	}
+	if len(other) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("each instance applied the event once: the first delivery on worker %d, then redelivery %s on another worker, and every other redelivery, to a worker that had applied it, was Duplicate; the claim is not shared between instances (a dedup set held in process memory, not in the database)",
+		applied.Instance, strings.Join(other, ", "))
 }
