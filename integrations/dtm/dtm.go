@@ -40,6 +40,8 @@
 // Applied, nil without it is Duplicate. dtm does not look at the payload
 // (no conflict policy), keeps barriers for ever (no window, no purge) and
 // records no time of its own.
+//
+//harmless:library github.com/dtm-labs/dtm
 package dtm
 
 import (

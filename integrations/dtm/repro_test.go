@@ -74,6 +74,9 @@ func call(t *testing.T, db *sql.DB, table, gid, branch string, busi func(*sql.Tx
 // TestReproConflictDetected: the barrier keys only on (gid, branch_id, op,
 // barrier_id) and never sees the message body, so a second message with
 // the same gid and another body is silently skipped as a duplicate.
+//
+// Reproduces: conflicting-payload.conflict-detected
+// Cause: the barrier keys on gid, branch and op and never sees the payload, so a conflicting copy is skipped as a duplicate
 func TestReproConflictDetected(t *testing.T) {
 	db, table := barrierDB(t)
 	var bodies []string
@@ -94,6 +97,9 @@ func TestReproConflictDetected(t *testing.T) {
 // at the INSERT with SQLSTATE 22001 on every delivery, never refused as bad
 // input nor processed (bad-input, identity-fidelity.length-kept and
 // .namespace-kept).
+//
+// Reproduces: bad-input.exactly-once-or-rejected, identity-fidelity.length-kept
+// Cause: gid and branch_id are varchar(128) and dtm checks no length, so a longer identity fails with SQLSTATE 22001 on every delivery and is never refused
 func TestReproIdentityTooLong(t *testing.T) {
 	db, table := barrierDB(t)
 	long := strings.Repeat("k", 129)
@@ -113,6 +119,9 @@ func TestReproIdentityTooLong(t *testing.T) {
 // or a NUL byte fails at the INSERT with SQLSTATE 22021 on every delivery
 // (bad-input, identity-fidelity.bytes-kept and .namespace-kept,
 // namespace-isolation.unambiguous-identity).
+//
+// Reproduces: bad-input.exactly-once-or-rejected, identity-fidelity.bytes-kept, identity-fidelity.namespace-kept, namespace-isolation.unambiguous-identity
+// Cause: gid and branch_id are text and dtm checks nothing, so invalid UTF-8 or a NUL byte fails with SQLSTATE 22021 on every delivery and is never refused
 func TestReproIdentityNotText(t *testing.T) {
 	db, table := barrierDB(t)
 	for _, c := range []struct{ gid, branch string }{{"a\xff", "orders"}, {"nul-\x00-id", "orders"}, {"order-1", "orders\x00"}, {"caf\xe9", "orders"}} {

@@ -78,6 +78,9 @@ func insertCommitted(t *testing.T, pool *pgxpool.Pool, client *river.Client[pgx.
 }
 
 // TestReproConflictingPayloadConflictDetected: River's unique key is built from the unique-tagged identity only, so a different payload under a claimed identity is reported as a plain duplicate.
+//
+// Reproduces: conflicting-payload.conflict-detected
+// Cause: the unique key is made of the identity only, so a conflicting copy is skipped as a plain duplicate
 func TestReproConflictingPayloadConflictDetected(t *testing.T) {
 	pool, client := reproClient(t)
 	first := FollowUpArgs{Namespace: "ns", EventID: "ev-1", PayloadDigest: "digest-of-P1"}
@@ -95,6 +98,9 @@ func TestReproConflictingPayloadConflictDetected(t *testing.T) {
 }
 
 // TestReproIdentityFidelityInvalidUTF8: River JSON-encodes job args with encoding/json, which replaces every invalid UTF-8 byte with U+FFFD, so identities differing only there share one unique key.
+//
+// Reproduces: identity-fidelity.bytes-kept, identity-fidelity.namespace-kept
+// Cause: job args are JSON, which turns every invalid UTF-8 byte into U+FFFD, so two identities share one unique key and the second event is dropped as a duplicate
 func TestReproIdentityFidelityInvalidUTF8(t *testing.T) {
 	pool, client := reproClient(t)
 	for _, tc := range []struct {
@@ -120,6 +126,9 @@ func TestReproIdentityFidelityInvalidUTF8(t *testing.T) {
 }
 
 // TestReproNULInIdentity: job args are stored as jsonb, which rejects the \u0000 that encoding/json writes for a NUL byte, so an identity with a NUL fails InsertTx with SQLSTATE 22P05 on every try instead of being refused as invalid input (bad-input, namespace-isolation, identity-fidelity's NUL pairs).
+//
+// Reproduces: bad-input.exactly-once-or-rejected, identity-fidelity.bytes-kept, identity-fidelity.namespace-kept, namespace-isolation.unambiguous-identity
+// Cause: job args are jsonb, which rejects the \u0000 of a NUL byte, so such an identity fails InsertTx with SQLSTATE 22P05 on every delivery and is never refused
 func TestReproNULInIdentity(t *testing.T) {
 	pool, client := reproClient(t)
 	for _, args := range []FollowUpArgs{

@@ -2,6 +2,8 @@
 // idempotent consumer: the consumer inserts a follow-up job whose unique key
 // is the event's identity, with InsertTx in the same transaction as the
 // effect, and reads the outcome from UniqueSkippedAsDuplicate.
+//
+//harmless:library github.com/riverqueue/river
 package river
 
 import (

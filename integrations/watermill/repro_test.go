@@ -93,6 +93,9 @@ func effects(t *testing.T, pool *pgxpool.Pool, schema, key string) int {
 // in-memory map per Deduplicator, so a redelivery to a second worker is new
 // to it and applies the effect again (double-delivery, concurrent-delivery,
 // conflicting-payload.no-second-effect).
+//
+// Reproduces: double-delivery.redelivery-duplicate, double-delivery.one-effect, concurrent-delivery.one-effect, concurrent-delivery.one-applied, conflicting-payload.no-second-effect
+// Cause: the default repository is an in-memory map per Deduplicator, so each worker applies the event once
 func TestReproDoubleDeliveryAcrossWorkers(t *testing.T) {
 	pool, schema := reproDB(t)
 	w1, w2 := newConsumer(pool, schema), newConsumer(pool, schema)
@@ -114,6 +117,9 @@ func TestReproDoubleDeliveryAcrossWorkers(t *testing.T) {
 // handler fails, so the redelivery after a rolled-back transaction is
 // dropped as a duplicate and the event is never applied
 // (failure-after-marker.retry-applies, ambiguous-commit.lost-commit-applies).
+//
+// Reproduces: failure-after-marker.retry-applies, ambiguous-commit.lost-commit-applies, crash-recovery.in-flight-exactly-once
+// Cause: the key is recorded before the handler runs and kept when the handler fails (an error, a cut connection, a crashed server), so the redelivery is dropped and the event is lost
 func TestReproFailedHandlerLosesEvent(t *testing.T) {
 	pool, schema := reproDB(t)
 	w := newConsumer(pool, schema)
@@ -139,6 +145,9 @@ func TestReproFailedHandlerLosesEvent(t *testing.T) {
 // only the key, so a copy with the same identity and a different payload
 // is dropped exactly as a duplicate is, with nil error and no signal of a
 // conflict (conflicting-payload.conflict-detected).
+//
+// Reproduces: conflicting-payload.conflict-detected
+// Cause: only the key is compared, so a conflicting copy is dropped like a duplicate, with no signal
 func TestReproConflictingPayloadDroppedSilently(t *testing.T) {
 	pool, schema := reproDB(t)
 	w := newConsumer(pool, schema)

@@ -5,6 +5,8 @@
 // default repository (NewMapExpiringKeyRepository, one minute) and a
 // KeyFactory that reads the event's identity from the message's metadata.
 // The handler applies the effect in a pgx transaction of its own.
+//
+//harmless:library github.com/ThreeDotsLabs/watermill
 package watermill
 
 import (
