@@ -32,6 +32,8 @@
 // DO UPDATE) and commits. It returns nil both for a duplicate and for an
 // applied event, so the handler sets a flag: nil with the flag set is
 // Applied, nil without it is Duplicate.
+//
+//harmless:library github.com/rbaliyan/event/v3
 package rbaliyanevent
 
 import (
