@@ -63,7 +63,7 @@ func (s *state) doubleDelivery() {
 			return []string{fmt.Sprintf("the first delivery ended %s; expected Applied\n%s",
 				last.Result(), describe())}
 		})
-		sc.rule(fixtures.DoubleDeliveryRedeliveryDuplicate, func() []string {
+		sc.causedRule(fixtures.DoubleDeliveryRedeliveryDuplicate, func() ([]string, string) {
 			var problems []string
 			for i, tries := range later {
 				last := tries[len(tries)-1]
@@ -72,30 +72,23 @@ func (s *state) doubleDelivery() {
 						i+1, last.Delivery.Attempt, last.Result()))
 				}
 			}
-			if len(problems) > 0 {
-				if split := unsharedClaim(first, later); split != "" {
-					problems = append(problems, split)
-				}
-				problems = append(problems, describe())
+			if len(problems) == 0 {
+				return nil, ""
 			}
-			return problems
+			return append(problems, describe()), unsharedClaim(first, later)
 		})
-		sc.rule(fixtures.DoubleDeliveryOneEffect, func() []string {
+		sc.causedRule(fixtures.DoubleDeliveryOneEffect, func() ([]string, string) {
 			if len(effects) == 1 && effects[0].Attempt == first[len(first)-1].Delivery.Attempt {
-				return nil
+				return nil, ""
 			}
-			problems := []string{fmt.Sprintf("expected exactly one effect, by attempt %d; observed:\n%s",
-				first[len(first)-1].Delivery.Attempt, describe())}
-			if split := unsharedClaim(first, later); split != "" {
-				problems = append(problems, split)
-			}
-			return problems
+			return []string{fmt.Sprintf("expected exactly one effect, by attempt %d; observed:\n%s",
+				first[len(first)-1].Delivery.Attempt, describe())}, unsharedClaim(first, later)
 		})
 	})
 }
 
-// unsharedClaim names the failure of an implementation whose claim lives in
-// one instance's memory, or returns "" when the deliveries do not show one:
+// unsharedClaim is the cause of the failure of an implementation whose claim
+// lives in one instance's memory, or "" when the deliveries do not show one:
 // the first delivery was Applied, every redelivery to its instance was
 // Duplicate, and the other instance applied the event again on its first
 // redelivery and answered Duplicate after that. Rule hints guess at a cause
@@ -126,6 +119,6 @@ func unsharedClaim(first []harness.Attempt, later [][]harness.Attempt) string {
 	if len(other) == 0 {
 		return ""
 	}
-	return fmt.Sprintf("each instance applied the event once: the first delivery on worker %d, then redelivery %s on another worker, and every other redelivery, to a worker that had applied it, was Duplicate; the claim is not shared between instances (a dedup set held in process memory, not in the database)",
+	return fmt.Sprintf("the claim is not shared between instances (a dedup set held in process memory, not in the database): each instance applied the event once, the first delivery on worker %d and redelivery %s on another worker, and every other redelivery, to a worker that had applied it, was Duplicate",
 		applied.Instance, strings.Join(other, ", "))
 }

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/harmless-dev/harmless/adapters"
+	"github.com/harmless-dev/harmless/fixtures"
 	"github.com/harmless-dev/harmless/internal/harness"
 )
 
@@ -47,5 +48,28 @@ func TestUnsharedClaim(t *testing.T) {
 				t.Fatalf("observation %q does not name the cause", got)
 			}
 		})
+	}
+}
+
+// TestCauseReplacesSuspect checks that a cause read from the deliveries
+// takes the place of the rule's usual suspect, which would mislead, and
+// that the suspect is given when there is none, and not for a play the
+// harness cut short.
+func TestCauseReplacesSuspect(t *testing.T) {
+	r, err := fixtures.Lookup(fixtures.DoubleDeliveryOneEffect)
+	if err != nil {
+		t.Fatal(err)
+	}
+	problems := []string{"expected exactly one effect"}
+	caused := failureMessage(r, judgement{problems: problems, cause: "the claim is not shared"})
+	if !strings.Contains(caused, "The deliveries show the cause: the claim is not shared.") || strings.Contains(caused, r.Suspect) {
+		t.Errorf("with a cause, the message is %q; want the cause and not the suspect %q", caused, r.Suspect)
+	}
+	guessed := failureMessage(r, judgement{problems: problems})
+	if !strings.Contains(guessed, "This usually means: "+r.Suspect) {
+		t.Errorf("without a cause, the message is %q; want the suspect", guessed)
+	}
+	if unplayed := failureMessage(r, judgement{problems: problems, unplayed: true}); strings.Contains(unplayed, r.Suspect) {
+		t.Errorf("for a play cut short, the message is %q; want no suspect", unplayed)
 	}
 }

@@ -31,7 +31,7 @@ func failedRule(t *testing.T, id string, variants map[string][]string) certifica
 		if !ok {
 			continue
 		}
-		msg := failureMessage(r, problems, true)
+		msg := failureMessage(r, judgement{problems: problems})
 		specs = append(specs, &specRecord{
 			rule:    r,
 			where:   r.Fixture + " / " + variant,

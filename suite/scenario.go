@@ -167,6 +167,25 @@ func (sc *scenario) rule(id string, check func() []string) {
 // noteRule is rule for checks that also report what they observed when the
 // rule held: the note is shown in the certificate, as information.
 func (sc *scenario) noteRule(id string, check func() (problems []string, note string)) {
+	sc.judgedRule(id, func() judgement {
+		problems, note := check()
+		return judgement{problems: problems, note: note}
+	})
+}
+
+// causedRule is rule for checks that can read the cause of a violation from
+// the deliveries: the cause, when not "", replaces the rule's usual
+// suspect in the failure message.
+func (sc *scenario) causedRule(id string, check func() (problems []string, cause string)) {
+	sc.judgedRule(id, func() judgement {
+		problems, cause := check()
+		return judgement{problems: problems, cause: cause}
+	})
+}
+
+// judgedRule registers rule id with a check that returns its judgement, and
+// masks the run's secrets in it.
+func (sc *scenario) judgedRule(id string, check func() judgement) {
 	sc.s.registerRule(id, func() judgement {
 		// A scenario cut short cannot judge the rule: what it gathered is
 		// a part, which could neither prove the rule nor, with its
@@ -174,10 +193,11 @@ func (sc *scenario) noteRule(id string, check func() (problems []string, note st
 		if p := sc.budgetProblem(); p != "" {
 			return judgement{problems: []string{sc.s.secrets.String(p)}, unplayed: true}
 		}
-		problems, note := check()
-		for i, p := range problems {
-			problems[i] = sc.s.secrets.String(p)
+		j := check()
+		for i, p := range j.problems {
+			j.problems[i] = sc.s.secrets.String(p)
 		}
-		return judgement{problems: problems, note: sc.s.secrets.String(note)}
+		j.note, j.cause = sc.s.secrets.String(j.note), sc.s.secrets.String(j.cause)
+		return j
 	})
 }

@@ -461,20 +461,27 @@ type judgement struct {
 	// implementation (a budget that ran out): no guess at a real-world bug
 	// follows them.
 	unplayed bool
+	// cause, when set, is the cause of the problems as the history shows
+	// it; it replaces the rule's usual suspect, which is only a guess.
+	cause string
 }
 
 // failureMessage states a rule's violation: the rule, then every problem
-// found, then, when guess is set, the real-world bug such a failure usually
+// found, then the cause the history shows when j has one, else, unless the
+// problems are the harness's own, the real-world bug such a failure usually
 // means. Each problem is a line starting with "- ", its further lines
 // indented by two spaces, so that an excerpt can tell them apart (see
 // [certificate.RuleResult.Excerpt]); the certificate keeps them all, each
 // line bounded (see [certificate.Problem]).
-func failureMessage(r fixtures.Rule, problems []string, guess bool) string {
+func failureMessage(r fixtures.Rule, j judgement) string {
 	msg := fmt.Sprintf("%s %s violated: %s", r.Level, r.ID, r.Doc)
-	for _, p := range problems {
+	for _, p := range j.problems {
 		msg += "\n" + certificate.Problem(p)
 	}
-	if guess && r.Suspect != "" {
+	switch {
+	case j.cause != "":
+		msg += "\nThe deliveries show the cause: " + j.cause + "."
+	case !j.unplayed && r.Suspect != "":
 		msg += "\nThis usually means: " + r.Suspect + "."
 	}
 	return msg

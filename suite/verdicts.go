@@ -155,7 +155,7 @@ func (s *state) registerRule(id string, judge func() judgement) {
 			rec.outcome, rec.message = outcomeNotApplicable, reason
 			ginkgo.Skip(notApplicablePrefix + reason)
 		case len(j.problems) > 0:
-			msg := failureMessage(r, j.problems, !j.unplayed)
+			msg := failureMessage(r, j)
 			rec.outcome, rec.message = outcomeFail, msg
 			ginkgo.Fail(certificate.RuleResult{Message: msg}.Excerpt(ginkgoExcerptLines, ginkgoEvidence))
 		default:
