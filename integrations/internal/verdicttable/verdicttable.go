@@ -23,7 +23,6 @@ package verdicttable
 //go:generate go run ./gen -root ../../..
 
 import (
-	"bufio"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -94,10 +93,10 @@ func Load(dir string) ([]Library, error) {
 	}
 	var libs []Library
 	for _, e := range entries {
-		certPath := filepath.Join(dir, e.Name(), "testdata", "certificate.json")
 		if !e.IsDir() {
 			continue
 		}
+		certPath := filepath.Join(dir, e.Name(), "testdata", "certificate.json")
 		if _, err := os.Stat(certPath); errors.Is(err, os.ErrNotExist) {
 			continue
 		}
@@ -150,20 +149,14 @@ func libraryOf(dir string) (string, error) {
 		if strings.HasSuffix(f, "_test.go") {
 			continue
 		}
-		file, err := os.Open(f)
+		b, err := os.ReadFile(f)
 		if err != nil {
 			return "", err
 		}
-		lines := bufio.NewScanner(file)
-		for lines.Scan() {
-			if m, ok := strings.CutPrefix(lines.Text(), Directive); ok {
-				_ = file.Close()
+		for _, line := range strings.Split(string(b), "\n") {
+			if m, ok := strings.CutPrefix(line, Directive); ok {
 				return strings.TrimSpace(m), nil
 			}
-		}
-		_ = file.Close()
-		if err := lines.Err(); err != nil {
-			return "", err
 		}
 	}
 	return "", fmt.Errorf("no file of the package has a %q directive naming its library", strings.TrimSpace(Directive))
