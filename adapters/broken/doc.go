@@ -12,6 +12,7 @@
 //
 // | adapter                  | package         | bug                                                             | caught by                                                                                     |
 // |--------------------------|-----------------|-----------------------------------------------------------------|-----------------------------------------------------------------------------------------------|
+// | broken-always-errors     | alwayserrors    | the processed-events table never created: every delivery fails | every fixture but external-effect                                                             |
 // | broken-busy-is-duplicate | busyisduplicate | lock_timeout on another's open claim answered Duplicate         | concurrent-delivery, conflicting-payload, crash-recovery                                      |
 // | broken-case-folded       | casefolded      | the marker keyed by lower(id)                                   | identity-fidelity                                                                             |
 // | broken-check-then-insert | checktheninsert | SELECT then INSERT, no unique constraint on the marker          | concurrent-delivery, conflicting-payload                                                      |

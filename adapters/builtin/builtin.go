@@ -13,6 +13,7 @@ import (
 	"github.com/harmless-dev/harmless/adapters/alternatives/destinationkey"
 	"github.com/harmless-dev/harmless/adapters/alternatives/serializable"
 	"github.com/harmless-dev/harmless/adapters/alternatives/slow"
+	"github.com/harmless-dev/harmless/adapters/broken/alwayserrors"
 	"github.com/harmless-dev/harmless/adapters/broken/busyisduplicate"
 	"github.com/harmless-dev/harmless/adapters/broken/casefolded"
 	"github.com/harmless-dev/harmless/adapters/broken/checktheninsert"
@@ -41,6 +42,7 @@ func All() []adapters.Adapter {
 		destinationkey.Adapter(),
 		serializable.Adapter(),
 		slow.Adapter(),
+		alwayserrors.Adapter(),      // broken-always-errors
 		busyisduplicate.Adapter(),   // broken-busy-is-duplicate
 		casefolded.Adapter(),        // broken-case-folded
 		checktheninsert.Adapter(),   // broken-check-then-insert
