@@ -79,14 +79,14 @@ func (s *state) badInput() {
 		events := oddEvents()
 		// One instance to build; each odd event delivered twice, each time
 		// until terminal; then an ordinary event.
-		sc := s.scenario(fixtures.BadInput, 1+(2*len(events)+1)*s.cfg.maxTries, 0)
+		sc := s.scenario(fixtures.BadInput, work{calls: 1}.plus(untilTerminal(2*len(events)+1)))
 		BeforeAll(func(ctx SpecContext) {
 			play := sc.begin(ctx)
 			for i, odd := range events {
 				sc.at("odd event %d of %d (%s)", i+1, len(events), odd.what)
 				r := oddResult{odd: odd, delivered: delivered{ev: odd.ev}}
-				r.delivered.first = play.DeliverUntilTerminal(ctx, 1, odd.ev, s.cfg.maxTries)
-				r.delivered.again = play.DeliverUntilTerminal(ctx, 1, odd.ev, s.cfg.maxTries)
+				r.delivered.first = play.DeliverUntilTerminal(ctx, 1, odd.ev)
+				r.delivered.again = play.DeliverUntilTerminal(ctx, 1, odd.ev)
 				var err error
 				r.delivered.effects, err = play.Effects(ctx, odd.ev)
 				Expect(err).NotTo(HaveOccurred())
@@ -94,7 +94,7 @@ func (s *state) badInput() {
 				results = append(results, r)
 			}
 			sc.at("the ordinary event after the odd ones")
-			next = play.DeliverUntilTerminal(ctx, 1, after, s.cfg.maxTries)
+			next = play.DeliverUntilTerminal(ctx, 1, after)
 			var err error
 			nextFx, err = play.Effects(ctx, after)
 			Expect(err).NotTo(HaveOccurred())

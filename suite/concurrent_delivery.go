@@ -51,7 +51,7 @@ func (s *state) concurrentDelivery() {
 				// Two instances to build; in each play of a round the
 				// contenders race in parallel, each delivered until
 				// terminal.
-				sc := s.scenario(fixtures.ConcurrentDelivery+" / "+v.name, 2+n*plays*s.cfg.maxTries, 0)
+				sc := s.scenario(fixtures.ConcurrentDelivery+" / "+v.name, work{calls: 2}.plus(untilTerminal(n*plays)))
 				BeforeAll(func(ctx SpecContext) {
 					play := sc.begin(ctx)
 					rounds = make([]roundResult, 0, n)
@@ -174,7 +174,7 @@ func (s *state) race(ctx context.Context, play *harness.Play, ev adapters.Event,
 			defer done.Done()
 			ready.Done()
 			<-release
-			r.contenders[i] = play.DeliverUntilTerminal(ctx, workers[i], ev, s.cfg.maxTries)
+			r.contenders[i] = play.DeliverUntilTerminal(ctx, workers[i], ev)
 		}()
 	}
 	ready.Wait()

@@ -60,8 +60,6 @@ type conflictResult struct {
 	// proved nothing: its deliveries never provably overlapped, however
 	// often it was played, which is the machine's doing.
 	problem, inconclusive string
-	// maxTries is how often each payload was delivered at most.
-	maxTries int
 }
 
 func (s *state) conflictingPayload() {
@@ -88,7 +86,7 @@ func (s *state) conflictingPayload() {
 				// payload, the conflicting copy and the applied payload
 				// again, each until terminal; the in-flight variant may
 				// play up to overlapTries times.
-				sc := s.scenario(fixtures.ConflictingPayload+" / "+v.name, 2+v.plays*3*s.cfg.maxTries, 0)
+				sc := s.scenario(fixtures.ConflictingPayload+" / "+v.name, work{calls: 2}.plus(untilTerminal(3*v.plays)))
 				BeforeAll(func(ctx SpecContext) {
 					c = v.play(ctx, sc.begin(ctx))
 				}, sc.timeout())
@@ -105,10 +103,10 @@ func (s *state) conflictingPayload() {
 // worker, then first again.
 func (s *state) conflictInTurn(ctx context.Context, play *harness.Play, first, other conflictPayload) conflictResult {
 	GinkgoHelper()
-	c := conflictResult{applied: first, conflict: other, maxTries: s.cfg.maxTries}
-	c.appliedTries = play.DeliverUntilTerminal(ctx, 1, first.ev, s.cfg.maxTries)
-	c.conflictTries = play.DeliverUntilTerminal(ctx, 2, other.ev, s.cfg.maxTries)
-	c.againTries = play.DeliverUntilTerminal(ctx, 1, first.ev, s.cfg.maxTries)
+	c := conflictResult{applied: first, conflict: other}
+	c.appliedTries = play.DeliverUntilTerminal(ctx, 1, first.ev)
+	c.conflictTries = play.DeliverUntilTerminal(ctx, 2, other.ev)
+	c.againTries = play.DeliverUntilTerminal(ctx, 1, first.ev)
 	c.collect(ctx, play)
 	return c
 }
@@ -151,7 +149,7 @@ func (s *state) conflictInFlight(ctx context.Context, play *harness.Play) confli
 func (s *state) conflictOverlapping(ctx context.Context, play *harness.Play, id string) (c conflictResult, retry bool) {
 	GinkgoHelper()
 	p1, p2 := conflictPair(id)
-	c = conflictResult{applied: p1, conflict: p2, maxTries: s.cfg.maxTries}
+	c = conflictResult{applied: p1, conflict: p2}
 	var err error
 	c.sleep, err = play.Arm(ctx, faults.Plan{
 		Namespace: p1.ev.Namespace, ID: p1.ev.ID, Attempt: 1, Point: faults.AtEffect,
@@ -172,16 +170,12 @@ func (s *state) conflictOverlapping(ctx context.Context, play *harness.Play, id 
 		defer GinkgoRecover()
 		a := play.Deliver(ctx, 1, p1.ev)
 		attempt1 <- a
-		tries := []harness.Attempt{a}
-		if !a.Terminal() && ctx.Err() == nil && s.cfg.maxTries > 1 {
-			tries = append(tries, play.DeliverUntilTerminal(ctx, 1, p1.ev, s.cfg.maxTries-1)...)
-		}
-		p1Done <- tries
+		p1Done <- play.RedeliverUntilTerminal(ctx, 1, p1.ev, []harness.Attempt{a})
 	}()
 
 	c.fired, err = s.awaitFired(ctx, play, c.sleep, attempt1)
 	Expect(err).NotTo(HaveOccurred())
-	p2Tries := play.DeliverUntilTerminal(ctx, 2, p2.ev, s.cfg.maxTries)
+	p2Tries := play.DeliverUntilTerminal(ctx, 2, p2.ev)
 	var p1Tries []harness.Attempt
 	select {
 	case p1Tries = <-p1Done:
@@ -208,7 +202,7 @@ func (s *state) conflictOverlapping(ctx context.Context, play *harness.Play, id 
 		c.note = "P2 won although P1 had claimed first: P1's transaction, held open by the sleep, lost to P2's (as under SERIALIZABLE, where the first transaction to commit wins)"
 		s.cfg.logf("conflicting-payload (in flight): %s", c.note)
 	}
-	c.againTries = play.DeliverUntilTerminal(ctx, 1, c.applied.ev, s.cfg.maxTries)
+	c.againTries = play.DeliverUntilTerminal(ctx, 1, c.applied.ev)
 	c.collect(ctx, play)
 	return c, retry
 }
@@ -376,9 +370,9 @@ func (c conflictResult) detected(policy adapters.ConflictPolicy) []string {
 			what, policy))
 	case last.Acked() && last.Outcome == adapters.Applied:
 		problems = append(problems, fmt.Sprintf("%s: a second effect was applied under a claimed identity; expected Rejected or an error wrapping adapters.ErrPayloadConflict", what))
-	case !last.Terminal() && len(c.conflictTries) >= c.maxTries:
-		problems = append(problems, fmt.Sprintf("%s, and every attempt was refused with a retryable error: the conflicting copy would be redelivered for ever; expected Rejected or an error wrapping adapters.ErrPayloadConflict, which a broker stops redelivering",
-			what))
+	case !last.Terminal() && last.GaveUp != "":
+		problems = append(problems, fmt.Sprintf("%s, and every attempt was refused with a retryable error until the broker gave up (%s): the conflicting copy would be redelivered for ever; expected Rejected or an error wrapping adapters.ErrPayloadConflict, which a broker stops redelivering",
+			what, last.GaveUp))
 	default:
 		problems = append(problems, fmt.Sprintf("%s; expected Rejected or an error wrapping adapters.ErrPayloadConflict", what))
 	}

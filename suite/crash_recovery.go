@@ -93,13 +93,13 @@ func (s *state) crashAfterAck() {
 		)
 		// One instance to build; a delivery until terminal before the
 		// crash, a redelivery until terminal after it; the restart.
-		sc := s.scenario(fixtures.CrashRecovery+" / after an acknowledged delivery", 1+2*s.cfg.maxTries, restartBudget)
+		sc := s.scenario(fixtures.CrashRecovery+" / after an acknowledged delivery", work{calls: 1, waits: restartBudget}.plus(untilTerminal(2)))
 		BeforeAll(func(ctx SpecContext) {
 			if skip = s.crashUnsupported(); skip != "" {
 				return
 			}
 			play := sc.beginCrash(ctx)
-			before = play.DeliverUntilTerminal(ctx, 1, ev, s.cfg.maxTries)
+			before = play.DeliverUntilTerminal(ctx, 1, ev)
 			var err error
 			rowsBefore, err = play.StateRows(ctx)
 			Expect(err).NotTo(HaveOccurred())
@@ -108,7 +108,7 @@ func (s *state) crashAfterAck() {
 			Expect(err).NotTo(HaveOccurred())
 			rowsAfter, err = play.StateRows(ctx)
 			Expect(err).NotTo(HaveOccurred())
-			after = play.DeliverUntilTerminal(ctx, 1, ev, s.cfg.maxTries)
+			after = play.DeliverUntilTerminal(ctx, 1, ev)
 			effects, err = play.Effects(ctx, ev)
 			Expect(err).NotTo(HaveOccurred())
 			history = play.History(ev)
@@ -284,7 +284,7 @@ func (s *state) warmUp(ctx context.Context, play *harness.Play, fs []*inFlight) 
 	gate, err := play.HoldEffects(ctx)
 	Expect(err).NotTo(HaveOccurred(), "hold the warm-up deliveries at their effects")
 	fl := deliverAll(fs, func(f *inFlight) {
-		f.attempts = play.DeliverUntilTerminal(ctx, f.worker, f.ev, s.cfg.maxTries)
+		f.attempts = play.DeliverUntilTerminal(ctx, f.worker, f.ev)
 	})
 	_, limit := stallTiming(s.cfg.deliveryTimeout, 0)
 	atOnce, heldErr := awaitStall(ctx, gate.Waiting, fl, len(fs), stallSettleMin, 0, limit)
@@ -346,7 +346,7 @@ func (s *state) crashInFlight(st stall) {
 		// another.
 		_, stallLimit := stallTiming(s.cfg.deliveryTimeout, 0)
 		sc := s.scenario(fixtures.CrashRecovery+" / with deliveries in flight, "+st.name,
-			2+s.cfg.maxTries+1+2*crashInFlight*s.cfg.maxTries, 2*stallLimit+restartBudget)
+			work{calls: 3, waits: 2*stallLimit + restartBudget}.plus(untilTerminal(2)))
 		BeforeAll(func(ctx SpecContext) {
 			if skip = s.crashUnsupported(); skip != "" {
 				return
@@ -384,7 +384,7 @@ func (s *state) crashInFlight(st stall) {
 			for _, f := range all {
 				if !f.last().Terminal() {
 					redelivered++
-					f.attempts = append(f.attempts, play.DeliverUntilTerminal(ctx, f.worker, f.ev, s.cfg.maxTries)...)
+					f.attempts = append(f.attempts, play.DeliverUntilTerminal(ctx, f.worker, f.ev)...)
 				}
 			}
 			for _, f := range all {

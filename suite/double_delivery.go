@@ -39,15 +39,15 @@ func (s *state) doubleDelivery() {
 			return harness.DescribeEvent(ev, effects, all) + "\nno fault was planned"
 		}
 		// Two instances to build, then eleven deliveries one after another.
-		sc := s.scenario(fixtures.DoubleDelivery, 2+(1+redeliveries)*s.cfg.maxTries, 0)
+		sc := s.scenario(fixtures.DoubleDelivery, work{calls: 2}.plus(untilTerminal(1+redeliveries)))
 		BeforeAll(func(ctx SpecContext) {
 			play := sc.begin(ctx)
 			sc.at("the first delivery")
-			first = play.DeliverUntilTerminal(ctx, 1, ev, s.cfg.maxTries)
+			first = play.DeliverUntilTerminal(ctx, 1, ev)
 			for i := range redeliveries {
 				sc.at("redelivery %d of %d", i+1, redeliveries)
 				worker := 2 - i%2 // alternate: worker 2, 1, 2, ...
-				later = append(later, play.DeliverUntilTerminal(ctx, worker, ev, s.cfg.maxTries))
+				later = append(later, play.DeliverUntilTerminal(ctx, worker, ev))
 			}
 			var err error
 			effects, err = play.Effects(ctx, ev)

@@ -90,7 +90,7 @@ func (x *extPlay) destFault(what string) func(*destination.Fault, error) *destin
 }
 
 func (x *extPlay) untilTerminal(ctx context.Context, n int, ev adapters.Event) []harness.Attempt {
-	return x.play.DeliverUntilTerminal(ctx, n, ev, x.s.cfg.maxTries)
+	return x.play.DeliverUntilTerminal(ctx, n, ev)
 }
 
 // variants of the external-effect fixture.
@@ -235,7 +235,7 @@ func (s *state) externalEffect() {
 				// Two instances at most built, two drains, and every
 				// event delivered until terminal and once more, by two
 				// deliveries per event of conflicts and workers at most.
-				x.sc = s.scenario(fixtures.ExternalEffect+" / "+v.name, 4+4*(s.cfg.maxTries+2), harness.QuietPeriod+slowAnswer+stopGrace)
+				x.sc = s.scenario(fixtures.ExternalEffect+" / "+v.name, work{calls: 4 + 4*2, waits: harness.QuietPeriod + slowAnswer + stopGrace}.plus(untilTerminal(4)))
 				BeforeAll(func(ctx SpecContext) {
 					if app = s.applies(fixtures.ExternalEffect, nil); !app.Runs {
 						return

@@ -62,7 +62,7 @@ func (s *state) failedClaimant(v claimantVariant) {
 		// Two instances to build; every play of every round delivers the
 		// claimant and, at once, the contenders, then redelivers until a
 		// copy is acknowledged; a round is played up to overlapTries times.
-		sc := s.scenario(fixtures.ConcurrentDelivery+" / "+v.name, 2+n*overlapTries*(2+2*s.cfg.maxTries), 0)
+		sc := s.scenario(fixtures.ConcurrentDelivery+" / "+v.name, work{calls: 2 + n*overlapTries*3}.plus(untilTerminal(n*overlapTries)))
 		BeforeAll(func(ctx SpecContext) {
 			play := sc.begin(ctx)
 			for round := 1; round <= n && ctx.Err() == nil && !sc.expired(); round++ {
@@ -203,7 +203,7 @@ func (s *state) playClaimant(ctx context.Context, play *harness.Play, v claimant
 	p.inconclusive, p.retry = p.overlapProblem()
 
 	if !p.acknowledged() && ctx.Err() == nil {
-		p.redelivered = play.DeliverUntilTerminal(ctx, p.claimantWorker, ev, s.cfg.maxTries)
+		p.redelivered = play.RedeliverUntilTerminal(ctx, p.claimantWorker, ev, []harness.Attempt{p.claimant})[1:]
 	}
 	p.effects, err = play.Effects(ctx, ev)
 	Expect(err).NotTo(HaveOccurred())

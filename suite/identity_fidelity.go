@@ -118,7 +118,7 @@ func (s *state) identityFidelity() {
 		for _, r := range rules {
 			all = append(all, r.pairs...)
 		}
-		sc := s.scenario(fixtures.IdentityFidelity, s.pairCalls(len(all), true), 0)
+		sc := s.scenario(fixtures.IdentityFidelity, pairWork(len(all), true))
 		BeforeAll(func(ctx SpecContext) {
 			play := sc.begin(ctx)
 			sc.at("%d pairs, %d at a time", len(all), pairParallelism)

@@ -85,9 +85,10 @@ var misbehavers = map[string]misbehaving{
 			<-never // ignores its context
 			return adapters.Applied, nil
 		}),
-		// Hung deliveries are slow by design; one try each keeps the run
-		// to about 25 of them.
-		opts: append([]Option{WithDeliveryTimeout(hangTimeout), WithMaxTries(1)}, small...),
+		// Hung deliveries are slow by design; a short patience keeps the
+		// run to a few redeliveries in the first play, and one delivery
+		// each after it (the run has answered nothing).
+		opts: append([]Option{WithDeliveryTimeout(hangTimeout), WithRedeliveryPatience(time.Second)}, small...),
 		says: "hung",
 	},
 	"panic": {

@@ -131,7 +131,7 @@ func (s *state) namespaceIsolation() {
 		var joined []pairResult
 		same, pairs := namespacePairs()
 		all := append([]identityPair{same}, pairs...)
-		sc := s.scenario(fixtures.NamespaceIsolation, s.pairCalls(len(all), false), 0)
+		sc := s.scenario(fixtures.NamespaceIsolation, pairWork(len(all), false))
 		BeforeAll(func(ctx SpecContext) {
 			play := sc.begin(ctx)
 			sc.at("%d pairs, %d at a time", len(all), pairParallelism)

@@ -16,18 +16,19 @@ type Option func(*config)
 type config struct {
 	provision       provision.Options
 	deliveryTimeout time.Duration
-	maxTries        int
-	contenders      int
-	plainRounds     int
-	overlapRounds   int
-	overlapSleep    time.Duration
-	logf            func(format string, args ...any)
-	onCertificate   []func(certificate.Certificate)
-	onFixture       []func(FixtureProgress)
-	onSecret        []func(string)
-	seed            uint64
-	seedSet         bool
-	protocol        *certificate.Protocol
+	// redeliveryPatience is the broker's (see WithRedeliveryPatience).
+	redeliveryPatience time.Duration
+	contenders         int
+	plainRounds        int
+	overlapRounds      int
+	overlapSleep       time.Duration
+	logf               func(format string, args ...any)
+	onCertificate      []func(certificate.Certificate)
+	onFixture          []func(FixtureProgress)
+	onSecret           []func(string)
+	seed               uint64
+	seedSet            bool
+	protocol           *certificate.Protocol
 	// budget, when set, replaces every scenario's budget: the harness's
 	// own tests use it to make a budget run out.
 	budget time.Duration
@@ -37,12 +38,12 @@ type config struct {
 
 func newConfig(opts []Option) config {
 	c := config{
-		deliveryTimeout: DefaultDeliveryTimeout,
-		maxTries:        harness.DefaultMaxTries,
-		contenders:      DefaultContenders,
-		plainRounds:     DefaultPlainRounds,
-		overlapRounds:   DefaultOverlapRounds,
-		overlapSleep:    DefaultOverlapSleep,
+		deliveryTimeout:    DefaultDeliveryTimeout,
+		redeliveryPatience: harness.DefaultRedeliveryPatience,
+		contenders:         DefaultContenders,
+		plainRounds:        DefaultPlainRounds,
+		overlapRounds:      DefaultOverlapRounds,
+		overlapSleep:       DefaultOverlapSleep,
 	}
 	for _, o := range opts {
 		o(&c)
@@ -83,9 +84,24 @@ const DefaultDeliveryTimeout = harness.DefaultDeliveryTimeout
 // recorded as hung.
 func WithDeliveryTimeout(d time.Duration) Option { return func(c *config) { c.deliveryTimeout = d } }
 
-// WithMaxTries sets how often the suite delivers an event before it gives
-// up on getting it acknowledged.
-func WithMaxTries(n int) Option { return func(c *config) { c.maxTries = n } }
+// DefaultRedeliveryPatience is the broker's patience unless
+// [WithRedeliveryPatience] says otherwise.
+const DefaultRedeliveryPatience = harness.DefaultRedeliveryPatience
+
+// WithRedeliveryPatience sets the patience of the broker the suite plays.
+// It models an at-least-once broker's redelivery of what a consumer does
+// not acknowledge: an unacknowledged delivery is handed out again after a
+// pause that grows from 10 ms to 1 s, jittered, for as long as the
+// implementation makes progress; once a whole patience passes in which
+// events of a play await redelivery and none of the play's deliveries is
+// acknowledged or refused, the broker gives up on them (as a dead-letter
+// limit would) and the rules judge what happened. Raise it for an
+// implementation that leans on the broker for longer: a lease, a visibility
+// timeout or a restart that takes more than a few seconds. docs/broker.md
+// tells the whole model.
+func WithRedeliveryPatience(d time.Duration) Option {
+	return func(c *config) { c.redeliveryPatience = d }
+}
 
 // WithContenders sets how many deliveries of one event race in each
 // concurrent-delivery round.

@@ -33,17 +33,17 @@ type pairResult struct {
 	a, b delivered
 }
 
-// pairCalls is how many calls to the implementation playing n pairs makes
-// one after another: the two instances built, then, for each batch of
-// pairParallelism pairs played at once, the pair's two events one after
-// the other (and, with redeliver, each once more), each until terminal.
-func (s *state) pairCalls(n int, redeliver bool) int {
+// pairWork is the work of playing n pairs one after another: the two
+// instances built, then, for each batch of pairParallelism pairs played at
+// once, the pair's two events one after the other (and, with redeliver,
+// each once more), each until terminal.
+func pairWork(n int, redeliver bool) work {
 	perPair := 2
 	if redeliver {
 		perPair = 4
 	}
 	batches := (n + pairParallelism - 1) / pairParallelism
-	return 2 + batches*perPair*s.cfg.maxTries
+	return work{calls: 2}.plus(untilTerminal(batches * perPair))
 }
 
 // playPairs plays every pair (see playPair), pairParallelism at a time.
@@ -81,15 +81,15 @@ func (s *state) playPairs(ctx context.Context, play *harness.Play, pairs []ident
 func (s *state) playPair(ctx context.Context, play *harness.Play, p identityPair, redeliver bool) pairResult {
 	GinkgoHelper()
 	r := pairResult{pair: p, a: delivered{ev: p.a}, b: delivered{ev: p.b}}
-	r.a.first = play.DeliverUntilTerminal(ctx, 1, p.a, s.cfg.maxTries)
-	r.b.first = play.DeliverUntilTerminal(ctx, 2, p.b, s.cfg.maxTries)
+	r.a.first = play.DeliverUntilTerminal(ctx, 1, p.a)
+	r.b.first = play.DeliverUntilTerminal(ctx, 2, p.b)
 	if redeliver {
 		for _, m := range []struct {
 			d      *delivered
 			worker int
 		}{{&r.a, 1}, {&r.b, 2}} {
 			if last, _ := ended(m.d.first); last.Terminal() {
-				m.d.again = play.DeliverUntilTerminal(ctx, m.worker, m.d.ev, s.cfg.maxTries)
+				m.d.again = play.DeliverUntilTerminal(ctx, m.worker, m.d.ev)
 			}
 		}
 	}

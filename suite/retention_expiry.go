@@ -238,7 +238,7 @@ func (s *state) retentionOneEvent(r retention) {
 		// Two instances to build; the first delivery, the redelivery
 		// inside the window and the one after it, each until terminal; two
 		// purges; in real time, two windows of waiting.
-		sc := s.scenario(fixtures.RetentionExpiry+" / one event through its window", 2+3*s.cfg.maxTries+2, r.realTime(2*(r.window+r.eps)))
+		sc := s.scenario(fixtures.RetentionExpiry+" / one event through its window", work{calls: 2 + 2, waits: r.realTime(2 * (r.window + r.eps))}.plus(untilTerminal(3)))
 		BeforeAll(func(ctx SpecContext) {
 			s.cfg.logf("retention-expiry: %s", r)
 			if r.unsupported != "" {
@@ -246,7 +246,7 @@ func (s *state) retentionOneEvent(r retention) {
 			}
 			play := sc.begin(ctx)
 			tl = newTimeline(play)
-			first = play.DeliverUntilTerminal(ctx, 1, ev, s.cfg.maxTries)
+			first = play.DeliverUntilTerminal(ctx, 1, ev)
 			claimedBy = tl.Now()
 
 			Expect(tl.AdvanceTo(ctx, tl.t0.Add(r.window-r.eps))).To(Succeed())
@@ -255,7 +255,7 @@ func (s *state) retentionOneEvent(r retention) {
 			rowsInside, err = play.StateRows(ctx)
 			Expect(err).NotTo(HaveOccurred())
 			redelivered = tl.Now()
-			redelivery = play.DeliverUntilTerminal(ctx, 2, ev, s.cfg.maxTries)
+			redelivery = play.DeliverUntilTerminal(ctx, 2, ev)
 			effects, err = play.Effects(ctx, ev)
 			Expect(err).NotTo(HaveOccurred())
 			history = play.History(ev)
@@ -271,7 +271,7 @@ func (s *state) retentionOneEvent(r retention) {
 			rowsAfter, err = play.StateRows(ctx)
 			Expect(err).NotTo(HaveOccurred())
 			lateAt = tl.Now()
-			late = play.DeliverUntilTerminal(ctx, 2, ev, s.cfg.maxTries)
+			late = play.DeliverUntilTerminal(ctx, 2, ev)
 			s.cfg.logf("retention-expiry (one event): %d rows after the purge at %s, %d after the purge at %s; %s",
 				rowsInside, tl.at(inside.at), rowsAfter, tl.at(after.at), lateNote(tl, ev, lateAt, late))
 		}, sc.timeout())
@@ -366,7 +366,7 @@ func (s *state) retentionPurgeRace(r retention) {
 		// redeliveries of each recent event; in real time, a window of
 		// waiting.
 		sc := s.scenario(fixtures.RetentionExpiry+" / purge while redeliveries run",
-			2+2*retentionBatch*s.cfg.maxTries+retentionPurges+retentionRedeliveries*s.cfg.maxTries, r.realTime(r.window+r.eps))
+			work{calls: 2 + retentionPurges, waits: r.realTime(r.window + r.eps)}.plus(untilTerminal(2*retentionBatch+retentionRedeliveries)))
 		BeforeAll(func(ctx SpecContext) {
 			if r.unsupported != "" {
 				return
@@ -375,7 +375,7 @@ func (s *state) retentionPurgeRace(r retention) {
 			tl = newTimeline(play)
 			for i := range retentionBatch {
 				ev := newEvent(fixtures.RetentionExpiry, fmt.Sprintf("old-%d", i+1))
-				if p := notApplied(ev, play.DeliverUntilTerminal(ctx, 1, ev, s.cfg.maxTries)); p != "" {
+				if p := notApplied(ev, play.DeliverUntilTerminal(ctx, 1, ev)); p != "" {
 					setup = append(setup, p)
 				}
 			}
@@ -384,7 +384,7 @@ func (s *state) retentionPurgeRace(r retention) {
 			recentFrom = tl.Now()
 			for i := range retentionBatch {
 				ev := newEvent(fixtures.RetentionExpiry, fmt.Sprintf("recent-%d", i+1))
-				tries := play.DeliverUntilTerminal(ctx, 1, ev, s.cfg.maxTries)
+				tries := play.DeliverUntilTerminal(ctx, 1, ev)
 				if p := notApplied(ev, tries); p != "" {
 					setup = append(setup, p)
 				}
@@ -419,7 +419,7 @@ func (s *state) retentionPurgeRace(r retention) {
 					ready.Done()
 					<-release
 					for range retentionRedeliveries {
-						redeliveries[i] = append(redeliveries[i], play.DeliverUntilTerminal(ctx, 2, ev, s.cfg.maxTries))
+						redeliveries[i] = append(redeliveries[i], play.DeliverUntilTerminal(ctx, 2, ev))
 					}
 				}()
 			}
@@ -524,7 +524,7 @@ func (s *state) retentionManyWindows(r retention) {
 		// One instance to build; every step delivers its events, each until
 		// terminal, and purges; in real time, a quarter window between
 		// steps.
-		sc := s.scenario(fixtures.RetentionExpiry+" / many windows", 1+r.steps*(stepEvents*s.cfg.maxTries+1), r.realTime(time.Duration(r.steps)*r.window/stepsPerWindow))
+		sc := s.scenario(fixtures.RetentionExpiry+" / many windows", work{calls: 1 + r.steps, waits: r.realTime(time.Duration(r.steps) * r.window / stepsPerWindow)}.plus(untilTerminal(r.steps*stepEvents)))
 		BeforeAll(func(ctx SpecContext) {
 			if r.unsupported != "" {
 				return
@@ -537,7 +537,7 @@ func (s *state) retentionManyWindows(r retention) {
 				st := windowStep{at: tl.Now()}
 				for j := range stepEvents {
 					ev := newEvent(fixtures.RetentionExpiry, fmt.Sprintf("step-%d-%d", i+1, j+1))
-					if p := notApplied(ev, play.DeliverUntilTerminal(ctx, 1, ev, s.cfg.maxTries)); p != "" {
+					if p := notApplied(ev, play.DeliverUntilTerminal(ctx, 1, ev)); p != "" {
 						st.setup = append(st.setup, p)
 					}
 				}

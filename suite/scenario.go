@@ -27,21 +27,42 @@ const (
 // evidence. Ginkgo's own timeout fires only after that, as a backstop.
 const budgetSlack = 2 * time.Minute
 
+// work is what a scenario does one after another, the basis of its budget:
+// guarded calls to the implementation (a delivery, a purge, building an
+// instance), events redelivered until terminal after one of those calls
+// (see [harness.Play.RedeliverUntilTerminal]), and real time it waits for.
+// Work done side by side counts once.
+type work struct {
+	calls        int
+	redeliveries int
+	waits        time.Duration
+}
+
+// untilTerminal is the work of n deliveries until terminal, one after
+// another: a call each, then its redeliveries.
+func untilTerminal(n int) work { return work{calls: n, redeliveries: n} }
+
+// plus adds o to w.
+func (w work) plus(o work) work {
+	return work{calls: w.calls + o.calls, redeliveries: w.redeliveries + o.redeliveries, waits: w.waits + o.waits}
+}
+
 // scenario is one play of a fixture, the work of one Ordered container's
 // BeforeAll: the [harness.Play] it plays in, the budget it must finish
 // within, and what it has done so far, which every rule of the container
 // reports should the budget run out.
 //
-// The budget follows from the delivery timeout and the calls the scenario
-// makes to the implementation one after another: each call ends within
-// [harness.CallSlot] of the delivery timeout, so a correct implementation,
-// however slow, never exhausts it. It exists so that a run whose harness is
-// stuck ends with evidence instead of a bare timeout.
+// The budget follows from the delivery timeout, the broker's patience and
+// the work the scenario does one after another: each call ends within
+// [harness.CallSlot] of the delivery timeout, and each redelivery until
+// terminal within the patience and two slots (the call in flight when the
+// patience starts, and the one in flight when it runs out), so a correct
+// implementation, however slow, never exhausts it. It exists so that a
+// run whose harness is stuck ends with evidence instead of a bare timeout.
 type scenario struct {
 	s      *state
 	name   string // e.g. "concurrent-delivery / plain", for messages
-	calls  int    // calls to the implementation made one after another, at most
-	waits  time.Duration
+	work   work   // what it does one after another, at most
 	budget time.Duration
 
 	mu   sync.Mutex
@@ -49,17 +70,15 @@ type scenario struct {
 	step string // what the play is doing, e.g. "round 3 of 10"
 }
 
-// scenario returns a scenario named name that makes at most calls guarded
-// calls to the implementation one after another (each delivery attempt,
-// purge or instance construction is one), and waits real time for waits
-// besides.
-func (s *state) scenario(name string, calls int, waits time.Duration) *scenario {
-	slot := harness.CallSlot(s.cfg.deliveryTimeout)
-	budget := time.Duration(calls)*(slot+harnessPerCall) + waits + harnessWork
+// scenario returns a scenario named name that does at most w one after
+// another.
+func (s *state) scenario(name string, w work) *scenario {
+	call := harness.CallSlot(s.cfg.deliveryTimeout) + harnessPerCall
+	budget := time.Duration(w.calls)*call + time.Duration(w.redeliveries)*(s.cfg.redeliveryPatience+2*call) + w.waits + harnessWork
 	if s.cfg.budget > 0 {
 		budget = s.cfg.budget
 	}
-	return &scenario{s: s, name: name, calls: calls, waits: waits, budget: budget}
+	return &scenario{s: s, name: name, work: w, budget: budget}
 }
 
 // timeout is the Ginkgo decorator of the scenario's BeforeAll: the budget
@@ -131,9 +150,13 @@ func (sc *scenario) budgetBasis() string {
 	}
 	timeout := sc.s.cfg.deliveryTimeout
 	basis := fmt.Sprintf("%d calls to the implementation one after another, each allowed the delivery timeout of %s and a grace of %s",
-		sc.calls, shortdur.Format(timeout), shortdur.Format(harness.CallSlot(timeout)-timeout))
-	if sc.waits > 0 {
-		basis += fmt.Sprintf(", %s of waiting in real time", shortdur.Format(sc.waits))
+		sc.work.calls, shortdur.Format(timeout), shortdur.Format(harness.CallSlot(timeout)-timeout))
+	if sc.work.redeliveries > 0 {
+		basis += fmt.Sprintf(", %d events redelivered until terminal one after another, each allowed the broker's patience of %s and two calls",
+			sc.work.redeliveries, shortdur.Format(sc.s.cfg.redeliveryPatience))
+	}
+	if sc.work.waits > 0 {
+		basis += fmt.Sprintf(", %s of waiting in real time", shortdur.Format(sc.work.waits))
 	}
 	return basis + ", and the harness's own work"
 }

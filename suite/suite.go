@@ -208,9 +208,11 @@ func (s *state) setUp(ctx context.Context) error {
 		return fmt.Errorf("%w: %w", ErrSetup, err)
 	}
 	run, err := harness.Start(ctx, harness.Options{
-		Provision:       s.cfg.provision,
-		DeliveryTimeout: s.cfg.deliveryTimeout,
-		Logf:            s.cfg.logf,
+		Provision:          s.cfg.provision,
+		DeliveryTimeout:    s.cfg.deliveryTimeout,
+		RedeliveryPatience: s.cfg.redeliveryPatience,
+		Seed:               s.seed,
+		Logf:               s.cfg.logf,
 	})
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrSetup, err)
@@ -402,8 +404,8 @@ func (c config) validate() error {
 		return fmt.Errorf("rounds must be at least 1, not %d plain and %d overlapping", c.plainRounds, c.overlapRounds)
 	case c.deliveryTimeout <= 0:
 		return fmt.Errorf("delivery timeout must be positive, not %s", c.deliveryTimeout)
-	case c.maxTries < 1:
-		return fmt.Errorf("max tries must be at least 1, not %d", c.maxTries)
+	case c.redeliveryPatience <= 0:
+		return fmt.Errorf("the redelivery patience must be positive, not %s", c.redeliveryPatience)
 	}
 	return nil
 }

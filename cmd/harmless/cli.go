@@ -117,10 +117,12 @@ type certifyFlags struct {
 	rounds          int
 	overlapRounds   int
 	deliveryTimeout time.Duration
-	seed            uint64
-	seedSet         bool // whether --seed was given
-	verbose         bool
-	quiet           bool
+	// patience is the broker's redelivery patience.
+	patience time.Duration
+	seed     uint64
+	seedSet  bool // whether --seed was given
+	verbose  bool
+	quiet    bool
 }
 
 // addDatabaseFlags adds the flags that choose the database, which certify
@@ -146,6 +148,7 @@ func parseCertify(args []string, stderr io.Writer) (certifyFlags, error) {
 	fs.IntVar(&f.rounds, "rounds", suite.DefaultPlainRounds, "plain concurrent-delivery rounds")
 	fs.IntVar(&f.overlapRounds, "overlap-rounds", suite.DefaultOverlapRounds, "concurrent-delivery rounds with a database-side sleep after the claim")
 	fs.DurationVar(&f.deliveryTimeout, "delivery-timeout", suite.DefaultDeliveryTimeout, "how long one delivery may take before it counts as hung; every fixture's time budget follows from it")
+	fs.DurationVar(&f.patience, "redelivery-patience", suite.DefaultRedeliveryPatience, "how long the broker harmless plays goes on redelivering, after pauses growing from 10ms to 1s, while none of a play's deliveries is acknowledged; it models a real broker's redelivery (SQS's visibility timeout, RabbitMQ's requeue, Kafka's retries): raise it for an implementation that leans on the broker for longer (a lease, a slow restart)")
 	fs.Uint64Var(&f.seed, "seed", 0, "seed of the run's random choices, to repeat a run (default: random; the certificate records it)")
 	fs.BoolVar(&f.verbose, "v", false, "verbose: a line per spec and the suite's log on stderr, Ginkgo's verbose report on stdout")
 	fs.BoolVar(&f.quiet, "quiet", false, "print only the final verdict lines and errors")
@@ -159,6 +162,8 @@ func parseCertify(args []string, stderr io.Writer) (certifyFlags, error) {
 		return f, fmt.Errorf("unexpected arguments: %s", strings.Join(fs.Args(), " "))
 	case f.verbose && f.quiet:
 		return f, errors.New("-v and --quiet contradict each other: choose one")
+	case f.patience <= 0:
+		return f, fmt.Errorf("--redelivery-patience must be positive, not %s", f.patience)
 	}
 	if err := checkImplementationFlags(f); err != nil {
 		return f, err
@@ -232,6 +237,7 @@ func suiteOptions(f certifyFlags) []suite.Option {
 		suite.WithContenders(f.contenders),
 		suite.WithRounds(f.rounds, f.overlapRounds),
 		suite.WithDeliveryTimeout(f.deliveryTimeout),
+		suite.WithRedeliveryPatience(f.patience),
 		suite.WithSeed(f.seed),
 	}
 	if f.dsn != "" {

@@ -67,7 +67,7 @@ func TestBudgetEndsCallsButNotTheEvidence(t *testing.T) {
 	if !errors.Is(after.Err, harness.ErrBudgetExpired) || after.Delivery.Attempt != 0 || calls.Load() != before {
 		t.Errorf("a delivery after the budget: attempt %d, %v, %d new calls; want none made, ErrBudgetExpired", after.Delivery.Attempt, after.Err, calls.Load()-before)
 	}
-	if tries := play.DeliverUntilTerminal(t.Context(), 1, event("quick-3"), 5); len(tries) != 1 {
+	if tries := play.DeliverUntilTerminal(t.Context(), 1, event("quick-3")); len(tries) != 1 {
 		t.Errorf("DeliverUntilTerminal after the budget made %d attempts; want it to stop at once", len(tries))
 	}
 	if _, err := play.Purge(t.Context(), 1, time.Now()); !errors.Is(err, harness.ErrBudgetExpired) {

@@ -5,9 +5,11 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/harmless-dev/harmless/adapters"
 	"github.com/harmless-dev/harmless/internal/ledger"
+	"github.com/harmless-dev/harmless/internal/shortdur"
 )
 
 // DescribeEvent summarises, for a failure message, what the ledger and the
@@ -31,8 +33,9 @@ func DescribeEvent(ev adapters.Event, effects []ledger.Entry, attempts []Attempt
 	if len(attempts) <= groupAbove {
 		b.WriteString("; deliveries:")
 		for _, a := range attempts {
-			fmt.Fprintf(&b, "\n  attempt %d on worker %d: %s", a.Delivery.Attempt, a.Instance, a.Result())
+			fmt.Fprintf(&b, "\n  attempt %d on worker %d%s: %s", a.Delivery.Attempt, a.Instance, redelivered(a), a.Result())
 		}
+		writeGaveUp(&b, attempts)
 		return b.String()
 	}
 	// Many deliveries (a concurrent round): group them by result.
@@ -50,10 +53,32 @@ func DescribeEvent(ev adapters.Event, effects []ledger.Entry, attempts []Attempt
 		group := byResult[r]
 		slices.SortFunc(group, byAttemptNumber)
 		fmt.Fprintf(&b, "\n  %s: %d, attempt %s", r, len(group), firstFew(group, func(a Attempt) string {
+			if a.Delay > 0 {
+				return fmt.Sprintf("%d (worker %d, +%s)", a.Delivery.Attempt, a.Instance, shortdur.Format(a.Delay.Round(time.Millisecond)))
+			}
 			return fmt.Sprintf("%d (worker %d)", a.Delivery.Attempt, a.Instance)
 		}))
 	}
+	writeGaveUp(&b, attempts)
 	return b.String()
+}
+
+// redelivered says, for a redelivery, how long the broker paused before
+// it: the broker's patience is part of the evidence.
+func redelivered(a Attempt) string {
+	if a.Delay <= 0 {
+		return ""
+	}
+	return ", redelivered " + shortdur.Format(a.Delay.Round(time.Millisecond)) + " after the attempt before"
+}
+
+// writeGaveUp says why the broker stopped redelivering, if it gave up.
+func writeGaveUp(b *strings.Builder, attempts []Attempt) {
+	for _, a := range attempts {
+		if a.GaveUp != "" {
+			fmt.Fprintf(b, "\n  the broker gave up after attempt %d: %s", a.Delivery.Attempt, a.GaveUp)
+		}
+	}
 }
 
 // AttemptNumbers lists the numbers of attempts in order, at most

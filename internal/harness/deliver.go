@@ -27,10 +27,6 @@ var (
 	ErrBadOutcome = errors.New("implementation returned an invalid outcome")
 )
 
-// DefaultMaxTries is how often the driver delivers an event before it gives
-// up on getting it acknowledged.
-const DefaultMaxTries = 5
-
 // Attempt is one delivery and what came of it.
 type Attempt struct {
 	// Delivery is what was delivered.
@@ -43,6 +39,13 @@ type Attempt struct {
 	Err error
 	// Started and Ended are offsets from the play's start.
 	Started, Ended time.Duration
+	// Delay is how long the broker paused, after the previous attempt of
+	// this redelivery ended, before it made this one; 0 for a delivery
+	// that is not a redelivery.
+	Delay time.Duration
+	// GaveUp, when set, says why the broker redelivered the event no more
+	// after this attempt, which was not terminal.
+	GaveUp string
 }
 
 // Acked reports whether the delivery was acknowledged.
@@ -98,6 +101,12 @@ func (s *Play) Deliver(ctx context.Context, n int, ev adapters.Event) Attempt {
 		a.Err = fmt.Errorf("%w: %w", ErrBudgetExpired, a.Err)
 	}
 	a.Ended = time.Since(s.started)
+	if a.Terminal() {
+		s.broker.progress()
+	}
+	if a.Acked() {
+		s.run.acknowledged()
+	}
 	s.mu.Lock()
 	s.pending--
 	if s.inFlight[k]--; s.inFlight[k] == 0 {
@@ -112,30 +121,78 @@ func (s *Play) Deliver(ctx context.Context, n int, ev adapters.Event) Attempt {
 	return a
 }
 
-// DeliverUntilTerminal delivers ev to instance n until an attempt is
-// terminal (see [Attempt.Terminal]) or maxTries attempts were made, as an
-// at-least-once broker does. It returns every attempt it made.
+// DeliverUntilTerminal delivers ev to instance n and, as an at-least-once
+// broker does, redelivers it to n until an attempt is terminal (see
+// [Attempt.Terminal]). It returns every attempt it made.
 //
-// Like a broker, it redelivers an unacknowledged event only once no other
-// delivery of it is in flight: a broker hands a message it has handed out
-// to nobody else until that consumer acknowledges it, gives it back, or
-// times out. So an implementation that fails fast rather than wait for a
-// lock another delivery of the event holds (a short lock_timeout, NOWAIT)
-// is redelivered once that delivery has ended, not while it still holds
-// the lock. The wait ends, too, when ctx ends or the budget runs out.
-func (s *Play) DeliverUntilTerminal(ctx context.Context, n int, ev adapters.Event, maxTries int) []Attempt {
-	var attempts []Attempt
-	for k := range maxTries {
-		if k > 0 && !s.awaitAlone(ctx, ev) {
+// Each redelivery comes after a pause that grows with each try (see
+// [Backoff]), and only once no other delivery of ev is in flight: a broker
+// hands a message it has handed out to nobody else until that consumer
+// acknowledges it, gives it back, or times out. So an implementation that
+// fails fast rather than wait for a lock another delivery of the event
+// holds (a short lock_timeout, NOWAIT, a lease) is redelivered once that
+// delivery has ended, not while it still holds the lock.
+//
+// The broker is patient per play (see [broker]): it gives up once a whole
+// patience (Options.RedeliveryPatience) has passed in which events of the
+// play awaited redelivery and none of the play's deliveries was terminal;
+// the last attempt then says why in [Attempt.GaveUp]. It gives up at once,
+// too, when the run has had no terminal attempt at all and an earlier
+// play's patience ran out, when ctx ends, or when the play's budget runs
+// out.
+func (s *Play) DeliverUntilTerminal(ctx context.Context, n int, ev adapters.Event) []Attempt {
+	return s.RedeliverUntilTerminal(ctx, n, ev, []Attempt{s.Deliver(ctx, n, ev)})
+}
+
+// RedeliverUntilTerminal goes on where a delivery of ev left off: tries
+// are the attempts made so far, the last of them the one that decides.
+// Unless it is terminal, ev is redelivered to instance n as
+// [Play.DeliverUntilTerminal] does, and tries are returned with the
+// redeliveries appended (the last marked with [Attempt.GaveUp] if the
+// broker gave up).
+func (s *Play) RedeliverUntilTerminal(ctx context.Context, n int, ev adapters.Event, tries []Attempt) []Attempt {
+	attempts := slices.Clone(tries)
+	done := func(a Attempt) bool {
+		return a.Terminal() || ctx.Err() != nil || errors.Is(a.Err, ErrBudgetExpired)
+	}
+	if len(attempts) == 0 || done(attempts[len(attempts)-1]) {
+		return attempts
+	}
+	why := s.broker.open(s.run.hopeless)
+	defer s.broker.close()
+	for k := 1; why == ""; k++ {
+		if why = s.broker.await(ctx, s.broker.backoff(k), s.run.gaveUp); why != "" {
 			break
 		}
+		if !s.awaitAlone(ctx, ev) {
+			return attempts
+		}
+		prev := attempts[len(attempts)-1]
 		a := s.Deliver(ctx, n, ev)
+		a.Delay = a.Started - prev.Ended
+		s.setAttempt(a)
 		attempts = append(attempts, a)
-		if a.Terminal() || ctx.Err() != nil || errors.Is(a.Err, ErrBudgetExpired) {
-			break
+		if done(a) {
+			return attempts
 		}
 	}
+	last := &attempts[len(attempts)-1]
+	last.GaveUp = why
+	s.setAttempt(*last)
 	return attempts
+}
+
+// setAttempt replaces a's entry in the history with a.
+func (s *Play) setAttempt(a Attempt) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i := len(s.history) - 1; i >= 0; i-- {
+		h := &s.history[i]
+		if h.Delivery.Attempt == a.Delivery.Attempt && h.Delivery.Namespace == a.Delivery.Namespace && h.Delivery.ID == a.Delivery.ID {
+			*h = a
+			return
+		}
+	}
 }
 
 // awaitAlone waits until no delivery of ev is in flight. It reports false

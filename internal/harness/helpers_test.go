@@ -34,6 +34,11 @@ const ampleTimeout = 30 * time.Second
 // machine.
 const patience = 2*shortTimeout + 10*time.Second
 
+// shortPatience is the broker's patience in the tests whose
+// implementations never acknowledge: long enough for a few redeliveries
+// (10, 20, 40 ms ...), short enough to keep them quick.
+const shortPatience = 300 * time.Millisecond
+
 // cleanupTimeout bounds the database work of a test's cleanups.
 const cleanupTimeout = 30 * time.Second
 

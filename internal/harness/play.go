@@ -46,7 +46,8 @@ type Play struct {
 	failedArms int
 	tallied    bool // the run has the counts
 
-	budget budget // see StartBudget
+	budget budget  // see StartBudget
+	broker *broker // the play's redelivery state, see DeliverUntilTerminal
 
 	mu        sync.Mutex
 	created   bool // the play created its schema and has not dropped it

@@ -18,6 +18,7 @@ import (
 	"github.com/harmless-dev/harmless/adapters"
 	"github.com/harmless-dev/harmless/internal/connstr"
 	"github.com/harmless-dev/harmless/internal/provision"
+	"github.com/harmless-dev/harmless/internal/shortdur"
 )
 
 // Options configure a run.
@@ -30,6 +31,12 @@ type Options struct {
 	DeliveryTimeout time.Duration
 	// Logf writes progress lines; nil discards them.
 	Logf func(format string, args ...any)
+	// RedeliveryPatience is how long the broker goes on redelivering while
+	// none of a play's deliveries is acknowledged or refused (see
+	// [Play.DeliverUntilTerminal]); 0 means [DefaultRedeliveryPatience].
+	RedeliveryPatience time.Duration
+	// Seed drives the run's random choices, such as the broker's jitter.
+	Seed uint64
 }
 
 // DefaultDeliveryTimeout bounds one delivery unless Options say otherwise.
@@ -44,9 +51,15 @@ type Run struct {
 	opts   Options
 	plays  atomic.Int64
 
+	// acked is set at the run's first acknowledged delivery.
+	acked atomic.Bool
+
 	mu    sync.Mutex
 	open  map[*Play]struct{} // the plays not closed yet
 	fired map[string]int64   // firings by fault kind, see FaultsFired
+	// hopelessSince is set when a play's broker gave up while the run had
+	// acknowledged nothing; "" until then.
+	hopelessSince string
 }
 
 // Start provisions the database, opens the run's keeper connection and drops
@@ -54,6 +67,9 @@ type Run struct {
 func Start(ctx context.Context, opts Options) (_ *Run, err error) {
 	if opts.DeliveryTimeout <= 0 {
 		opts.DeliveryTimeout = DefaultDeliveryTimeout
+	}
+	if opts.RedeliveryPatience <= 0 {
+		opts.RedeliveryPatience = DefaultRedeliveryPatience
 	}
 	if opts.Logf == nil {
 		opts.Logf = func(string, ...any) {}
@@ -262,6 +278,7 @@ func (r *Run) NewPlayWith(ctx context.Context, adapter adapters.Adapter, opts Pl
 		schema:  fmt.Sprintf("harmless_%s_%s", r.id, name),
 		started: time.Now(),
 		opts:    opts,
+		broker:  newBroker(r.opts.RedeliveryPatience, r.opts.Seed, name),
 	}
 	r.mu.Lock()
 	r.open[s] = struct{}{}
@@ -271,6 +288,43 @@ func (r *Run) NewPlayWith(ctx context.Context, adapter adapters.Adapter, opts Pl
 		return nil, err
 	}
 	return s, nil
+}
+
+// acknowledged records an acknowledged delivery somewhere in the run.
+func (r *Run) acknowledged() { r.acked.Store(true) }
+
+// gaveUp records that a play's broker ran out of patience: while the run
+// has acknowledged nothing, the implementation is taken to acknowledge
+// nothing, and later plays are not waited for (see hopeless).
+func (r *Run) gaveUp() {
+	if r.acked.Load() {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.hopelessSince == "" {
+		r.hopelessSince = "an earlier play"
+	}
+}
+
+// hopeless says why the broker should not wait for redeliveries at all,
+// "" when it should: the run has acknowledged no delivery, and a play's
+// broker has run out of patience already. An implementation that has
+// acknowledged no delivery of the run in a whole patience acknowledges
+// none (it may refuse odd input, which needs no redelivery); a correct one
+// acknowledges its first deliveries long before, so this only makes a run
+// of one that acknowledges nothing end in one patience rather than one per
+// play.
+func (r *Run) hopeless() string {
+	if r.acked.Load() {
+		return ""
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.hopelessSince == "" {
+		return ""
+	}
+	return fmt.Sprintf("no delivery of the run has been acknowledged, and %s ran out of the broker's patience (%s) already, so the broker waits for no more redeliveries until one is", r.hopelessSince, shortdur.Format(r.opts.RedeliveryPatience))
 }
 
 // forget removes s from the run's open plays.
