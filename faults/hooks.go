@@ -58,13 +58,18 @@ type HookPlan struct {
 	// Attempt is the delivery attempt the fault fires on; 0 matches every
 	// attempt.
 	Attempt int
+	// Times is how many times the fault fires, at most, on the matching
+	// effects in the order they run: 1 fires on the first only; 0 on
+	// every one. A one-off failure is planned with Times 1 (see
+	// [Plan.Times]).
+	Times int
 	// Action is what the fault does.
 	Action HookAction
 }
 
 // String describes the plan, e.g. "panic in effect hook for ns/42 attempt 1".
 func (p HookPlan) String() string {
-	return fmt.Sprintf("%s in effect hook for %s", p.Action, describe(p.Namespace, p.ID, p.Attempt))
+	return fmt.Sprintf("%s in effect hook for %s", p.Action, describe(p.Namespace, p.ID, p.Attempt, p.Times))
 }
 
 // Kind is the kind of a fault armed with the plan (see [Armed]): "hook:"
@@ -114,6 +119,9 @@ func (h *Hooks) Arm(p HookPlan) *HookFault {
 	if err := validateTarget(p.ID, p.Attempt); err != nil {
 		panic(fmt.Sprintf("faults: arm %s: %v", p, err))
 	}
+	if p.Times < 0 {
+		panic(fmt.Sprintf("faults: arm %s: negative times", p))
+	}
 	f := &HookFault{plan: p}
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -136,7 +144,10 @@ func (h *Hooks) Effect(ctx context.Context, d adapters.Delivery) error {
 	h.mu.Unlock()
 
 	for _, f := range matching {
-		f.fired.Add(1)
+		if n := f.fired.Add(1); f.plan.Times > 0 && n > int64(f.plan.Times) {
+			f.fired.Add(-1) // fired its times already: this one is not a firing
+			continue
+		}
 		switch f.plan.Action {
 		case HookError:
 			return fmt.Errorf("%s: %w", f, ErrInjected)

@@ -195,3 +195,17 @@ func TestHooksConcurrentUse(t *testing.T) {
 		wantHookFired(t, f, deliveries)
 	}
 }
+
+// TestHookTimes: a hook planned to fire once fires on the first matching
+// effect only, whatever attempt the later ones carry.
+func TestHookTimes(t *testing.T) {
+	h := faults.NewHooks()
+	f := h.Arm(faults.HookPlan{Namespace: "ns", ID: "42", Times: 1, Action: faults.HookError})
+	for i, want := range []bool{true, false, false} {
+		err := h.Effect(t.Context(), delivery("ns", "42", 1))
+		if got := errors.Is(err, faults.ErrInjected); got != want {
+			t.Errorf("effect %d: %v; want fired %t", i+1, err, want)
+		}
+	}
+	wantHookFired(t, f, 1)
+}

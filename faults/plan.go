@@ -45,6 +45,16 @@ const (
 	// (pg_terminate_backend(pg_backend_pid())). The client sees SQLSTATE
 	// 57P01 or a closed connection; the transaction is gone.
 	Terminate Action = "terminate"
+	// SleepThenRaise holds the transaction for [Plan.Sleep], as Sleep,
+	// then fails it, as Raise: a delivery that holds its event for a
+	// while and then fails, whether or not the harness cuts the sleep
+	// short first. One plan, so that both happen to the same delivery.
+	SleepThenRaise Action = "sleep-then-raise"
+	// Gate holds the transaction, in short sleeps, until the harness opens
+	// the fault ([Fault.Open]) or [Plan.Sleep] has passed; nothing fails.
+	// It holds a delivery without a lock, so that an implementation with a
+	// short lock_timeout is held like any other and does not fail for it.
+	Gate Action = "gate"
 )
 
 // InjectedSQLState is the SQLSTATE of the error a [Raise] fault raises.
@@ -59,6 +69,14 @@ type Plan struct {
 	// Attempt is the delivery attempt the fault fires on; 0 matches every
 	// attempt.
 	Attempt int
+	// Times is how many times the fault fires for its event, at most,
+	// counting the matching effect inserts in the order they reach the
+	// point: 1 fires on the first only. 0 fires on every one. A one-off
+	// failure is planned with Times 1, not with Attempt 1: an
+	// implementation that stores a delivery and applies it later from the
+	// stored copy (an inbox) retries with the same attempt number, and a
+	// fault keyed on it would fire on every retry.
+	Times int
 	// Point is where the fault fires.
 	Point Point
 	// Action is what it does.
@@ -79,12 +97,15 @@ func (p Plan) validate() error {
 		if p.Sleep != 0 {
 			return fmt.Errorf("a %s fault takes no sleep duration, got %s", p.Action, p.Sleep)
 		}
-	case Sleep:
+	case Sleep, SleepThenRaise, Gate:
 		if p.Sleep < time.Microsecond {
-			return fmt.Errorf("a sleep fault needs a sleep duration of at least 1µs, got %s", p.Sleep)
+			return fmt.Errorf("a %s fault needs a sleep duration of at least 1µs, got %s", p.Action, p.Sleep)
 		}
 	default:
-		return fmt.Errorf("unknown action %q (known: %q, %q, %q)", p.Action, Raise, Sleep, Terminate)
+		return fmt.Errorf("unknown action %q (known: %q, %q, %q, %q, %q)", p.Action, Raise, Sleep, Terminate, SleepThenRaise, Gate)
+	}
+	if p.Times < 0 || p.Times > math.MaxInt32 {
+		return fmt.Errorf("times %d out of range (0 for every time, else 1 to %d)", p.Times, math.MaxInt32)
 	}
 	return validateTarget(p.ID, p.Attempt)
 }
@@ -101,13 +122,23 @@ func validateTarget(id string, attempt int) error {
 	return nil
 }
 
-// describe tells which deliveries a plan targets, e.g. "ns/42 attempt 1".
-func describe(namespace, id string, attempt int) string {
-	ev := adapters.Event{Namespace: namespace, ID: id}
-	if attempt == 0 {
-		return ev.String() + " every attempt"
+// describe tells which deliveries a plan targets, e.g. "ns/42 attempt 1"
+// or "ns/42, once".
+func describe(namespace, id string, attempt, times int) string {
+	s := adapters.Event{Namespace: namespace, ID: id}.String()
+	switch {
+	case attempt == 0 && times == 0:
+		return s + " every attempt"
+	case attempt != 0:
+		s += " attempt " + strconv.Itoa(attempt)
 	}
-	return ev.String() + " attempt " + strconv.Itoa(attempt)
+	switch times {
+	case 0:
+		return s
+	case 1:
+		return s + ", once"
+	}
+	return s + ", at most " + strconv.Itoa(times) + " times"
 }
 
 // Kind is the kind of a fault armed with the plan (see [Armed]): "db:"
@@ -117,10 +148,15 @@ func (p Plan) Kind() string { return fmt.Sprintf("db:%s@%s", p.Action, p.Point) 
 // String describes the plan, e.g. "raise at commit for ns/42 attempt 1".
 func (p Plan) String() string {
 	action := string(p.Action)
-	if p.Action == Sleep {
+	switch p.Action {
+	case Sleep:
 		action += " " + p.Sleep.String()
+	case SleepThenRaise:
+		action = "sleep " + p.Sleep.String() + " then raise"
+	case Gate:
+		action = "gate (at most " + p.Sleep.String() + ")"
 	}
-	return fmt.Sprintf("%s at %s for %s", action, p.Point, describe(p.Namespace, p.ID, p.Attempt))
+	return fmt.Sprintf("%s at %s for %s", action, p.Point, describe(p.Namespace, p.ID, p.Attempt, p.Times))
 }
 
 //go:embed plan.sql
@@ -154,6 +190,9 @@ type Fault struct {
 	plan     Plan
 	plans    string // quoted, schema-qualified plan table
 	evidence string // quoted, schema-qualified sequence
+	// opened and left, for a [Gate], are sequences: opened is called once
+	// the gate opens, left counts the deliveries that went through it.
+	opened, left string
 }
 
 // Arm validates p and arms it in schema, where [Install] has run. The fault
@@ -183,14 +222,23 @@ func Arm(ctx context.Context, db DB, schema string, p Plan) (*Fault, error) {
 		plans:    plans,
 		evidence: pgx.Identifier{schema, fmt.Sprintf("harmless_fault_%d_fired", id)}.Sanitize(),
 	}
-	// Should the INSERT fail, an unused sequence is left behind: harmless.
+	// Should the INSERT fail, unused sequences are left behind: harmless.
 	if _, err := db.Exec(ctx, "CREATE SEQUENCE "+f.evidence); err != nil {
 		return nil, fmt.Errorf("arm fault %s: create its evidence sequence: %w", p, err)
 	}
-	_, err = db.Exec(ctx, "INSERT INTO "+plans+` (id, namespace, event_id, attempt, point, action, sleep, evidence, description)
-VALUES ($1, $2, $3, $4, $5, $6, $7 * interval '1 microsecond', $8::regclass, $9)`,
-		id, []byte(p.Namespace), []byte(p.ID), int32(p.Attempt), string(p.Point), string(p.Action),
-		p.Sleep.Microseconds(), f.evidence, p.String())
+	var opened, left *string
+	if p.Action == Gate {
+		f.opened = pgx.Identifier{schema, fmt.Sprintf("harmless_fault_%d_opened", id)}.Sanitize()
+		f.left = pgx.Identifier{schema, fmt.Sprintf("harmless_fault_%d_left", id)}.Sanitize()
+		if _, err := db.Exec(ctx, "CREATE SEQUENCE "+f.opened+"; CREATE SEQUENCE "+f.left); err != nil {
+			return nil, fmt.Errorf("arm fault %s: create its gate's sequences: %w", p, err)
+		}
+		opened, left = &f.opened, &f.left
+	}
+	_, err = db.Exec(ctx, "INSERT INTO "+plans+` (id, namespace, event_id, attempt, times, point, action, sleep, evidence, opened, passed, description)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8 * interval '1 microsecond', $9::regclass, $10::regclass, $11::regclass, $12)`,
+		id, []byte(p.Namespace), []byte(p.ID), int32(p.Attempt), int32(p.Times), string(p.Point), string(p.Action),
+		p.Sleep.Microseconds(), f.evidence, opened, left, p.String())
 	if err != nil {
 		return nil, fmt.Errorf("arm fault %s: record its plan: %w", p, err)
 	}
@@ -203,6 +251,37 @@ func (f *Fault) Fired(ctx context.Context) (int64, error) {
 	n, err := queryOne[int64](ctx, f.db, "SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM "+f.evidence)
 	if err != nil {
 		return 0, fmt.Errorf("count firings of fault %s: %w", f, err)
+	}
+	// The evidence counts every matching insert, including those that
+	// came after the fault had fired its Times.
+	if f.plan.Times > 0 {
+		n = min(n, int64(f.plan.Times))
+	}
+	return n, nil
+}
+
+// Open opens a [Gate]: the deliveries it holds go on, and later ones pass
+// it at once.
+func (f *Fault) Open(ctx context.Context) error {
+	if f.opened == "" {
+		return fmt.Errorf("open fault %s: it is not a gate", f)
+	}
+	if _, err := queryOne[int64](ctx, f.db, "SELECT nextval($1::regclass)", f.opened); err != nil {
+		return fmt.Errorf("open fault %s: %w", f, err)
+	}
+	return nil
+}
+
+// Held counts the deliveries a [Gate] holds now: those that reached it and
+// have not gone through.
+func (f *Fault) Held(ctx context.Context) (int64, error) {
+	if f.left == "" {
+		return 0, fmt.Errorf("count the deliveries fault %s holds: it is not a gate", f)
+	}
+	n, err := queryOne[int64](ctx, f.db, "SELECT (SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM "+f.evidence+
+		") - (SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM "+f.left+")")
+	if err != nil {
+		return 0, fmt.Errorf("count the deliveries fault %s holds: %w", f, err)
 	}
 	return n, nil
 }

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/harmless-dev/harmless/faults"
@@ -363,4 +364,94 @@ func TestDisarmLeavesASleepingTransactionAsleep(t *testing.T) {
 	}
 	fx.wantEffects(t, d, 1)
 	fx.wantFired(t, f, 1)
+}
+
+// TestTimesFiresOncePerEvent: a fault planned to fire once fails the first
+// delivery to reach its point, and none after it, whatever attempt number
+// they carry (an inbox retries its stored copy with the same one).
+func TestTimesFiresOncePerEvent(t *testing.T) {
+	for _, point := range points {
+		t.Run(string(point), func(t *testing.T) {
+			fx := setup(t)
+			f := fx.arm(t, faults.Plan{Namespace: "ns", ID: "42", Times: 1, Point: point, Action: faults.Raise})
+			if !strings.Contains(f.String(), "once") {
+				t.Errorf("the fault reads %q; want it to say it fires once", f)
+			}
+			for i, want := range []bool{true, false, false} {
+				// The same attempt number every time, as an inbox's retries.
+				at, err := deliver(t.Context(), fx.pool, fx.effect(nil), delivery("ns", "42", 1))
+				if failed := err != nil; failed != want {
+					t.Fatalf("delivery %d failed at %q (%v); want failed=%t", i+1, at, err, want)
+				}
+			}
+			fx.wantFired(t, f, 1)
+			fx.wantEffects(t, delivery("ns", "42", 1), 2)
+		})
+	}
+}
+
+// TestSleepThenRaise holds the transaction, then fails it.
+func TestSleepThenRaise(t *testing.T) {
+	const nap = 100 * time.Millisecond
+	fx := setup(t)
+	f := fx.arm(t, faults.Plan{Namespace: "ns", ID: "42", Times: 1, Point: faults.AtEffect, Action: faults.SleepThenRaise, Sleep: nap})
+	start := time.Now()
+	at, err := deliver(t.Context(), fx.pool, fx.effect(nil), delivery("ns", "42", 1))
+	if at != stageApply || !faults.IsInjected(err) {
+		t.Fatalf("the delivery failed at %q with %v; want the injected error at the effect", at, err)
+	}
+	if took := time.Since(start); took < nap {
+		t.Errorf("the delivery failed after %s, before the sleep of %s ended", took, nap)
+	}
+	fx.wantFired(t, f, 1)
+	fx.wantEffects(t, delivery("ns", "42", 1), 0)
+}
+
+// TestGate holds deliveries at the point until it is opened, in any
+// isolation level, and counts those it holds.
+func TestGate(t *testing.T) {
+	fx := setup(t)
+	f := fx.arm(t, faults.Plan{Namespace: "ns", ID: "42", Point: faults.AtEffect, Action: faults.Gate, Sleep: time.Minute})
+	ctx := t.Context()
+	done := make(chan error, 2)
+	for _, iso := range []string{"READ COMMITTED", "SERIALIZABLE"} {
+		go func() {
+			done <- pgx.BeginFunc(ctx, fx.pool, func(tx pgx.Tx) error {
+				if _, err := tx.Exec(ctx, "SET TRANSACTION ISOLATION LEVEL "+iso); err != nil {
+					return err
+				}
+				return fx.effect(nil).Apply(ctx, tx, delivery("ns", "42", 1))
+			})
+		}()
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		n, err := f.Held(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n == 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the gate holds %d deliveries; want 2", n)
+		}
+		select {
+		case err := <-done:
+			t.Fatalf("a delivery went through the closed gate: %v", err)
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	if err := f.Open(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if err := <-done; err != nil {
+			t.Errorf("a delivery through the opened gate: %v", err)
+		}
+	}
+	if n, err := f.Held(ctx); err != nil || n != 0 {
+		t.Errorf("after the gate opened it holds %d, %v; want 0", n, err)
+	}
+	fx.wantFired(t, f, 2)
 }

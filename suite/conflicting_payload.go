@@ -152,7 +152,7 @@ func (s *state) conflictOverlapping(ctx context.Context, play *harness.Play, id 
 	c = conflictResult{applied: p1, conflict: p2}
 	var err error
 	c.sleep, err = play.Arm(ctx, faults.Plan{
-		Namespace: p1.ev.Namespace, ID: p1.ev.ID, Attempt: 1, Point: faults.AtEffect,
+		Namespace: p1.ev.Namespace, ID: p1.ev.ID, Times: 1, Point: faults.AtEffect,
 		Action: faults.Sleep, Sleep: s.cfg.overlapSleep,
 	})
 	Expect(err).NotTo(HaveOccurred())

@@ -203,7 +203,7 @@ var extVariants = []extVariant{
 	}},
 	{name: "the transaction fails at COMMIT after the external call", play: func(ctx context.Context, x *extPlay) {
 		ev := x.event("rolled-back")
-		f, err := x.play.Arm(ctx, faults.Plan{Namespace: ev.Namespace, ID: ev.ID, Attempt: 1, Point: faults.AtCommit, Action: faults.Raise})
+		f, err := x.play.Arm(ctx, faults.Plan{Namespace: ev.Namespace, ID: ev.ID, Times: 1, Point: faults.AtCommit, Action: faults.Raise})
 		Expect(err).NotTo(HaveOccurred())
 		x.planned = append(x.planned, extFault{what: f.String(), fired: func(ctx context.Context) (int64, error) { return x.play.Fired(ctx, f) }})
 		x.untilTerminal(ctx, 1, ev)

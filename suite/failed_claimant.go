@@ -20,10 +20,10 @@ import (
 
 // The failed-claimant variants of concurrent-delivery. A claimant holds the
 // event in a sleep fault, past its claim, while the other deliveries
-// arrive; once the harness sees them waiting, or answered, it cancels the
-// sleep, so the claimant's transaction fails where it sleeps and rolls
-// back. The harness chooses that moment, so that no fixed sleep has to be
-// long enough on a loaded machine.
+// arrive; once the harness sees them waiting, answered, or in flight for a
+// while, it cancels the sleep, so the claimant's transaction fails where it
+// sleeps and rolls back. The harness chooses that moment, so that no fixed
+// sleep has to be long enough on a loaded machine.
 const (
 	// claimantRounds bounds the rounds of each variant; --overlap-rounds,
 	// when smaller, bounds them too.
@@ -33,9 +33,10 @@ const (
 	// claimant: a contender that gives up waiting (a short lock_timeout)
 	// must have the time to do so and answer.
 	claimantQuiet = 500 * time.Millisecond
-	// claimantSettle is the same when only some contenders can be seen:
-	// the others wait where the database does not show them, for a
-	// connection of their pool or for a process to start.
+	// claimantSettle is the same when not every contender can be seen
+	// waiting or answered: the others are in flight where the database
+	// does not show them waiting on a lock, polling the claim, or waiting
+	// for a connection of their pool or for a process to start.
 	claimantSettle = 1500 * time.Millisecond
 	// claimantPoll is how often the harness looks at the contenders.
 	claimantPoll = 20 * time.Millisecond
@@ -91,10 +92,13 @@ type contender struct {
 }
 
 // claimantWatch is what the harness saw of the contenders when it failed
-// the claimant, and why it did then.
+// the claimant, and why it did then: how many waited on a lock (seen), had
+// answered, or were still in flight without either, which a delivery
+// that polls the claim is.
 type claimantWatch struct {
 	seen     harness.Activity
 	answered int
+	inFlight int
 	why      string
 }
 
@@ -109,10 +113,10 @@ type claimantResult struct {
 	contenders     []contender
 	// redelivered are the broker's redeliveries, made when no copy was
 	// acknowledged.
-	redelivered   []harness.Attempt
-	sleep, raise  *faults.Fault
-	slept, raised int64
-	watch         claimantWatch
+	redelivered []harness.Attempt
+	sleep       *faults.Fault // the claimant's sleep, then its failure
+	slept       int64
+	watch       claimantWatch
 	cancelled     []int // the claimant's backend, cancelled by the harness
 	// inconclusive, when set, says why the play proves nothing; retry is
 	// set when playing again may prove something.
@@ -159,13 +163,13 @@ func (s *state) playClaimant(ctx context.Context, play *harness.Play, v claimant
 		ev:    ev,
 		where: v.where,
 	}
-	// The claimant holds the event for at most half a delivery's time; the
-	// harness fails it well before.
+	// The claimant holds the event for at most half a delivery's time, and
+	// then fails; the harness fails it well before, by cutting the sleep
+	// short. The first delivery to reach the point is the claimant's: it
+	// is delivered alone, before the others.
 	hold := s.cfg.deliveryTimeout / 2
 	var err error
-	p.sleep, err = play.Arm(ctx, faults.Plan{Namespace: ev.Namespace, ID: ev.ID, Attempt: 1, Point: v.point, Action: faults.Sleep, Sleep: hold})
-	Expect(err).NotTo(HaveOccurred())
-	p.raise, err = play.Arm(ctx, faults.Plan{Namespace: ev.Namespace, ID: ev.ID, Attempt: 1, Point: v.point, Action: faults.Raise})
+	p.sleep, err = play.Arm(ctx, faults.Plan{Namespace: ev.Namespace, ID: ev.ID, Times: 1, Point: v.point, Action: faults.SleepThenRaise, Sleep: hold})
 	Expect(err).NotTo(HaveOccurred())
 	// Build both workers first, so that construction is not part of the
 	// play. A factory failure shows up in the attempts.
@@ -209,8 +213,6 @@ func (s *state) playClaimant(ctx context.Context, play *harness.Play, v claimant
 	Expect(err).NotTo(HaveOccurred())
 	p.history = play.History(ev)
 	p.slept, err = play.Fired(ctx, p.sleep)
-	Expect(err).NotTo(HaveOccurred())
-	p.raised, err = play.Fired(ctx, p.raise)
 	Expect(err).NotTo(HaveOccurred())
 	return p
 }
@@ -265,8 +267,8 @@ func (p claimantResult) overlapProblem() (problem string, retry bool) {
 			p.claimant.Delivery.Attempt, p.claimantWorker, p.sleep, p.claimant.Result()), false
 	case len(p.cancelled) == 0:
 		return fmt.Sprintf("the claimant was no longer sleeping when the harness came to fail it (%s): it failed at a moment the harness did not choose", p.watch.why), true
-	case p.watch.seen.LockWaits+p.watch.answered == 0:
-		return fmt.Sprintf("no contender was seen waiting on a lock or had answered when the harness failed the claimant (%s): the contenders did not provably overlap its claim", p.watch.why), true
+	case p.watch.seen.LockWaits+p.watch.answered+p.watch.inFlight == 0:
+		return fmt.Sprintf("no contender was in flight, waiting on a lock or answered when the harness failed the claimant (%s): the contenders did not overlap its claim", p.watch.why), true
 	}
 	return "", false
 }
@@ -288,9 +290,12 @@ func (p claimantResult) acknowledged() bool {
 
 // watchContenders watches the n contenders of a play until the harness
 // should fail the claimant: when every contender waits on a lock or has
-// answered and nothing changed for claimantQuiet; when some do and nothing
-// changed for claimantSettle; when limit has passed; or when the claimant
-// ended by itself. It returns what it saw last.
+// answered and nothing changed for claimantQuiet; when nothing changed for
+// claimantSettle, the contenders that neither wait on a lock nor answered
+// being in flight all the same (polling the claim, say: deliveries in
+// flight together overlap, whether or not the database shows them
+// waiting); when limit has passed; or when the claimant ended by itself.
+// It returns what it saw last.
 func watchContenders(ctx context.Context, play *harness.Play, n int, answered func() int, claimantDone <-chan harness.Attempt, limit time.Duration) (claimantWatch, error) {
 	deadline := time.NewTimer(limit)
 	defer deadline.Stop()
@@ -307,14 +312,14 @@ func watchContenders(ctx context.Context, play *harness.Play, n int, answered fu
 		if first || a != w.seen || k != w.answered {
 			since = time.Now()
 		}
-		w.seen, w.answered = a, k
+		w.seen, w.answered, w.inFlight = a, k, max(n-k-a.LockWaits, 0)
 		accounted := a.LockWaits + k
 		switch still := time.Since(since); {
 		case accounted >= n && still >= claimantQuiet:
 			w.why = fmt.Sprintf("all %d contenders waited on a lock or had answered, unchanged for %s", n, claimantQuiet)
 			return w, nil
-		case accounted > 0 && still >= claimantSettle:
-			w.why = fmt.Sprintf("%d of %d contenders were seen waiting on a lock or had answered, unchanged for %s; the others wait where the database does not show them, for a connection or a process", accounted, n, claimantSettle)
+		case still >= claimantSettle:
+			w.why = fmt.Sprintf("%d of %d contenders waited on a lock or had answered and the other %d were in flight (polling, or waiting where the database does not show them), unchanged for %s", accounted, n, w.inFlight, claimantSettle)
 			return w, nil
 		}
 		select {
@@ -418,8 +423,8 @@ func (p claimantResult) summary() string {
 	if len(p.effects) == 1 {
 		by = fmt.Sprintf("attempt %d", p.effects[0].Attempt)
 	}
-	return fmt.Sprintf("%s: %d contenders waiting on a lock and %d answered (%d Duplicate) when the harness failed the claimant; %s applied the effect",
-		p.label, p.watch.seen.LockWaits, p.watch.answered, len(p.heldDuplicates()), by)
+	return fmt.Sprintf("%s: %d contenders waiting on a lock, %d answered (%d Duplicate) and %d otherwise in flight when the harness failed the claimant; %s applied the effect",
+		p.label, p.watch.seen.LockWaits, p.watch.answered, len(p.heldDuplicates()), p.watch.inFlight, by)
 }
 
 // describe is the play's evidence for a failure message.
@@ -435,7 +440,6 @@ func (p claimantResult) describe() string {
 	default:
 		fmt.Fprintf(&b, "\nfault %s fired %s and was no longer sleeping when the harness came to cancel it (%s)", p.sleep, harness.Times(p.slept), p.watch.why)
 	}
-	fmt.Fprintf(&b, "; fault %s fired %s", p.raise, harness.Times(p.raised))
 	if p.inconclusive != "" {
 		b.WriteString("\nthis play proves no overlap: " + p.inconclusive)
 	}

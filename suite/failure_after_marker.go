@@ -39,7 +39,7 @@ type planned struct {
 func dbFailure(point faults.Point, action faults.Action) func(context.Context, *harness.Play, adapters.Event) planned {
 	return func(ctx context.Context, play *harness.Play, ev adapters.Event) planned {
 		GinkgoHelper()
-		f, err := play.Arm(ctx, faults.Plan{Namespace: ev.Namespace, ID: ev.ID, Attempt: 1, Point: point, Action: action})
+		f, err := play.Arm(ctx, faults.Plan{Namespace: ev.Namespace, ID: ev.ID, Times: 1, Point: point, Action: action})
 		Expect(err).NotTo(HaveOccurred())
 		return planned{what: f.String(), fired: func(ctx context.Context) (int64, error) { return play.Fired(ctx, f) }}
 	}
@@ -47,7 +47,7 @@ func dbFailure(point faults.Point, action faults.Action) func(context.Context, *
 
 func hookFailure(action faults.HookAction) func(context.Context, *harness.Play, adapters.Event) planned {
 	return func(_ context.Context, play *harness.Play, ev adapters.Event) planned {
-		f := play.Hooks().Arm(faults.HookPlan{Namespace: ev.Namespace, ID: ev.ID, Attempt: 1, Action: action})
+		f := play.Hooks().Arm(faults.HookPlan{Namespace: ev.Namespace, ID: ev.ID, Times: 1, Action: action})
 		return planned{what: f.String(), fired: f.Fired}
 	}
 }

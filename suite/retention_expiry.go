@@ -3,6 +3,7 @@ package suite
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"sync"
@@ -102,11 +103,35 @@ type timeline struct {
 	t0     time.Time            // the scenario's start, for messages
 }
 
-func newTimeline(play *harness.Play) *timeline {
+// newTimeline returns the play's timeline. On the harness's clock it stops
+// the clock, which runs elsewhere, since the scenario needs its times
+// exact; when crossing is positive it sets the clock first to a t0 from
+// which crossing ends past a midnight, UTC: a day's and an hour's end, so
+// that a key or a check that depends on the calendar is caught inside the
+// window. The place of t0 before midnight is drawn from rng.
+func newTimeline(play *harness.Play, rng *rand.Rand, crossing time.Duration) *timeline {
 	_, manual := play.Clock()
 	tl := &timeline{manual: manual}
+	if manual != nil {
+		manual.Freeze()
+		if crossing > 0 {
+			manual.Set(beforeMidnight(manual.Now(), crossing, rng))
+		}
+	}
 	tl.t0 = tl.Now()
 	return tl
+}
+
+// beforeMidnight returns a time before the first midnight (UTC) after now,
+// by a random amount between a microsecond and crossing (or a day, if
+// that is less), so that the span of crossing from it contains that
+// midnight.
+func beforeMidnight(now time.Time, crossing time.Duration, rng *rand.Rand) time.Time {
+	now = now.UTC()
+	midnight := time.Date(now.Year(), now.Month(), now.Day()+1, 0, 0, 0, 0, time.UTC)
+	most := min(crossing, 24*time.Hour) / time.Microsecond
+	early := time.Duration(1+rng.Int64N(max(int64(most)-1, 1))) * time.Microsecond
+	return midnight.Add(-early)
 }
 
 // Now is the time on the timeline.
@@ -160,6 +185,24 @@ func (tl *timeline) since(a, b time.Time) string {
 		d = d.Round(time.Millisecond)
 	}
 	return shortdur.Format(d)
+}
+
+// calendar says, on the harness's clock, where a and b fall in the UTC
+// calendar when they fall on different days or hours; "" in real time,
+// or when they share both.
+func (tl *timeline) calendar(a, b time.Time) string {
+	if tl.manual == nil {
+		return ""
+	}
+	a, b = a.UTC(), b.UTC()
+	const layout = "2006-01-02 15:04:05 UTC"
+	switch {
+	case a.Truncate(24*time.Hour) != b.Truncate(24*time.Hour):
+		return fmt.Sprintf("on the harness's clock the claim was at %s and the redelivery at %s, on another UTC day", a.Format(layout), b.Format(layout))
+	case a.Truncate(time.Hour) != b.Truncate(time.Hour):
+		return fmt.Sprintf("on the harness's clock the claim was at %s and the redelivery at %s, in another UTC hour", a.Format(layout), b.Format(layout))
+	}
+	return ""
 }
 
 // span names the interval from a to b for messages.
@@ -245,7 +288,7 @@ func (s *state) retentionOneEvent(r retention) {
 				return
 			}
 			play := sc.begin(ctx)
-			tl = newTimeline(play)
+			tl = newTimeline(play, s.rand("retention one event t0"), r.window-r.eps)
 			first = play.DeliverUntilTerminal(ctx, 1, ev)
 			claimedBy = tl.Now()
 
@@ -298,8 +341,15 @@ func (s *state) retentionOneEvent(r retention) {
 					inside.describe(tl), ev, tl.since(tl.t0, inside.at), shortdur.Format(r.window)))
 			}
 			if last := redelivery[len(redelivery)-1]; !last.Acked() || last.Outcome != adapters.Duplicate {
-				problems = append(problems, fmt.Sprintf("the redelivery at %s (attempt %d), %s after the claim and inside the window of %s, ended %s; expected Duplicate",
-					tl.at(redelivered), last.Delivery.Attempt, tl.since(tl.t0, redelivered), shortdur.Format(r.window), last.Result()))
+				msg := fmt.Sprintf("the redelivery at %s (attempt %d), %s after the claim and inside the window of %s, ended %s; expected Duplicate",
+					tl.at(redelivered), last.Delivery.Attempt, tl.since(tl.t0, redelivered), shortdur.Format(r.window), last.Result())
+				if cal := tl.calendar(tl.t0, redelivered); cal != "" {
+					msg += "; " + cal
+					if rowsInside > 0 && last.Acked() && last.Outcome == adapters.Applied {
+						msg += "; the marker was still stored, yet the redelivery claimed the event again: a key that depends on the calendar (the claim's day or hour) would do this"
+					}
+				}
+				problems = append(problems, msg)
 			}
 			if len(effects) != 1 && len(problems) == 0 {
 				problems = append(problems, fmt.Sprintf("expected exactly one effect after the redelivery inside the window; observed %d", len(effects)))
@@ -372,7 +422,7 @@ func (s *state) retentionPurgeRace(r retention) {
 				return
 			}
 			play := sc.begin(ctx)
-			tl = newTimeline(play)
+			tl = newTimeline(play, nil, 0)
 			for i := range retentionBatch {
 				ev := newEvent(fixtures.RetentionExpiry, fmt.Sprintf("old-%d", i+1))
 				if p := notApplied(ev, play.DeliverUntilTerminal(ctx, 1, ev)); p != "" {
@@ -530,7 +580,7 @@ func (s *state) retentionManyWindows(r retention) {
 				return
 			}
 			play := sc.begin(ctx)
-			tl = newTimeline(play)
+			tl = newTimeline(play, nil, 0)
 			for i := range r.steps {
 				sc.at("step %d of %d", i+1, r.steps)
 				Expect(tl.AdvanceTo(ctx, tl.t0.Add(time.Duration(i)*r.window/stepsPerWindow))).To(Succeed())

@@ -29,6 +29,7 @@
 // | broken-send-after-commit | sendaftercommit | the external call after COMMIT with no outbox                   | external-effect |
 // | broken-send-in-tx        | sendintx        | the external call inside the transaction, a fresh key per attempt | external-effect |
 // | broken-sql-splice        | sqlsplice       | the identity spliced into the claim's SQL text                  | bad-input                                                                                     |
+// | broken-time-bucketed-key | timebucketed    | the claim's UTC day in the marker's unique key                  | retention-expiry                                                                              |
 // | broken-truncated-key     | truncatedkey    | the marker keyed by the id cut to 64 characters                 | identity-fidelity                                                                             |
 //
 // Each sub-package exports Name and Adapter; package builtin registers them

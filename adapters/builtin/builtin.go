@@ -30,6 +30,7 @@ import (
 	"github.com/harmless-dev/harmless/adapters/broken/sendaftercommit"
 	"github.com/harmless-dev/harmless/adapters/broken/sendintx"
 	"github.com/harmless-dev/harmless/adapters/broken/sqlsplice"
+	"github.com/harmless-dev/harmless/adapters/broken/timebucketed"
 	"github.com/harmless-dev/harmless/adapters/broken/truncatedkey"
 	"github.com/harmless-dev/harmless/adapters/reference"
 )
@@ -59,6 +60,7 @@ func All() []adapters.Adapter {
 		sendaftercommit.Adapter(),   // broken-send-after-commit
 		sendintx.Adapter(),          // broken-send-in-tx
 		sqlsplice.Adapter(),         // broken-sql-splice
+		timebucketed.Adapter(),      // broken-time-bucketed-key
 		truncatedkey.Adapter(),      // broken-truncated-key
 		reference.Adapter(),
 	}

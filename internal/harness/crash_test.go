@@ -11,9 +11,9 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/harmless-dev/harmless/adapters"
-	"github.com/harmless-dev/harmless/adapters/reference"
 	"github.com/harmless-dev/harmless/internal/harness"
 	"github.com/harmless-dev/harmless/internal/provision"
 	"github.com/harmless-dev/harmless/suite/container"
@@ -233,34 +233,59 @@ func TestHoldWritesHoldsWritesNotReads(t *testing.T) {
 	}
 }
 
-// TestHoldEffectsHoldsEveryDeliveryAtItsEffect holds the ledger: a
-// delivery stops at its effect, whatever tables the implementation keeps,
-// and applies once the hold is released.
-func TestHoldEffectsHoldsEveryDeliveryAtItsEffect(t *testing.T) {
+// TestGateEffectsHoldsWithoutALock gates an event's effect: a delivery
+// stops there, inside its transaction, and applies once the gate opens. It
+// waits on no lock: a delivery whose lock_timeout is 10 ms is held as
+// long as the gate is closed, and does not fail for it.
+func TestGateEffectsHoldsWithoutALock(t *testing.T) {
 	ctx := t.Context()
 	r := startRun(t, ampleTimeout)
-	play := newPlay(t, r, reference.Adapter())
-	h, err := play.HoldEffects(ctx)
+	impatient := adapters.Adapter{Name: "impatient", New: func(ctx context.Context, env adapters.Env) (adapters.Implementation, error) {
+		pool, err := pgxpool.New(ctx, env.DSN)
+		if err != nil {
+			return nil, err
+		}
+		return fake{
+			deliver: func(ctx context.Context, d adapters.Delivery) (adapters.Outcome, error) {
+				err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+					if _, err := tx.Exec(ctx, "SET LOCAL lock_timeout = '10ms'"); err != nil {
+						return err
+					}
+					return env.Effect.Apply(ctx, tx, d)
+				})
+				return adapters.Applied, err
+			},
+			close: func(context.Context) error { pool.Close(); return nil },
+		}, nil
+	}}
+	play := newPlay(t, r, impatient)
+	ev := event("gated")
+	g, err := play.GateEffects(ctx, []adapters.Event{ev}, time.Minute)
 	if err != nil {
-		t.Fatalf("HoldEffects: %v", err)
+		t.Fatalf("GateEffects: %v", err)
 	}
-	ev := event("held")
 	done := make(chan harness.Attempt, 1)
 	go func() { done <- play.Deliver(ctx, 1, ev) }()
-	eventually(t, patience, "the delivery waits for the hold", func() bool {
-		n, err := h.Waiting(ctx)
+	eventually(t, patience, "the delivery waits at the gate", func() bool {
+		n, err := g.Waiting(ctx)
 		return err == nil && n == 1
 	})
+	if a, err := play.Activity(ctx); err != nil || a.LockWaits != 0 {
+		t.Errorf("while gated: %v, %v; want no connection waiting on a lock", a, err)
+	}
 	select {
 	case a := <-done:
-		t.Fatalf("the delivery ended while effects were held: %s", a.Result())
+		t.Fatalf("the delivery ended while its effect was gated: %s", a.Result())
 	default:
 	}
-	if err := h.Release(ctx); err != nil {
-		t.Fatalf("Release: %v", err)
+	if err := g.Open(ctx); err != nil {
+		t.Fatalf("Open: %v", err)
 	}
 	if a := <-done; !a.Acked() || a.Outcome != adapters.Applied {
-		t.Errorf("the delivery after the release ended %s; want Applied", a.Result())
+		t.Errorf("the delivery after the gate opened ended %s; want Applied", a.Result())
+	}
+	if n, err := g.Waiting(ctx); err != nil || n != 0 {
+		t.Errorf("after the gate opened it holds %d, %v; want none", n, err)
 	}
 	if effects, err := play.Effects(ctx, ev); err != nil || len(effects) != 1 {
 		t.Errorf("the ledger holds %d effects, %v; want 1", len(effects), err)

@@ -9,7 +9,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/harmless-dev/harmless/internal/ledger"
+	"github.com/harmless-dev/harmless/adapters"
+	"github.com/harmless-dev/harmless/faults"
 )
 
 // holdLockTimeout bounds the wait for the hold's own lock: an
@@ -18,10 +19,9 @@ import (
 const holdLockTimeout = 10 * time.Second
 
 // WriteHold is a lock the harness holds, in a transaction of its own, on
-// tables of a play's schema: the implementation's ([Play.HoldWrites]) or
-// the ledger ([Play.HoldEffects]). Reads go on; every INSERT, UPDATE or
-// DELETE there waits until the hold is released, or until the server
-// crashes.
+// the implementation's tables in a play's schema ([Play.HoldWrites]).
+// Reads go on; every INSERT, UPDATE or DELETE there waits until the hold
+// is released, or until the server crashes.
 type WriteHold struct {
 	play   *Play
 	tx     pgx.Tx
@@ -41,12 +41,56 @@ func (s *Play) HoldWrites(ctx context.Context) (*WriteHold, error) {
 	return s.hold(ctx, tables)
 }
 
-// HoldEffects takes an EXCLUSIVE lock on the play's ledger: every delivery
-// stops at its effect, inside its transaction, with its claim made, until
-// the hold is released. Unlike [Play.HoldWrites] it holds every
-// implementation, since every one applies its effect there.
-func (s *Play) HoldEffects(ctx context.Context) (*WriteHold, error) {
-	return s.hold(ctx, []string{ledger.Table(s.schema)})
+// EffectGate holds deliveries of some events at their effects, inside
+// their transactions with their claims made, until it is opened: a
+// [faults.Gate] fault per event. It takes no lock, so an implementation
+// whose statements give up on a lock quickly (a short lock_timeout) is
+// held like any other, rather than failed by the harness's own hold.
+type EffectGate struct {
+	play  *Play
+	gates []*faults.Fault
+}
+
+// GateEffects holds the deliveries of events at their effects until the
+// gate is opened, or at most limit.
+func (s *Play) GateEffects(ctx context.Context, events []adapters.Event, limit time.Duration) (*EffectGate, error) {
+	g := &EffectGate{play: s}
+	for _, ev := range events {
+		f, err := s.Arm(ctx, faults.Plan{Namespace: ev.Namespace, ID: ev.ID, Point: faults.AtEffect, Action: faults.Gate, Sleep: limit})
+		if err != nil {
+			return nil, fmt.Errorf("gate the effects: %w", err)
+		}
+		g.gates = append(g.gates, f)
+	}
+	return g, nil
+}
+
+// Waiting counts the deliveries the gate holds now.
+func (g *EffectGate) Waiting(ctx context.Context) (int, error) {
+	total := 0
+	for _, f := range g.gates {
+		n, err := f.Held(ctx)
+		if err != nil {
+			return 0, err
+		}
+		total += int(n)
+	}
+	return total, nil
+}
+
+// Open lets the held deliveries go on, and later ones through at once; the
+// gates are disarmed.
+func (g *EffectGate) Open(ctx context.Context) error {
+	var errs []error
+	for _, f := range g.gates {
+		if err := f.Open(ctx); err != nil {
+			errs = append(errs, err)
+		}
+		if err := g.play.Disarm(ctx, f); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // hold takes an EXCLUSIVE lock on tables, quoted and schema-qualified.

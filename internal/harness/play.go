@@ -31,7 +31,7 @@ type Play struct {
 	opts    PlayOptions
 	hooks   *Hooks
 	clock   adapters.Clock
-	manual  *ManualClock // the clock, when the adapter accepts the harness's
+	manual  *ManualClock // the clock, when the adapter accepts the harness's; it runs
 	proxy   *Proxy       // between instances and server, once UseProxy was called
 	dest    *Destination // the external destination, once OpenDestination started it; guarded by mu
 
@@ -69,9 +69,7 @@ func (s *Play) install(ctx context.Context) error {
 	s.hooks = &Hooks{hooks: faults.NewHooks(), play: s}
 	s.clock = adapters.SystemClock{}
 	if s.adapter.Declares.AcceptsClock && !s.opts.SystemClock {
-		// A round second far from the real time, so an implementation
-		// that reads the system clock instead is noticed.
-		s.manual = NewManualClock(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC))
+		s.manual = NewRunningClock(ClockStart(s.run.opts.Seed, s.name))
 		s.clock = s.manual
 	}
 	s.instances = map[int]adapters.Implementation{}

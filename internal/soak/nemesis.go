@@ -213,7 +213,7 @@ func (n *nemesis) inject(ctx context.Context, kind string, hold time.Duration) (
 			point = faults.AtCommit
 		}
 		for _, i := range targets {
-			p := faults.Plan{Namespace: Namespace, ID: EventID(i), Attempt: 1, Point: point, Action: faults.Raise}
+			p := faults.Plan{Namespace: Namespace, ID: EventID(i), Times: 1, Point: point, Action: faults.Raise}
 			if kind == NemesisDBSleep {
 				p.Attempt, p.Point, p.Action, p.Sleep = 0, faults.AtEffect, faults.Sleep, 200*time.Millisecond
 			}
