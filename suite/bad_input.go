@@ -3,6 +3,7 @@ package suite
 import (
 	"fmt"
 	"strings"
+	"sync"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
@@ -77,22 +78,37 @@ func (s *state) badInput() {
 			nextFx  []ledger.Entry
 		)
 		events := oddEvents()
-		// One instance to build; each odd event delivered twice, each time
-		// until terminal; then an ordinary event.
-		sc := s.scenario(fixtures.BadInput, work{calls: 1}.plus(untilTerminal(2*len(events)+1)))
+		// One instance to build; the odd events side by side, as a broker
+		// delivers unrelated events, pairParallelism at a time, each
+		// delivered twice, each time until terminal; then an ordinary
+		// event.
+		batches := (len(events) + pairParallelism - 1) / pairParallelism
+		sc := s.scenario(fixtures.BadInput, work{calls: 1}.plus(untilTerminal(2*batches+1)))
 		BeforeAll(func(ctx SpecContext) {
 			play := sc.begin(ctx)
+			_, _ = play.Instance(ctx, 1) // a factory failure shows up in the attempts
+			sc.at("the %d odd events", len(events))
+			results = make([]oddResult, len(events))
+			slots := make(chan struct{}, pairParallelism)
+			var wg sync.WaitGroup
 			for i, odd := range events {
-				sc.at("odd event %d of %d (%s)", i+1, len(events), odd.what)
-				r := oddResult{odd: odd, delivered: delivered{ev: odd.ev}}
-				r.delivered.first = play.DeliverUntilTerminal(ctx, 1, odd.ev)
-				r.delivered.again = play.DeliverUntilTerminal(ctx, 1, odd.ev)
-				var err error
-				r.delivered.effects, err = play.Effects(ctx, odd.ev)
-				Expect(err).NotTo(HaveOccurred())
-				r.judge()
-				results = append(results, r)
+				wg.Add(1)
+				go func() {
+					defer GinkgoRecover()
+					defer wg.Done()
+					slots <- struct{}{}
+					defer func() { <-slots }()
+					r := oddResult{odd: odd, delivered: delivered{ev: odd.ev}}
+					r.delivered.first = play.DeliverUntilTerminal(ctx, 1, odd.ev)
+					r.delivered.again = play.DeliverUntilTerminal(ctx, 1, odd.ev)
+					var err error
+					r.delivered.effects, err = play.Effects(ctx, odd.ev)
+					Expect(err).NotTo(HaveOccurred())
+					r.judge()
+					results[i] = r
+				}()
 			}
+			wg.Wait()
 			sc.at("the ordinary event after the odd ones")
 			next = play.DeliverUntilTerminal(ctx, 1, after)
 			var err error

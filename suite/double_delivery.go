@@ -14,8 +14,13 @@ import (
 )
 
 // redeliveries is how often double-delivery redelivers after the first
-// delivery.
-const redeliveries = 10
+// delivery, alternating between two workers; then it redelivers once more
+// to a third worker (freshWorker), which has never seen the event, as a
+// worker started after a restart or to scale up.
+const (
+	redeliveries = 10
+	freshWorker  = 3
+)
 
 // newEvent returns an event of the fixture with a payload that names it.
 func newEvent(fixture, id string) adapters.Event {
@@ -31,28 +36,35 @@ func (s *state) doubleDelivery() {
 		var (
 			ev      = newEvent(fixtures.DoubleDelivery, "1")
 			first   []harness.Attempt
-			later   [][]harness.Attempt
+			later   [][]harness.Attempt // the last to freshWorker
 			effects []ledger.Entry
 			all     []harness.Attempt
+			rows    int64 // the implementation's rows, at the end
+			rowsErr error
 		)
 		describe := func() string {
 			return harness.DescribeEvent(ev, effects, all) + "\nno fault was planned"
 		}
-		// Two instances to build, then eleven deliveries one after another.
-		sc := s.scenario(fixtures.DoubleDelivery, work{calls: 2}.plus(untilTerminal(1+redeliveries)))
+		// Three instances to build, then twelve deliveries one after
+		// another.
+		sc := s.scenario(fixtures.DoubleDelivery, work{calls: 3}.plus(untilTerminal(2+redeliveries)))
 		BeforeAll(func(ctx SpecContext) {
 			play := sc.begin(ctx)
 			sc.at("the first delivery")
 			first = play.DeliverUntilTerminal(ctx, 1, ev)
-			for i := range redeliveries {
-				sc.at("redelivery %d of %d", i+1, redeliveries)
-				worker := 2 - i%2 // alternate: worker 2, 1, 2, ...
+			for i := range redeliveries + 1 {
+				sc.at("redelivery %d of %d", i+1, redeliveries+1)
+				worker := 2 - i%2 // alternate: worker 2, 1, 2, ..., then a fresh one
+				if i == redeliveries {
+					worker = freshWorker
+				}
 				later = append(later, play.DeliverUntilTerminal(ctx, worker, ev))
 			}
 			var err error
 			effects, err = play.Effects(ctx, ev)
 			Expect(err).NotTo(HaveOccurred())
 			all = play.History(ev)
+			rows, rowsErr = play.StateRows(ctx)
 		}, sc.timeout())
 
 		sc.rule(fixtures.DoubleDeliveryFirstApplied, func() []string {
@@ -63,7 +75,7 @@ func (s *state) doubleDelivery() {
 			return []string{fmt.Sprintf("the first delivery ended %s; expected Applied\n%s",
 				last.Result(), describe())}
 		})
-		sc.causedRule(fixtures.DoubleDeliveryRedeliveryDuplicate, func() ([]string, string) {
+		sc.judgedRule(fixtures.DoubleDeliveryRedeliveryDuplicate, func() judgement {
 			var problems []string
 			for i, tries := range later {
 				last := tries[len(tries)-1]
@@ -73,39 +85,44 @@ func (s *state) doubleDelivery() {
 				}
 			}
 			if len(problems) == 0 {
-				return nil, ""
+				return judgement{}
 			}
-			return append(problems, describe()), unsharedClaim(first, later)
+			cause, hint := unsharedClaim(first, later, rows, rowsErr)
+			return judgement{problems: append(problems, describe()), cause: cause, hint: hint}
 		})
-		sc.causedRule(fixtures.DoubleDeliveryOneEffect, func() ([]string, string) {
+		sc.judgedRule(fixtures.DoubleDeliveryOneEffect, func() judgement {
 			if len(effects) == 1 && effects[0].Attempt == first[len(first)-1].Delivery.Attempt {
-				return nil, ""
+				return judgement{}
 			}
-			return []string{fmt.Sprintf("expected exactly one effect, by attempt %d; observed:\n%s",
-				first[len(first)-1].Delivery.Attempt, describe())}, unsharedClaim(first, later)
+			cause, hint := unsharedClaim(first, later, rows, rowsErr)
+			return judgement{problems: []string{fmt.Sprintf("expected exactly one effect, by attempt %d; observed:\n%s",
+				first[len(first)-1].Delivery.Attempt, describe())}, cause: cause, hint: hint}
 		})
 	})
 }
 
-// unsharedClaim is the cause of the failure of an implementation whose claim
-// lives in one instance's memory, or "" when the deliveries do not show one:
-// the first delivery was Applied, every redelivery to its instance was
-// Duplicate, and the other instance applied the event again on its first
-// redelivery and answered Duplicate after that. Rule hints guess at a cause
-// from one rule's failure; this one is read from the history, and tells a
-// dedup set held in process memory from a marker keyed on something that
-// changes.
-func unsharedClaim(first []harness.Attempt, later [][]harness.Attempt) string {
+// unsharedClaim reads from the history whether the claim lives in each
+// instance alone: the first delivery was Applied, every redelivery to an
+// instance that had applied the event was Duplicate, and every other
+// instance, the fresh one included, applied it again on its first
+// delivery. It returns the cause as a fact when the evidence rules out the
+// alternatives (the implementation keeps no row in the database at all, so
+// its claims can only be in its memory), else a hint, worded as one, to
+// follow the evidence in the message (a key that includes the worker would
+// look the same), else neither: when an instance that had never seen the
+// event answered Duplicate, the claim is shared, and the cause lies
+// elsewhere.
+func unsharedClaim(first []harness.Attempt, later [][]harness.Attempt, rows int64, rowsErr error) (cause, hint string) {
 	applied := first[len(first)-1]
 	if !applied.Acked() || applied.Outcome != adapters.Applied {
-		return ""
+		return "", ""
 	}
 	seen := map[int]bool{applied.Instance: true}
 	var other []string // redeliveries (from 1) applied by an instance new to the event
 	for i, tries := range later {
 		last := tries[len(tries)-1]
 		if !last.Acked() {
-			return ""
+			return "", ""
 		}
 		switch {
 		case last.Outcome == adapters.Duplicate && seen[last.Instance]:
@@ -113,12 +130,16 @@ func unsharedClaim(first []harness.Attempt, later [][]harness.Attempt) string {
 			seen[last.Instance] = true
 			other = append(other, fmt.Sprint(i+1))
 		default:
-			return ""
+			return "", ""
 		}
 	}
 	if len(other) == 0 {
-		return ""
+		return "", ""
 	}
-	return fmt.Sprintf("the claim is not shared between instances (a dedup set held in process memory, not in the database): each instance applied the event once, the first delivery on worker %d and redelivery %s on another worker, and every other redelivery, to a worker that had applied it, was Duplicate",
-		applied.Instance, strings.Join(other, ", "))
+	pattern := fmt.Sprintf("each of %d instances applied the event once, the first delivery on worker %d and redeliveries %s on workers new to it, and every other redelivery, to a worker that had applied it, was Duplicate",
+		len(seen), applied.Instance, strings.Join(other, ", "))
+	if rowsErr == nil && rows == 0 {
+		return "the claim is not shared between instances: " + pattern + ", and the implementation keeps no row in the database, so its claims live in each process's memory", ""
+	}
+	return "", "the claim is not shared between instances (a dedup set held in process memory, or a key that includes the worker): " + pattern
 }

@@ -13,7 +13,9 @@ import (
 // TestUnsharedClaim checks the observation double-delivery adds to its
 // failures: it is made exactly when each instance applied the event once
 // and answered Duplicate afterwards, the history of a dedup set held in
-// process memory.
+// process memory; stated as the cause only when the implementation keeps
+// no row in the database, else as a hint; and never when an instance new
+// to the event answered Duplicate, which shows a shared claim.
 func TestUnsharedClaim(t *testing.T) {
 	at := func(instance int, outcome adapters.Outcome) []harness.Attempt {
 		return []harness.Attempt{{Instance: instance, Outcome: outcome}}
@@ -27,10 +29,12 @@ func TestUnsharedClaim(t *testing.T) {
 		want  string // a fragment of the observation, or "" for none
 	}{
 		{"in memory per instance", at(1, applied),
-			[][]harness.Attempt{at(2, applied), at(1, dup), at(2, dup), at(1, dup)}, "redelivery 1 on another worker"},
+			[][]harness.Attempt{at(2, applied), at(1, dup), at(2, dup), at(1, dup), at(3, applied)}, "redeliveries 1, 5 on workers new to it"},
 		{"the other instance applies later", at(1, applied),
-			[][]harness.Attempt{at(1, dup), at(2, applied), at(2, dup)}, "redelivery 2 on another worker"},
-		{"correct", at(1, applied), [][]harness.Attempt{at(2, dup), at(1, dup)}, ""},
+			[][]harness.Attempt{at(1, dup), at(2, applied), at(2, dup)}, "redeliveries 2 on workers new to it"},
+		{"correct", at(1, applied), [][]harness.Attempt{at(2, dup), at(1, dup), at(3, dup)}, ""},
+		{"a fresh worker answers Duplicate", at(1, applied),
+			[][]harness.Attempt{at(2, applied), at(1, dup), at(2, dup), at(3, dup)}, ""},
 		{"no marker at all", at(1, applied), [][]harness.Attempt{at(2, applied), at(1, applied)}, ""},
 		{"the instance that applied applies again", at(1, applied), [][]harness.Attempt{at(1, applied), at(2, dup)}, ""},
 		{"a redelivery unacknowledged", at(1, applied), [][]harness.Attempt{at(2, applied), failed}, ""},
@@ -38,14 +42,21 @@ func TestUnsharedClaim(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			got := unsharedClaim(c.first, c.later)
-			switch {
-			case c.want == "" && got != "":
-				t.Fatalf("observation made for a history that does not show an unshared claim: %s", got)
-			case c.want != "" && !strings.Contains(got, c.want):
-				t.Fatalf("observation %q; want one naming %q", got, c.want)
-			case c.want != "" && !strings.Contains(got, "not shared between instances"):
-				t.Fatalf("observation %q does not name the cause", got)
+			for _, rows := range []int64{0, 3} {
+				cause, hint := unsharedClaim(c.first, c.later, rows, nil)
+				got := cause + hint
+				switch {
+				case c.want == "" && got != "":
+					t.Fatalf("with %d rows, observation made for a history that does not show an unshared claim: %s", rows, got)
+				case c.want != "" && !strings.Contains(got, c.want):
+					t.Fatalf("with %d rows, observation %q; want one naming %q", rows, got, c.want)
+				case c.want != "" && !strings.Contains(got, "not shared between instances"):
+					t.Fatalf("with %d rows, observation %q does not name the cause", rows, got)
+				case c.want != "" && rows == 0 && cause == "":
+					t.Fatalf("with no row in the database, %q is only a hint; want it stated as the cause", hint)
+				case c.want != "" && rows > 0 && cause != "":
+					t.Fatalf("with %d rows in the database, %q is stated as the cause; a key that includes the worker would look the same", rows, cause)
+				}
 			}
 		})
 	}
@@ -71,5 +82,16 @@ func TestCauseReplacesSuspect(t *testing.T) {
 	}
 	if unplayed := failureMessage(r, judgement{problems: problems, unplayed: true}); strings.Contains(unplayed, r.Suspect) {
 		t.Errorf("for a play cut short, the message is %q; want no suspect", unplayed)
+	}
+	hinted := failureMessage(r, judgement{problems: problems, hint: "the key depends on the calendar"})
+	if !strings.Contains(hinted, "This may mean: the key depends on the calendar.") || strings.Contains(hinted, r.Suspect) {
+		t.Errorf("with a hint, the message is %q; want the hint, worded as one, and not the suspect", hinted)
+	}
+	led := failureMessage(r, judgement{problems: problems, lead: "none of the play's 3 deliveries was acknowledged"})
+	if !strings.Contains(led, "First, what the play shows: none of the play's 3 deliveries") || strings.Contains(led, r.Suspect) {
+		t.Errorf("with a lead, the message is %q; want the lead first and no guess", led)
+	}
+	if strings.Index(led, "none of the play's") > strings.Index(led, "expected exactly one effect") {
+		t.Errorf("the lead comes after the problems: %q", led)
 	}
 }

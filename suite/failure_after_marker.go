@@ -34,6 +34,11 @@ type planned struct {
 	// settle, when set, waits until the fault's effects on the server are
 	// over, before the event is redelivered.
 	settle func(context.Context) error
+	// statements, when set, counts the statements the wire proxy saw on
+	// the worker's connections, in transaction blocks and outside them: a
+	// cut at a transaction's point cannot fire where every statement runs
+	// in autocommit.
+	statements func() (inTransaction, autocommit int64)
 }
 
 func dbFailure(point faults.Point, action faults.Action) func(context.Context, *harness.Play, adapters.Event) planned {
@@ -67,9 +72,10 @@ func proxyFailure(at pgproxy.Point, n int) func(context.Context, *harness.Play, 
 		})
 		Expect(err).NotTo(HaveOccurred())
 		return planned{
-			what:   f.String(),
-			fired:  f.Fired,
-			settle: func(ctx context.Context) error { return play.WaitCut(ctx, f) },
+			what:       f.String(),
+			fired:      f.Fired,
+			settle:     func(ctx context.Context) error { return play.WaitCut(ctx, f) },
+			statements: f.Statements,
 		}
 	}
 }
@@ -102,6 +108,8 @@ func (s *state) failureAfterMarker() {
 					effects, nextFx []ledger.Entry
 					history         []harness.Attempt
 					skip            string
+					unfired         string // why every rule of the play is not-supported, or fails, when the fault did not fire
+					crashes         []string
 				)
 				// One instance to build; the failing delivery, its
 				// redeliveries until terminal and, after a killed
@@ -134,20 +142,40 @@ func (s *state) failureAfterMarker() {
 					effects, err = play.Effects(ctx, ev)
 					Expect(err).NotTo(HaveOccurred())
 					history = play.History(ev)
+					if fired == 0 && plan.statements != nil {
+						if inTx, auto := plan.statements(); inTx == 0 && auto > 0 {
+							unfired = fmt.Sprintf("inconclusive: the planned fault (%s) did not fire, because no transaction was ever opened on worker 1's connections: the wire proxy saw %d statements there, each in autocommit, and none in a transaction block, so there was no transaction to cut; this variant cannot test such an implementation", what, auto)
+						}
+					}
 					if f.kills {
 						next = play.DeliverUntilTerminal(ctx, 1, after)
 						nextFx, err = play.Effects(ctx, after)
 						Expect(err).NotTo(HaveOccurred())
+						crashes = play.CrashesOf(1)
 					}
 				}, sc.timeout())
 
+				// notFired judges a play whose fault did not fire: it is
+				// inconclusive where the implementation gave the fault no
+				// chance that is not a failure (it opened no transaction);
+				// else what the deliveries show fails every rule.
 				notFired := func() []string {
 					notSupported(skip)
 					if fired > 0 {
 						return nil
 					}
-					return []string{fmt.Sprintf("the planned fault (%s) did not fire: attempt 1 never reached the effect, yet it ended %s\n%s",
-						what, first.Result(), harness.DescribeEvent(ev, effects, history))}
+					notSupported(unfired)
+					last := tries[len(tries)-1]
+					var seen string
+					switch {
+					case !last.Terminal():
+						seen = fmt.Sprintf("no delivery of the event was acknowledged: it ended %s after %d deliveries, none of which reached the point where the fault was planned", last.Result(), len(tries))
+					case len(effects) == 0:
+						seen = fmt.Sprintf("attempt 1 ended %s without applying the effect, the point where the fault was planned, though the event was new", first.Result())
+					default:
+						seen = fmt.Sprintf("attempt 1 ended %s and the ledger holds %d effects, yet the effect never reached the point where the fault was planned", first.Result(), len(effects))
+					}
+					return []string{fmt.Sprintf("the planned fault (%s) did not fire: %s\n%s", what, seen, harness.DescribeEvent(ev, effects, history))}
 				}
 
 				sc.rule(fixtures.FailureAfterMarkerNotAcknowledged, func() []string {
@@ -186,6 +214,16 @@ func (s *state) failureAfterMarker() {
 						}
 						return []string{fmt.Sprintf("after its connection was killed (%s), worker 1 handled a new event badly\n%s",
 							what, harness.DescribeEvent(after, nextFx, next))}
+					})
+					sc.rule(fixtures.FailureAfterMarkerProcessSurvivesKill, func() []string {
+						if p := notFired(); p != nil {
+							return p
+						}
+						if len(crashes) == 0 {
+							return nil
+						}
+						return []string{fmt.Sprintf("after its connection was killed (%s), worker 1's process crashed %s and was restarted, as a supervisor would; the first crash: %s",
+							what, harness.Times(len(crashes)), crashes[0])}
 					})
 				}
 			})

@@ -33,6 +33,7 @@ func (s *state) certificate() certificate.Certificate {
 		Declared:     s.adapter.Declares,
 		Seed:         s.seed,
 		Faults:       map[string]int64{},
+		Crashes:      s.crashes,
 		Started:      s.started,
 	}
 	if !s.started.IsZero() {
@@ -74,8 +75,8 @@ func interrupt(c *certificate.Certificate, reason string) {
 
 // masked returns c with secrets masked in every text that can quote one:
 // the setup error (a driver's error may quote the DSN), the rules'
-// messages (a child's stderr, a failure's evidence) and the protocol's
-// command. Every report (JSON, JUnit, Markdown, the terminal) is written
+// messages and the crashes (a child's stderr, a failure's evidence) and
+// the protocol's command. Every report (JSON, JUnit, Markdown, the terminal) is written
 // from the certificate, so this is where they are all masked.
 func masked(c certificate.Certificate, secrets *redact.Redactor) certificate.Certificate {
 	c.Error = secrets.String(c.Error)
@@ -88,6 +89,10 @@ func masked(c certificate.Certificate, secrets *redact.Redactor) certificate.Cer
 	c.Rules = slices.Clone(c.Rules)
 	for i, r := range c.Rules {
 		c.Rules[i].Message = secrets.String(r.Message)
+	}
+	c.Crashes = slices.Clone(c.Crashes)
+	for i, cr := range c.Crashes {
+		c.Crashes[i].First = secrets.String(cr.First)
 	}
 	return c
 }

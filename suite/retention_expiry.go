@@ -319,9 +319,10 @@ func (s *state) retentionOneEvent(r retention) {
 				rowsInside, tl.at(inside.at), rowsAfter, tl.at(after.at), lateNote(tl, ev, lateAt, late))
 		}, sc.timeout())
 
-		sc.rule(fixtures.RetentionExpiryKeptInsideWindow, func() []string {
+		sc.judgedRule(fixtures.RetentionExpiryKeptInsideWindow, func() judgement {
 			r.applies()
 			var problems []string
+			hint := ""
 			if p := notApplied(ev, first); p != "" {
 				problems = append(problems, p)
 			}
@@ -335,7 +336,7 @@ func (s *state) retentionOneEvent(r retention) {
 					notSupported(fmt.Sprintf("inconclusive: the harness was late, it purged at %s with a cutoff after the claim at t0, so the scenario proves nothing about the window (a loaded machine in real-time mode; run it again)",
 						tl.at(inside.at)))
 				}
-				return problems
+				return judgement{problems: problems}
 			case rowsInside == 0:
 				problems = append(problems, fmt.Sprintf("after %s, the implementation's tables hold no row; expected the marker of %s, claimed at t0 and %s old, inside the window of %s, to be kept",
 					inside.describe(tl), ev, tl.since(tl.t0, inside.at), shortdur.Format(r.window)))
@@ -346,7 +347,7 @@ func (s *state) retentionOneEvent(r retention) {
 				if cal := tl.calendar(tl.t0, redelivered); cal != "" {
 					msg += "; " + cal
 					if rowsInside > 0 && last.Acked() && last.Outcome == adapters.Applied {
-						msg += "; the marker was still stored, yet the redelivery claimed the event again: a key that depends on the calendar (the claim's day or hour) would do this"
+						hint = "the key depends on the calendar (the claim's UTC day or hour): the marker was still stored, yet the redelivery on another day claimed the event again"
 					}
 				}
 				problems = append(problems, msg)
@@ -357,7 +358,7 @@ func (s *state) retentionOneEvent(r retention) {
 			if len(problems) > 0 {
 				problems = append(problems, harness.DescribeEvent(ev, effects, history))
 			}
-			return problems
+			return judgement{problems: problems, hint: hint}
 		})
 		sc.noteRule(fixtures.RetentionExpiryPurgedAfterWindow, func() ([]string, string) {
 			r.applies()

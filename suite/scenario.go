@@ -90,7 +90,7 @@ func (sc *scenario) timeout() NodeTimeout { return NodeTimeout(sc.budget + budge
 // prints). Call it first in the BeforeAll.
 func (sc *scenario) begin(ctx context.Context) *harness.Play {
 	GinkgoHelper()
-	play := sc.s.newPlay(ctx)
+	play := sc.s.newPlay(ctx, sc.name)
 	play.StartBudget(sc.budget)
 	sc.mu.Lock()
 	sc.play = play
@@ -196,14 +196,25 @@ func (sc *scenario) noteRule(id string, check func() (problems []string, note st
 	})
 }
 
-// causedRule is rule for checks that can read the cause of a violation from
-// the deliveries: the cause, when not "", replaces the rule's usual
-// suspect in the failure message.
-func (sc *scenario) causedRule(id string, check func() (problems []string, cause string)) {
-	sc.judgedRule(id, func() judgement {
-		problems, cause := check()
-		return judgement{problems: problems, cause: cause}
-	})
+// lead is what the play's evidence shows before any rule judges it, for a
+// failure message to state first: the crashes of the implementation's
+// processes, or that none of its deliveries was acknowledged. "" when
+// neither.
+func (sc *scenario) lead() string {
+	sc.mu.Lock()
+	play := sc.play
+	sc.mu.Unlock()
+	if play == nil {
+		return ""
+	}
+	var parts []string
+	if c := play.Crashes(); len(c) > 0 {
+		parts = append(parts, fmt.Sprintf("the implementation's processes crashed %s in this play, and were restarted; the first: %s", harness.Times(len(c)), c[0]))
+	}
+	if u := play.Unacknowledged(); u != "" {
+		parts = append(parts, u)
+	}
+	return strings.Join(parts, "; ")
 }
 
 // judgedRule registers rule id with a check that returns its judgement, and
@@ -217,10 +228,14 @@ func (sc *scenario) judgedRule(id string, check func() judgement) {
 			return judgement{problems: []string{sc.s.secrets.String(p)}, unplayed: true}
 		}
 		j := check()
+		if len(j.problems) > 0 && j.cause == "" {
+			j.lead = sc.lead()
+		}
 		for i, p := range j.problems {
 			j.problems[i] = sc.s.secrets.String(p)
 		}
 		j.note, j.cause = sc.s.secrets.String(j.note), sc.s.secrets.String(j.cause)
+		j.hint, j.lead = sc.s.secrets.String(j.hint), sc.s.secrets.String(j.lead)
 		return j
 	})
 }

@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"maps"
 	"math/rand/v2"
+	"slices"
 	"os"
 	"strings"
 	"time"
@@ -88,6 +90,9 @@ type state struct {
 	// certificate on itself, once RunSpecs returned; cert holds it then.
 	hosted bool
 	cert   *certificate.Certificate
+	// crashes are the crashes of the implementation, by play and
+	// instance, as the plays closed.
+	crashes []certificate.Crash
 }
 
 // newState prepares a registration of adapter.
@@ -418,12 +423,18 @@ func (s *state) cleanupTimeout() time.Duration {
 }
 
 // newPlay gives the current Ordered container a fresh play (its own schema
-// and instances), closed after the container's last spec.
-func (s *state) newPlay(ctx context.Context) *harness.Play {
+// and instances), named name in messages, closed after the container's
+// last spec, when the crashes of its instances are kept for the
+// certificate.
+func (s *state) newPlay(ctx context.Context, name string) *harness.Play {
 	GinkgoHelper()
 	play, err := s.run.NewPlay(ctx, s.adapter)
 	Expect(err).NotTo(HaveOccurred(), "create the play's environment")
 	DeferCleanup(func(ctx SpecContext) {
+		for _, n := range slices.Sorted(maps.Keys(play.CrashCounts())) {
+			crashes := play.CrashesOf(n)
+			s.crashes = append(s.crashes, certificate.Crash{Play: name, Instance: n, Count: len(crashes), First: crashes[0]})
+		}
 		cctx, cancel := s.cleanupContext(ctx)
 		defer cancel()
 		Expect(play.Close(cctx)).To(Succeed(), "clean up the play's environment")
@@ -464,26 +475,43 @@ type judgement struct {
 	// follows them.
 	unplayed bool
 	// cause, when set, is the cause of the problems as the history shows
-	// it; it replaces the rule's usual suspect, which is only a guess.
+	// it, ruling out the alternatives; it replaces the rule's usual
+	// suspect, which is only a guess.
 	cause string
+	// hint, when set, is a guess at the cause that fits the evidence
+	// better than the rule's usual suspect, which it replaces; it is
+	// worded as a guess.
+	hint string
+	// lead, when set, is what the evidence of the whole play shows before
+	// any rule's judgement (a process that crashed, deliveries none of
+	// which was acknowledged): it is stated first, and then no usual
+	// suspect is guessed at.
+	lead string
 }
 
-// failureMessage states a rule's violation: the rule, then every problem
-// found, then the cause the history shows when j has one, else, unless the
-// problems are the harness's own, the real-world bug such a failure usually
+// failureMessage states a rule's violation: the rule, then what the play's
+// evidence shows first when j has a lead, then every problem found, then
+// the cause the history shows when j has one, else a hint that fits the
+// evidence, else, unless the problems are the harness's own or the lead
+// already says what happened, the real-world bug such a failure usually
 // means. Each problem is a line starting with "- ", its further lines
 // indented by two spaces, so that an excerpt can tell them apart (see
 // [certificate.RuleResult.Excerpt]); the certificate keeps them all, each
 // line bounded (see [certificate.Problem]).
 func failureMessage(r fixtures.Rule, j judgement) string {
 	msg := fmt.Sprintf("%s %s violated: %s", r.Level, r.ID, r.Doc)
+	if j.lead != "" {
+		msg += "\nFirst, what the play shows: " + j.lead
+	}
 	for _, p := range j.problems {
 		msg += "\n" + certificate.Problem(p)
 	}
 	switch {
 	case j.cause != "":
 		msg += "\nThe deliveries show the cause: " + j.cause + "."
-	case !j.unplayed && r.Suspect != "":
+	case j.hint != "":
+		msg += "\nThis may mean: " + j.hint + "."
+	case !j.unplayed && j.lead == "" && r.Suspect != "":
 		msg += "\nThis usually means: " + r.Suspect + "."
 	}
 	return msg

@@ -197,6 +197,12 @@ func (p *printer) result(cert certificate.Certificate) {
 	if shortened {
 		fmt.Fprintf(p.stdout, "%s\n\n", p.shortenedNote())
 	}
+	if n := cert.CrashCount(); n > 0 {
+		fmt.Fprintf(p.stdout, "the implementation crashed %d times and was restarted, as a supervisor would:\n", n)
+		for _, c := range cert.Crashes {
+			fmt.Fprintf(p.stdout, "  %s, instance %d: %d; the first: %s\n", c.Play, c.Instance, c.Count, firstLine(c.First))
+		}
+	}
 	fmt.Fprintf(p.stdout, "%s: %s\n", paint(p.colorOut, statusColors[cert.Status], cert.Headline()), cert.Adapter)
 	fmt.Fprintln(p.stdout, cert.Summary())
 	if cert.Status == certificate.StatusInterrupted {
@@ -238,4 +244,10 @@ func (p *printer) table(cert certificate.Certificate) string {
 		}
 	}
 	return strings.Join(lines, "")
+}
+
+// firstLine is s up to its first line break.
+func firstLine(s string) string {
+	line, _, _ := strings.Cut(s, "\n")
+	return line
 }

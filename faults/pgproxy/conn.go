@@ -370,10 +370,32 @@ func (c *conn) completed(tag []byte, w *bufio.Writer) bool {
 		return false
 	}
 	if c.status != 'T' {
+		c.observe(false)
 		return false
 	}
+	c.observe(true)
 	c.stmts++
 	return c.at(AfterStatement, c.stmts, w)
+}
+
+// observe counts a completed statement, inside a transaction block or
+// outside one, for every armed rule whose scope holds this connection.
+func (c *conn) observe(inTx bool) {
+	rules := c.p.rules.Load()
+	if rules == nil || len(*rules) == 0 {
+		return
+	}
+	info := c.info()
+	for _, f := range *rules {
+		if !f.rule.Scope.matches(info) {
+			continue
+		}
+		if inTx {
+			f.inTx.Add(1)
+		} else {
+			f.autocommit.Add(1)
+		}
+	}
 }
 
 // at fires the armed rules that match point pt (and statement n) on this

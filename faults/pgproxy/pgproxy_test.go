@@ -697,3 +697,39 @@ func BenchmarkRoundTrip(b *testing.B) {
 		})
 	}
 }
+
+// TestStatementsTellAutocommitFromTransactions: a rule counts the
+// statements completed on the connections in its scope, inside a
+// transaction block and outside one, so that a fault at a transaction's
+// point that did not fire can be told from one the implementation gave no
+// chance: it never opened a transaction.
+func TestStatementsTellAutocommitFromTransactions(t *testing.T) {
+	e := setup(t)
+	f := e.arm(t, pgproxy.Rule{Scope: pgproxy.Scope{ApplicationNamePrefix: e.appPrefix}, At: pgproxy.BeforeCommit, Action: pgproxy.Cut})
+	other := e.arm(t, pgproxy.Rule{Scope: pgproxy.Scope{ApplicationNamePrefix: "nobody-"}, At: pgproxy.BeforeCommit, Action: pgproxy.Cut})
+	conn := e.connect(t, "")
+	for range 3 {
+		if _, err := conn.Exec(t.Context(), "SELECT 1"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if in, out := f.Statements(); in != 0 || out != 3 {
+		t.Errorf("after three statements in autocommit: %d in a transaction, %d outside; want 0 and 3", in, out)
+	}
+	tx, err := conn.Begin(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(t.Context(), "SELECT 1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Rollback(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if in, out := f.Statements(); in != 1 || out != 3 {
+		t.Errorf("after a statement in a transaction block: %d in a transaction, %d outside; want 1 and 3", in, out)
+	}
+	if in, out := other.Statements(); in != 0 || out != 0 {
+		t.Errorf("a rule whose scope holds no connection counted %d and %d statements; want none", in, out)
+	}
+}

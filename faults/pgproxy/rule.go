@@ -132,6 +132,10 @@ type Fault struct {
 	rule Rule
 
 	fired atomic.Int64 // reserved firings, at most rule.Times
+	// inTx and autocommit count the statements completed on the
+	// connections in the rule's scope while it was armed, inside a
+	// transaction block and outside one.
+	inTx, autocommit atomic.Int64
 
 	mu   sync.Mutex
 	pids []int // of the backends cut, in firing order
@@ -173,6 +177,16 @@ func (f *Fault) Fired(context.Context) (int64, error) { return f.fired.Load(), n
 
 // Kind is the kind of the fault's rule (see [Rule.Kind]).
 func (f *Fault) Kind() string { return f.rule.Kind() }
+
+// Statements counts the statements the proxy saw complete on the
+// connections in the rule's scope since it was armed: inside a
+// transaction block (BEGIN ... COMMIT) and outside one. A fault at a
+// point of a transaction cannot fire for an implementation that runs
+// every statement in autocommit; these say whether that is why it did
+// not.
+func (f *Fault) Statements() (inTransaction, autocommit int64) {
+	return f.inTx.Load(), f.autocommit.Load()
+}
 
 // PIDs returns the process ids of the server backends of the connections
 // the fault cut, in firing order, for the caller to wait until they are

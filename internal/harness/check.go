@@ -72,12 +72,26 @@ func redelivered(a Attempt) string {
 	return ", redelivered " + shortdur.Format(a.Delay.Round(time.Millisecond)) + " after the attempt before"
 }
 
-// writeGaveUp says why the broker stopped redelivering, if it gave up.
+// writeGaveUp says why the broker stopped redelivering, if it gave up:
+// once per reason, naming the attempts after which it did.
 func writeGaveUp(b *strings.Builder, attempts []Attempt) {
+	var reasons []string
+	after := map[string][]Attempt{}
 	for _, a := range attempts {
-		if a.GaveUp != "" {
-			fmt.Fprintf(b, "\n  the broker gave up after attempt %d: %s", a.Delivery.Attempt, a.GaveUp)
+		if a.GaveUp == "" {
+			continue
 		}
+		if _, ok := after[a.GaveUp]; !ok {
+			reasons = append(reasons, a.GaveUp)
+		}
+		after[a.GaveUp] = append(after[a.GaveUp], a)
+	}
+	for _, why := range reasons {
+		word := "attempt"
+		if len(after[why]) > 1 {
+			word = "attempts"
+		}
+		fmt.Fprintf(b, "\n  the broker gave up after %s %s: %s", word, AttemptNumbers(after[why]), why)
 	}
 }
 

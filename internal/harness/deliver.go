@@ -339,6 +339,11 @@ func grace(timeout time.Duration) time.Duration { return min(timeout, 5*time.Sec
 
 func panicError(p any) error {
 	stack := string(debug.Stack())
+	if err, ok := p.(error); ok {
+		// Kept in the chain: a panic the harness injected is told apart
+		// from the implementation's own by errors.Is.
+		return fmt.Errorf("%w: %w\n%s", ErrPanicked, err, stack)
+	}
 	return fmt.Errorf("%w: %v\n%s", ErrPanicked, p, stack)
 }
 

@@ -133,6 +133,12 @@ func (s *Play) Stop(ctx context.Context, n int) (string, error) {
 	s.mu.Lock()
 	impl, ok := s.instances[n]
 	delete(s.instances, n)
+	if r, reports := impl.(crashReporter); reports {
+		if s.stoppedCrashes == nil {
+			s.stoppedCrashes = map[int][]string{}
+		}
+		s.stoppedCrashes[n] = append(s.stoppedCrashes[n], r.Crashes()...)
+	}
 	s.mu.Unlock()
 	if !ok {
 		return "", fmt.Errorf("stop instance %d: no such instance", n)

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -52,7 +54,9 @@ type Play struct {
 	mu        sync.Mutex
 	created   bool // the play created its schema and has not dropped it
 	instances map[int]adapters.Implementation
-	attempts  map[eventKey]int
+	// stoppedCrashes keeps the crashes of the instances Stop forgot.
+	stoppedCrashes map[int][]string
+	attempts       map[eventKey]int
 	history   []Attempt
 	pending   int // deliveries in flight
 	// inFlight counts the deliveries in flight per event, and released is
@@ -227,6 +231,97 @@ func (s *Play) Instance(ctx context.Context, n int) (adapters.Implementation, er
 	}
 	s.instances[n] = impl
 	return impl, nil
+}
+
+// crashReporter is implemented by instances that run in processes the
+// harness supervises (an exec pool): Crashes lists every failure of one
+// of their processes so far, which the harness restarted.
+type crashReporter interface{ Crashes() []string }
+
+// CrashesOf returns the crashes of instance n in the play: each failure of
+// one of its processes (an exec pool's, see crashReporter) and each
+// delivery to it that panicked, unless the panic was one the harness
+// injected (an in-process implementation's panic would crash a real
+// service's process).
+func (s *Play) CrashesOf(n int) []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	crashes := slices.Clone(s.stoppedCrashes[n])
+	if r, ok := s.instances[n].(crashReporter); ok {
+		crashes = append(crashes, r.Crashes()...)
+	}
+	for _, a := range s.history {
+		if a.Instance == n && errors.Is(a.Err, ErrPanicked) && !errors.Is(a.Err, faults.ErrInjected) {
+			crashes = append(crashes, fmt.Sprintf("the delivery of %s attempt %d panicked: %s", a.Delivery.Event, a.Delivery.Attempt, firstLine(a.Err.Error())))
+		}
+	}
+	return crashes
+}
+
+// Crashes returns the crashes of every instance of the play (see
+// [Play.CrashesOf]), by instance.
+func (s *Play) Crashes() []string {
+	var all []string
+	for _, n := range s.instanceNumbers() {
+		all = append(all, s.CrashesOf(n)...)
+	}
+	return all
+}
+
+// CrashCounts returns how many crashes each instance of the play had, and
+// the first of each; instances without a crash are left out.
+func (s *Play) CrashCounts() map[int][]string {
+	counts := map[int][]string{}
+	for _, n := range s.instanceNumbers() {
+		if c := s.CrashesOf(n); len(c) > 0 {
+			counts[n] = c
+		}
+	}
+	return counts
+}
+
+// instanceNumbers lists the instances the play built or stopped, sorted.
+func (s *Play) instanceNumbers() []int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	seen := map[int]bool{}
+	for n := range s.instances {
+		seen[n] = true
+	}
+	for n := range s.stoppedCrashes {
+		seen[n] = true
+	}
+	for _, a := range s.history {
+		seen[a.Instance] = true
+	}
+	return slices.Sorted(maps.Keys(seen))
+}
+
+// Unacknowledged says, when none of the play's deliveries was
+// acknowledged, how they ended: "" when one was, or none was made.
+func (s *Play) Unacknowledged() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	refused := 0
+	var first *Attempt
+	for i, a := range s.history {
+		switch {
+		case a.Acked():
+			return ""
+		case a.Terminal():
+			refused++
+		case first == nil:
+			first = &s.history[i]
+		}
+	}
+	if len(s.history) == 0 || first == nil {
+		return ""
+	}
+	msg := fmt.Sprintf("none of the play's %d deliveries was acknowledged", len(s.history))
+	if refused > 0 {
+		msg += fmt.Sprintf(" (%d were refused as invalid input or a conflict)", refused)
+	}
+	return msg + fmt.Sprintf("; the first error, of attempt %d of %s: %s", first.Delivery.Attempt, first.Delivery.Event, firstLine(first.Err.Error()))
 }
 
 // StateRows counts the rows the implementation stores in the play's schema:

@@ -133,9 +133,38 @@ type Certificate struct {
 	// "dest:hold", "dest:down"). It is never nil in
 	// a certificate the suite made.
 	Faults map[string]int64 `json:"faults"`
+	// Crashes lists, per play and instance, the crashes of the
+	// implementation's processes, which the harness restarted as a
+	// supervisor would (an exec child that exited, crashed or broke the
+	// protocol), and the deliveries of an in-process implementation that
+	// panicked; absent when there were none.
+	Crashes []Crash `json:"crashes,omitempty"`
 	// Started and Duration time the run.
 	Started  time.Time `json:"started_at"`
 	Duration float64   `json:"duration_s"`
+}
+
+// Crash is the crashes of one instance of the implementation in one play.
+type Crash struct {
+	// Play names the play, e.g. "failure-after-marker / the connection
+	// killed at the effect".
+	Play string `json:"play"`
+	// Instance is the instance (worker) number, from 1.
+	Instance int `json:"instance"`
+	// Count is how many times its processes crashed.
+	Count int `json:"count"`
+	// First describes the first crash: how the process failed and the
+	// first lines of its crash report.
+	First string `json:"first"`
+}
+
+// CrashCount is how many crashes the run saw in all.
+func (c Certificate) CrashCount() int {
+	n := 0
+	for _, cr := range c.Crashes {
+		n += cr.Count
+	}
+	return n
 }
 
 // Protocol describes how the harness drove an implementation that runs in
@@ -201,10 +230,10 @@ func (c Certificate) Table() string {
 }
 
 // StatusOf decides the overall verdict of a run's rules: not-certified
-// when there are none or any rule failed, else partial when a MUST rule did
-// not pass (it was not-supported or skipped), else certified. A
-// not-applicable rule lowers nothing: the implementation has nothing it
-// tests. Certificates
+// when there are none or any MUST rule failed, else partial when a MUST
+// rule did not pass (it was not-supported or skipped), else certified. A
+// SHOULD rule is reported but decides nothing, and a not-applicable rule
+// lowers nothing: the implementation has nothing it tests. Certificates
 // use it; so can a tool that merges the rules of several filtered runs.
 func StatusOf(rules []RuleResult) Status {
 	if len(rules) == 0 {
@@ -213,7 +242,7 @@ func StatusOf(rules []RuleResult) Status {
 	st := StatusCertified
 	for _, r := range rules {
 		switch {
-		case r.Verdict == VerdictFail:
+		case r.Verdict == VerdictFail && r.Level == fixtures.Must:
 			return StatusNotCertified
 		case r.Level == fixtures.Must && r.Verdict != VerdictPass && r.Verdict != VerdictNotApplicable:
 			st = StatusPartial
