@@ -62,6 +62,13 @@ type conflictResult struct {
 	problem, inconclusive string
 }
 
+// The names of two of the fixture's variants, which the fold reads (see
+// variantHint).
+const (
+	conflictSequentialVariant = "sequential"
+	conflictInFlightVariant   = "while the first is in flight"
+)
+
 func (s *state) conflictingPayload() {
 	Describe(fixtures.ConflictingPayload, Label("fixture:"+fixtures.ConflictingPayload), func() {
 		variants := []struct {
@@ -69,11 +76,11 @@ func (s *state) conflictingPayload() {
 			plays int // how often the variant may be played
 			play  func(ctx context.Context, play *harness.Play) conflictResult
 		}{
-			{name: "sequential", plays: 1, play: func(ctx context.Context, play *harness.Play) conflictResult {
+			{name: conflictSequentialVariant, plays: 1, play: func(ctx context.Context, play *harness.Play) conflictResult {
 				p1, p2 := conflictPair("sequential")
 				return s.conflictInTurn(ctx, play, p1, p2)
 			}},
-			{name: "while the first is in flight", plays: overlapTries, play: s.conflictInFlight},
+			{name: conflictInFlightVariant, plays: overlapTries, play: s.conflictInFlight},
 			{name: "conflicting copy first", plays: 1, play: func(ctx context.Context, play *harness.Play) conflictResult {
 				p1, p2 := conflictPair("conflicting-copy-first")
 				return s.conflictInTurn(ctx, play, p2, p1)

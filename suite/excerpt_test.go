@@ -37,6 +37,7 @@ func failedRule(t *testing.T, id string, variants map[string][]string) certifica
 			where:   r.Fixture + " / " + variant,
 			outcome: outcomeFail,
 			message: msg,
+			judged:  judgement{problems: problems},
 			report: &types.SpecReport{
 				LeafNodeType: types.NodeTypeIt,
 				State:        types.SpecStateFailed,
@@ -90,8 +91,8 @@ func TestCertificateKeepsEveryProblem(t *testing.T) {
 			}
 		}
 	}
-	if got := strings.Count(back.Message, "This usually means"); got != 2 {
-		t.Errorf("%d lines say what the failure usually means; want one per variant", got)
+	if got := strings.Count(back.Message, "This usually means"); got != 1 {
+		t.Errorf("%d lines say what the failure usually means; want one for the rule, after its variants", got)
 	}
 	cut := 0
 	for line := range strings.SplitSeq(back.Message, "\n") {
@@ -122,9 +123,9 @@ const (
 
 var moreProblems = regexp.MustCompile(`^- … and (\d+) more problems?; see the JSON$`)
 
-// TestExcerptIsShort: an excerpt shows each variant's header, its first
-// problems and the bug it usually means, then how many problems it left
-// out, in at most the lines asked for, none of them long.
+// TestExcerptIsShort: an excerpt shows each variant's header and its first
+// problems, then how many problems it left out, and the bug the rule's
+// failure usually means, in at most the lines asked for, none of them long.
 func TestExcerptIsShort(t *testing.T) {
 	const hint = "see the JSON"
 	r := failedRule(t, fixtures.ConcurrentDeliveryOneEffect, map[string][]string{
@@ -154,8 +155,8 @@ func TestExcerptIsShort(t *testing.T) {
 				t.Errorf("%d lines: the excerpt lacks %q:\n%s", maxLines, want, ex)
 			}
 		}
-		if got := strings.Count(ex, "This usually means"); got != 2 {
-			t.Errorf("%d lines: %d lines say what the failure usually means; want one per variant:\n%s", maxLines, got, ex)
+		if got := strings.Count(ex, "This usually means"); got != 1 {
+			t.Errorf("%d lines: %d lines say what the failure usually means; want one, for the rule:\n%s", maxLines, got, ex)
 		}
 		if total := shown["(plain,"] + shown["(overlap,"] + left; total != 30 || left == 0 {
 			t.Errorf("%d lines: %d problems shown and %d said to be left out; want 30 in all, some left out:\n%s", maxLines, total-left, left, ex)

@@ -499,6 +499,18 @@ type judgement struct {
 // [certificate.RuleResult.Excerpt]); the certificate keeps them all, each
 // line bounded (see [certificate.Problem]).
 func failureMessage(r fixtures.Rule, j judgement) string {
+	msg := failureBody(r, j)
+	if h := hintLine(r, []judgement{j}, ""); h != "" {
+		msg += "\n" + h
+	}
+	return msg
+}
+
+// failureBody is a rule's violation in one play, without the guess at its
+// cause: the rule, the play's lead, the problems and the cause the
+// history shows, if it shows one. A rule judged in several plays gets one
+// guess for all of them (see hintLine).
+func failureBody(r fixtures.Rule, j judgement) string {
 	msg := fmt.Sprintf("%s %s violated: %s", r.Level, r.ID, r.Doc)
 	if j.lead != "" {
 		msg += "\nFirst, what the play shows: " + j.lead
@@ -506,13 +518,41 @@ func failureMessage(r fixtures.Rule, j judgement) string {
 	for _, p := range j.problems {
 		msg += "\n" + certificate.Problem(p)
 	}
-	switch {
-	case j.cause != "":
+	if j.cause != "" {
 		msg += "\nThe deliveries show the cause: " + j.cause + "."
-	case j.hint != "":
-		msg += "\nThis may mean: " + j.hint + "."
-	case !j.unplayed && j.lead == "" && r.Suspect != "":
-		msg += "\nThis usually means: " + r.Suspect + "."
 	}
 	return msg
+}
+
+// hintLine is the guess at the cause of a rule's violations in the plays
+// that judged it failed: "" when each shows its cause, or when none can be
+// guessed at (the harness's own trouble, or a lead that already says what
+// happened); the hints the checks chose from their evidence when they
+// chose any; else a hint from what the plays showed together (pattern,
+// see variantHint); else the rule's usual suspect.
+func hintLine(r fixtures.Rule, failed []judgement, pattern string) string {
+	var hints []string
+	guessable := false
+	for _, j := range failed {
+		switch {
+		case j.cause != "":
+		case j.hint != "":
+			if !slices.Contains(hints, j.hint) {
+				hints = append(hints, j.hint)
+			}
+		case !j.unplayed && j.lead == "":
+			guessable = true
+		}
+	}
+	switch {
+	case len(hints) > 0:
+		return "This may mean: " + strings.Join(hints, "; or ") + "."
+	case !guessable:
+		return ""
+	case pattern != "":
+		return "This may mean: " + pattern + "."
+	case r.Suspect != "":
+		return "This usually means: " + r.Suspect + "."
+	}
+	return ""
 }

@@ -47,6 +47,9 @@ type specRecord struct {
 	// a failure, the reason a rule is not supported, or the note of a pass.
 	outcome outcome
 	message string
+	// judged is the check's judgement of a failure, from which the
+	// certificate's message is composed (see verdict).
+	judged judgement
 	// report is Ginkgo's report of the spec, once it has finished; nil
 	// until then, and for a spec the suite never reached.
 	report *types.SpecReport
@@ -156,7 +159,7 @@ func (s *state) registerRule(id string, judge func() judgement) {
 			ginkgo.Skip(notApplicablePrefix + reason)
 		case len(j.problems) > 0:
 			msg := failureMessage(r, j)
-			rec.outcome, rec.message = outcomeFail, msg
+			rec.outcome, rec.message, rec.judged = outcomeFail, msg, j
 			ginkgo.Fail(certificate.RuleResult{Message: msg}.Excerpt(ginkgoExcerptLines, ginkgoEvidence))
 		default:
 			rec.outcome, rec.message = outcomePass, j.note
@@ -203,6 +206,8 @@ func verdict(specs []*specRecord) (certificate.Verdict, string) {
 		return certificate.VerdictSkipped, noSpecRan
 	}
 	var failed, notSupported, notes []string
+	var judged []judgement // of the failures a check found
+	var passedIn, failedIn []string
 	passed, skipped, inapplicable := 0, 0, 0
 	reason := ""
 	for _, rec := range specs {
@@ -216,6 +221,7 @@ func verdict(specs []*specRecord) (certificate.Verdict, string) {
 			skipped++
 		case sr.State == types.SpecStatePassed:
 			passed++
+			passedIn = append(passedIn, rec.where)
 			if rec.outcome == outcomePass && rec.message != "" {
 				notes = append(notes, fmt.Sprintf("[%s] %s", rec.where, rec.message))
 			}
@@ -225,7 +231,9 @@ func verdict(specs []*specRecord) (certificate.Verdict, string) {
 			// a failed assertion of the harness's own) is Ginkgo's, whole.
 			msg := sr.Failure.Message
 			if rec.outcome == outcomeFail {
-				msg = rec.message
+				msg = failureBody(rec.rule, rec.judged)
+				judged = append(judged, rec.judged)
+				failedIn = append(failedIn, rec.where)
 			}
 			// A timeout's message says only that; the scenario's own
 			// report, attached to Ginkgo's progress report, says how far
@@ -249,6 +257,11 @@ func verdict(specs []*specRecord) (certificate.Verdict, string) {
 	// error that quotes a 1 MiB id is cut in its middle.
 	switch {
 	case len(failed) > 0:
+		if len(judged) > 0 {
+			if h := hintLine(specs[0].rule, judged, variantHint(specs[0].rule.ID, passedIn, failedIn)); h != "" {
+				failed = append(failed, h)
+			}
+		}
 		return certificate.VerdictFail, certificate.BoundLines(strings.Join(failed, "\n"))
 	case skipped > 0:
 		return certificate.VerdictSkipped, fmt.Sprintf("%d of %d specs did not run", skipped, len(specs))
@@ -260,4 +273,26 @@ func verdict(specs []*specRecord) (certificate.Verdict, string) {
 		notes = append(notes, "partly not supported: "+strings.Join(notSupported, "\n"))
 	}
 	return certificate.VerdictPass, certificate.BoundLines(strings.Join(notes, "\n"))
+}
+
+// variantHint is a guess at the cause of a rule's violations read from
+// which of its plays passed and which failed, "" when they show no
+// pattern: a conflicting copy handled right when it comes after the
+// first delivery but not while the first is in flight points to a race,
+// not to a missing comparison.
+func variantHint(rule string, passedIn, failedIn []string) string {
+	if !strings.HasPrefix(rule, fixtures.ConflictingPayload+".") || len(failedIn) == 0 {
+		return ""
+	}
+	for _, w := range failedIn {
+		if !strings.HasSuffix(w, conflictInFlightVariant) {
+			return ""
+		}
+	}
+	for _, w := range passedIn {
+		if strings.HasSuffix(w, conflictSequentialVariant) {
+			return "a race between looking for the claim and making it: the conflicting copy was told apart when it came after the first delivery (the sequential play passed), but not while the first was in flight, as with a check-then-insert without a unique constraint or a lock"
+		}
+	}
+	return ""
 }

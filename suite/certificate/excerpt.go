@@ -2,6 +2,7 @@ package certificate
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"unicode/utf8"
 )
@@ -14,10 +15,13 @@ import (
 // problems, and how many more there are.
 //
 // A failure message has this shape (package suite writes it, each problem
-// with [Problem]): lines that name the rule and the variant, and "This
-// usually means" lines, which an excerpt always keeps; and problems, each a
-// line starting with "- ", continued by lines indented by two spaces, which
-// an excerpt keeps as many of as fit.
+// with [Problem]): lines that name the rule and the variant, and sentences
+// about the cause ("First, what the play shows: ...", "The deliveries show
+// the cause: ...", "This may mean: ...", "This usually means: ..."), which
+// an excerpt always keeps whole, wrapped at spaces rather than cut; and
+// problems, each a line starting with "- ", continued by lines indented by
+// two spaces, which an excerpt keeps as many of as fit, a long line cut
+// between words where it can be.
 const (
 	// MaxMessageLine bounds each line of a rule's message in the
 	// certificate, in bytes (see [BoundLines]).
@@ -60,8 +64,10 @@ func Problem(p string) string {
 
 // elide returns line unchanged if it has at most limit bytes, else its
 // start and its end with the middle left out and counted: the start of a
-// message says what failed, the end of a wrapped error says why. It cuts on
-// UTF-8 boundaries.
+// message says what failed, the end of a wrapped error says why. It cuts
+// between words where a space is near the cut (within wordReach bytes),
+// else on a UTF-8 boundary: a word longer than that, such as a huge quoted
+// id, is cut inside.
 func elide(line string, limit int) string {
 	if len(line) <= limit {
 		return line
@@ -69,7 +75,45 @@ func elide(line string, limit int) string {
 	marker := func(n int) string { return fmt.Sprintf(" …(%d bytes left out)… ", n) }
 	room := max(limit-len(marker(len(line))), 2)
 	head, tail := runeStart(line, room*3/4), runeEnd(line, room-room*3/4)
+	if i := strings.LastIndexByte(line[:head], ' '); i > 0 && head-i <= wordReach {
+		head = i
+	}
+	if i := strings.IndexByte(line[tail:], ' '); i >= 0 && i <= wordReach {
+		tail += i + 1
+	}
 	return line[:head] + marker(len(line)-head-(len(line)-tail)) + line[tail:]
+}
+
+// wordReach is how far elide looks for a space to cut at.
+const wordReach = 48
+
+// sentencePrefixes start the lines of a failure message that say what
+// caused it: an excerpt keeps them whole (see wrap).
+var sentencePrefixes = []string{"First, what the play shows: ", "The deliveries show the cause: ", "This may mean: ", "This usually means: "}
+
+func isSentence(line string) bool {
+	for _, p := range sentencePrefixes {
+		if strings.HasPrefix(line, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// wrap breaks line at spaces into lines of at most width bytes, the
+// further ones indented by two spaces, so that a sentence is shown whole;
+// a word longer than a line is cut (see elide).
+func wrap(line string, width int) []string {
+	var out []string
+	for len(line) > width {
+		cut := strings.LastIndexByte(line[:width+1], ' ')
+		if cut <= len(problemCont) {
+			break // one long word: elide cuts it
+		}
+		out = append(out, line[:cut])
+		line = problemCont + strings.TrimLeft(line[cut:], " ")
+	}
+	return append(out, elide(line, width))
 }
 
 // runeStart is the largest index at most n that starts a rune of s.
@@ -107,10 +151,12 @@ func (r RuleResult) FirstLine() string {
 	return elide(line, excerptLine)
 }
 
-// messageItem is a line that names the rule or the variant, or a problem.
+// messageItem is a line that names the rule or the variant, a sentence
+// about the cause, or a problem.
 type messageItem struct {
-	lines   []string
-	problem bool
+	lines    []string
+	problem  bool
+	sentence bool
 }
 
 // parseMessage splits a message into its items (see the shape above).
@@ -123,6 +169,8 @@ func parseMessage(msg string) []messageItem {
 		case strings.HasPrefix(line, problemCont) && len(items) > 0 && items[len(items)-1].problem:
 			last := &items[len(items)-1]
 			last.lines = append(last.lines, line)
+		case isSentence(line):
+			items = append(items, messageItem{lines: wrap(line, excerptLine), sentence: true})
 		default:
 			items = append(items, messageItem{lines: []string{line}})
 		}
@@ -141,7 +189,7 @@ func excerpt(msg string, maxLines int, fullAt string) string {
 	for i, it := range items {
 		switch {
 		case !it.problem:
-			fixed++
+			fixed += len(it.lines)
 		case i > 0 && items[i-1].problem:
 			runs[len(runs)-1].end = i + 1
 		default:
@@ -162,8 +210,10 @@ func excerpt(msg string, maxLines int, fullAt string) string {
 			it.lines = append(it.lines[:perProblem-1:perProblem-1],
 				fmt.Sprintf("%s… and %d more lines of this problem; %s", problemCont, left, fullAt))
 		}
-		for j, l := range it.lines {
-			it.lines[j] = elide(l, excerptLine)
+		if !it.sentence {
+			for j, l := range it.lines {
+				it.lines[j] = elide(l, excerptLine)
+			}
 		}
 	}
 
@@ -201,14 +251,23 @@ func excerpt(msg string, maxLines int, fullAt string) string {
 		}
 		next = r.end
 	}
+	// The sentences that end the message (the guess at its cause) are
+	// kept whole: lines are left out before them.
+	var last []string
 	for _, it := range items[next:] {
-		out = append(out, it.lines...)
+		if it.sentence {
+			last = append(last, it.lines...)
+			continue
+		}
+		out = append(out, slices.Concat(last, it.lines)...)
+		last = nil
 	}
-	if len(out) > maxLines {
-		left := len(out) - (maxLines - 1)
-		out = append(out[:maxLines-1], elide(fmt.Sprintf("… and %d more %s; %s", left, plural(left, "line", "lines"), fullAt), excerptLine))
+	if len(out)+len(last) > maxLines {
+		keep := max(maxLines-1-len(last), 1)
+		left := len(out) - keep
+		out = append(out[:keep:keep], elide(fmt.Sprintf("… and %d more %s; %s", left, plural(left, "line", "lines"), fullAt), excerptLine))
 	}
-	return strings.Join(out, "\n")
+	return strings.Join(append(out, last...), "\n")
 }
 
 func plural(n int, one, many string) string {
