@@ -117,7 +117,7 @@ type claimantResult struct {
 	sleep       *faults.Fault // the claimant's sleep, then its failure
 	slept       int64
 	watch       claimantWatch
-	cancelled     []int // the claimant's backend, cancelled by the harness
+	cancelled   []int // the claimant's backend, cancelled by the harness
 	// inconclusive, when set, says why the play proves nothing; retry is
 	// set when playing again may prove something.
 	inconclusive string

@@ -7,8 +7,8 @@ import (
 	"hash/fnv"
 	"maps"
 	"math/rand/v2"
-	"slices"
 	"os"
+	"slices"
 	"strings"
 	"time"
 

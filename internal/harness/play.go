@@ -57,8 +57,8 @@ type Play struct {
 	// stoppedCrashes keeps the crashes of the instances Stop forgot.
 	stoppedCrashes map[int][]string
 	attempts       map[eventKey]int
-	history   []Attempt
-	pending   int // deliveries in flight
+	history        []Attempt
+	pending        int // deliveries in flight
 	// inFlight counts the deliveries in flight per event, and released is
 	// closed (and replaced) whenever one of them ends: a redelivery waits
 	// on it for the event's other deliveries to end (see
