@@ -73,12 +73,12 @@ func (s *state) failedClaimant(v claimantVariant) {
 			s.cfg.logf("concurrent-delivery (%s): %d plays of %d rounds, %d deliveries each", v.name, len(plays), n, s.cfg.contenders)
 		}, sc.timeout())
 
-		sc.noteRule(fixtures.ConcurrentDeliveryFailedClaimantNotLost, func() ([]string, string) {
+		sc.judgedRule(fixtures.ConcurrentDeliveryFailedClaimantNotLost, func() judgement {
 			problems, note, unproven := judgeClaimant(plays)
 			if unproven != "" {
 				notSupported(unproven)
 			}
-			return problems, note
+			return judgement{problems: problems, note: note, hint: claimantHint(plays)}
 		})
 	})
 }
@@ -365,6 +365,42 @@ func judgeClaimant(plays []claimantResult) (problems []string, note, unproven st
 		note += fmt.Sprintf("; %d more plays proved nothing: %s", len(why), strings.Join(why, "; "))
 	}
 	return nil, note, ""
+}
+
+// claimantHint guesses at the cause of the plays' violations from what
+// they show, "" when the rule's usual suspect fits: events applied more
+// than once point to claims that do not exclude each other; events lost
+// without any copy acknowledged Duplicate point to a claim the
+// redeliveries never get past. Events lost to copies acknowledged
+// Duplicate while the claimant held them are the usual suspect's.
+func claimantHint(plays []claimantResult) string {
+	var extra, stuck, suspect bool
+	for _, p := range plays {
+		switch n := len(p.effects); {
+		case n == 1:
+		case n > 1:
+			extra = true
+		case len(p.heldDuplicates()) > 0 && !p.claimant.Acked():
+			suspect = true
+		default:
+			stuck = true
+		}
+	}
+	var hints []string
+	if extra {
+		hints = append(hints, "deliveries that overlapped each applied the event, so the claim does not keep the others out: a check-then-insert without a unique constraint or a lock")
+	}
+	if stuck {
+		hints = append(hints, "no copy was acknowledged Duplicate, yet none applied the effect once the claimant failed: its claim outlives its rollback (a marker committed before the effect, or a lease that never runs out), and the redeliveries never get past it")
+	}
+	if len(hints) == 0 {
+		return "" // the usual suspect fits
+	}
+	if suspect {
+		r, _ := fixtures.Lookup(fixtures.ConcurrentDeliveryFailedClaimantNotLost)
+		hints = append(hints, r.Suspect)
+	}
+	return strings.Join(hints, "; or ")
 }
 
 // heldDuplicates returns the contenders acknowledged as Duplicate while the
