@@ -56,6 +56,7 @@ func parseSoak(args []string, stderr io.Writer) (soakFlags, error) {
 	fs.StringVar(&f.jsonPath, "json", "", "write the report as JSON to this file")
 	fs.StringVar(&f.htmlPath, "html", "", "write the report as one self-contained HTML page to this file")
 	fs.DurationVar(&f.deliveryTimeout, "delivery-timeout", suite.DefaultDeliveryTimeout, "how long one delivery may take before it counts as hung (an unknown outcome)")
+	fs.DurationVar(&f.cfg.RedeliveryPatience, "redelivery-patience", suite.DefaultRedeliveryPatience, "how long the broker goes on redelivering a copy whose deliveries end unknown, after pauses growing from 10ms to 1s; one that runs out of it while faults are injected gets a whole patience again once they are healed")
 	fs.BoolVar(&f.verbose, "v", false, "verbose: the harness's and the implementation's log lines on stderr")
 	if err := fs.Parse(args); err != nil {
 		return f, err
@@ -80,6 +81,8 @@ func parseSoak(args []string, stderr io.Writer) (soakFlags, error) {
 		return f, fmt.Errorf("--conflicts is a share between 0 and 1, not %g", f.cfg.Conflicts)
 	case f.deliveryTimeout <= 0:
 		return f, errors.New("--delivery-timeout must be positive")
+	case f.cfg.RedeliveryPatience <= 0:
+		return f, fmt.Errorf("--redelivery-patience must be positive, not %s", f.cfg.RedeliveryPatience)
 	}
 	if f.cfg.Duration == 0 && f.cfg.Events == 0 {
 		f.cfg.Duration = soak.DefaultDuration

@@ -24,6 +24,12 @@ type Config struct {
 	Seed int64 `json:"seed"`
 	// DeliveryTimeout bounds one delivery.
 	DeliveryTimeout time.Duration `json:"delivery_timeout_ns"`
+	// RedeliveryPatience is how long the broker goes on redelivering a
+	// copy whose deliveries end unknown (see harness.Backoff for the
+	// pauses); 0 means harness.DefaultRedeliveryPatience. A copy that runs
+	// out of it while the nemesis is on is parked, and gets a whole
+	// patience again once the faults are healed.
+	RedeliveryPatience time.Duration `json:"redelivery_patience_ns,omitempty"`
 }
 
 // Defaults of the command's flags.

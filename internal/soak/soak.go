@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -55,15 +56,11 @@ type Progress struct {
 	Fault string
 }
 
-// Retry bounds. A delivery that fails is redelivered after a backoff, as a
-// broker does; one that failed loadTries times during the load waits for
-// the settling phase, when the nemesis is stopped, and gets settleTries
-// more.
-const (
-	loadTries   = 20
-	settleTries = 10
-	maxBackoff  = 500 * time.Millisecond
-)
+// A delivery whose outcome is unknown is redelivered as the harness's
+// broker does (harness.Backoff), for the patience (Config.RedeliveryPatience)
+// since the copy's first unknown outcome; one that runs out of it during the
+// load waits for the settling phase, when the nemesis is stopped, and gets
+// a whole patience again.
 
 // Settling bounds: how long the soak redelivers after the load at most,
 // and after an interruption.
@@ -100,6 +97,7 @@ func Run(ctx context.Context, run *harness.Run, adapter adapters.Adapter, cfg Co
 		cfg: cfg, opts: opts, run: run, play: play, gen: newGenerator(cfg),
 		checker: NewChecker(Namespace), start: play.Started(),
 		open: map[uint32]*eventState{}, concurrent: map[uint32]bool{},
+		rng:  rand.New(rand.NewPCG(uint64(cfg.Seed), 0x6272_6f6b_6572)), // "broker"
 		wake: make(chan struct{}, 1), fatalCh: make(chan struct{}),
 	}
 	s.nem = newNemesis(s)
@@ -145,7 +143,8 @@ type soaker struct {
 	next        uint32                 // events generated
 	open        map[uint32]*eventState // events with deliveries still to make
 	due         jobHeap
-	parked      []job // failed loadTries times: redelivered when settling
+	parked      []job // ran out of patience during the load: redelivered when settling
+	rng         *rand.Rand // the broker's jitter; guarded by mu
 	outstanding int   // jobs queued, delayed, parked or running
 	settling    bool
 	phase       string
@@ -171,6 +170,9 @@ type job struct {
 	variant Variant
 	due     time.Duration // from the start, for delayed jobs
 	tries   int           // failed deliveries of this copy so far
+	// failing is when the copy's first unknown outcome ended, from the
+	// start: its patience counts from there.
+	failing time.Duration
 }
 
 type jobHeap []job
@@ -246,7 +248,7 @@ func (s *soaker) soak(ctx context.Context) (Report, error) {
 	s.mu.Lock()
 	s.settling = true
 	for _, j := range s.parked {
-		j.tries, j.due = 0, s.since()
+		j.tries, j.due, j.failing = 0, s.since(), s.since()
 		heap.Push(&s.due, j)
 	}
 	s.parked = nil
@@ -555,14 +557,13 @@ func (s *soaker) after(j job, op Op) {
 	now := s.since()
 	switch op.Status {
 	case Info:
-		j.tries++
-		limit := loadTries
-		if s.settling {
-			limit = settleTries
+		if j.tries == 0 {
+			j.failing = now
 		}
-		next := job{event: j.event, variant: j.variant, tries: j.tries, due: now + backoff(j.tries)}
+		j.tries++
+		next := job{event: j.event, variant: j.variant, tries: j.tries, failing: j.failing, due: now + harness.Backoff(j.tries, s.rng)}
 		switch {
-		case j.tries < limit:
+		case next.due-j.failing < s.patience():
 			s.scheduleLocked(next)
 		case !s.settling:
 			s.parked = append(s.parked, next)
@@ -589,10 +590,12 @@ func (s *soaker) after(j job, op Op) {
 	}
 }
 
-// backoff is the wait before the tries-th redelivery: 10ms doubling to
-// maxBackoff.
-func backoff(tries int) time.Duration {
-	return min(10*time.Millisecond<<min(tries, 10), maxBackoff)
+// patience is the broker's patience with one copy.
+func (s *soaker) patience() time.Duration {
+	if s.cfg.RedeliveryPatience > 0 {
+		return s.cfg.RedeliveryPatience
+	}
+	return harness.DefaultRedeliveryPatience
 }
 
 // observe reads what happened: it drains the implementation's external
