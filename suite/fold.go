@@ -34,11 +34,13 @@ func (s *state) certificate() certificate.Certificate {
 		Seed:         s.seed,
 		Faults:       map[string]int64{},
 		Crashes:      s.crashes,
+		Redelivery:   s.redelivery,
 		Started:      s.started,
 	}
 	if !s.started.IsZero() {
 		cert.Duration = time.Since(s.started).Seconds()
 	}
+	cert.Redelivery.Patience = s.cfg.redeliveryPatience.Seconds()
 	if s.run != nil {
 		maps.Copy(cert.Faults, s.run.FaultsFired())
 	}

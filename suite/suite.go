@@ -91,8 +91,10 @@ type state struct {
 	hosted bool
 	cert   *certificate.Certificate
 	// crashes are the crashes of the implementation, by play and
-	// instance, as the plays closed.
-	crashes []certificate.Crash
+	// instance, and redelivery what the plays needed of the broker, as
+	// the plays closed.
+	crashes    []certificate.Crash
+	redelivery certificate.Redelivery
 }
 
 // newState prepares a registration of adapter.
@@ -435,6 +437,9 @@ func (s *state) newPlay(ctx context.Context, name string) *harness.Play {
 			crashes := play.CrashesOf(n)
 			s.crashes = append(s.crashes, certificate.Crash{Play: name, Instance: n, Count: len(crashes), First: crashes[0]})
 		}
+		r := play.Redelivery()
+		s.redelivery.LongestWait = max(s.redelivery.LongestWait, r.LongestWait.Seconds())
+		s.redelivery.GaveUp += r.GaveUp
 		cctx, cancel := s.cleanupContext(ctx)
 		defer cancel()
 		Expect(play.Close(cctx)).To(Succeed(), "clean up the play's environment")

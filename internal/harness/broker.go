@@ -76,6 +76,11 @@ type broker struct {
 	// wake is closed and replaced on progress and on giving up, for the
 	// episodes waiting out a backoff.
 	wake chan struct{}
+	// longest is the longest stall the play ended with progress: how long
+	// the implementation made the broker wait. gaveUps counts the stalls
+	// the broker gave up on.
+	longest time.Duration
+	gaveUps int
 }
 
 func newBroker(patience time.Duration, seed uint64, play string) *broker {
@@ -89,6 +94,9 @@ func newBroker(patience time.Duration, seed uint64, play string) *broker {
 func (b *broker) progress() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if b.episodes > 0 && b.gaveUp == "" {
+		b.longest = max(b.longest, time.Since(b.stallFrom))
+	}
 	b.stallFrom = time.Now()
 	b.gaveUp = ""
 	b.wakeLocked()
@@ -121,6 +129,25 @@ func (b *broker) close() {
 	b.episodes--
 }
 
+// Redelivery is how patient the broker had to be in a run or a play.
+type Redelivery struct {
+	// Patience is the broker's patience.
+	Patience time.Duration
+	// LongestWait is the longest the implementation made the broker wait,
+	// redelivering, before one of its deliveries was acknowledged or
+	// refused again.
+	LongestWait time.Duration
+	// GaveUp counts the times the broker ran out of patience.
+	GaveUp int
+}
+
+// Redelivery is how patient the broker had to be in the play so far.
+func (s *Play) Redelivery() Redelivery {
+	s.broker.mu.Lock()
+	defer s.broker.mu.Unlock()
+	return Redelivery{Patience: s.broker.patience, LongestWait: s.broker.longest, GaveUp: s.broker.gaveUps}
+}
+
 // backoff returns the pause before redelivery k.
 func (b *broker) backoff(k int) time.Duration {
 	b.mu.Lock()
@@ -145,6 +172,7 @@ func (b *broker) await(ctx context.Context, d time.Duration, onGiveUp func()) st
 		left := b.patience - time.Since(b.stallFrom)
 		if left <= 0 {
 			b.gaveUp = fmt.Sprintf("none of the play's deliveries was acknowledged or refused for %s, the broker's patience (--redelivery-patience)", shortdur.Format(b.patience))
+			b.gaveUps++
 			b.wakeLocked()
 			why := b.gaveUp
 			b.mu.Unlock()

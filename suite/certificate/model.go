@@ -139,9 +139,25 @@ type Certificate struct {
 	// protocol), and the deliveries of an in-process implementation that
 	// panicked; absent when there were none.
 	Crashes []Crash `json:"crashes,omitempty"`
+	// Redelivery says how patient the broker the harness played was, and
+	// had to be.
+	Redelivery Redelivery `json:"redelivery"`
 	// Started and Duration time the run.
 	Started  time.Time `json:"started_at"`
 	Duration float64   `json:"duration_s"`
+}
+
+// Redelivery is the broker's patience and what the run needed of it.
+type Redelivery struct {
+	// Patience is how long the broker went on redelivering while none of
+	// a play's deliveries was acknowledged or refused, in seconds.
+	Patience float64 `json:"patience_s"`
+	// LongestWait is the longest the implementation made the broker
+	// redeliver before one of its deliveries was acknowledged or refused
+	// again, in seconds: how much of the patience it needed.
+	LongestWait float64 `json:"longest_wait_s"`
+	// GaveUp counts the times the broker ran out of patience.
+	GaveUp int `json:"gave_up"`
 }
 
 // Crash is the crashes of one instance of the implementation in one play.
