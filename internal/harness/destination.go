@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"slices"
 	"strings"
 	"time"
@@ -70,18 +69,24 @@ func DrainLimit(d adapters.Declaration, timeout time.Duration, instances int) ti
 	return addSat(mulSat(CallSlot(max(timeout, SendPace(d))), instances), QuietBound(d, timeout))
 }
 
-// addSat and mulSat are + and * that stop at the longest time.Duration: a
-// declared delay may be as long as a Duration holds.
+// longestWait is where addSat and mulSat stop: ten years, which no run
+// waits, and far enough below the longest time.Duration that a caller may
+// add a few of them, and a budget, without overflow. A declared delay may
+// be as long as a Duration holds.
+const longestWait = 10 * 365 * 24 * time.Hour
+
+// addSat and mulSat are + and * of non-negative durations that stop at
+// longestWait.
 func addSat(a, b time.Duration) time.Duration {
-	if a > math.MaxInt64-b {
-		return math.MaxInt64
+	if a >= longestWait || b >= longestWait-a {
+		return longestWait
 	}
 	return a + b
 }
 
 func mulSat(a time.Duration, n int) time.Duration {
-	if n > 0 && a > math.MaxInt64/time.Duration(n) {
-		return math.MaxInt64
+	if n > 0 && a >= longestWait/time.Duration(n) {
+		return longestWait
 	}
 	return a * time.Duration(n)
 }
