@@ -161,32 +161,42 @@ type Declaration struct {
 	// outside the database, at [Env.Destination]; NoExternalEffects when it
 	// makes none.
 	ExternalEffects ExternalEffects
+	// MaxSendDelay is the longest the implementation may take to send an
+	// external effect after the commit that made it owed, and between two
+	// tries of a failed send: an outbox relay's poll interval, say. The
+	// harness waits at this pace for sends before it judges what reached
+	// the destination, so that a relay slower than its default pace is not
+	// judged before it sent (docs/external-effects.md gives the default).
+	// Zero means not declared; it needs ExternalEffects.
+	MaxSendDelay time.Duration
 }
 
 // declarationJSON is a [Declaration] as JSON spells it, in the exec
 // protocol's hello (docs/protocol.md) and in a certificate's declared and
-// verified capabilities (docs/reports.md): the window in seconds.
+// verified capabilities (docs/reports.md): durations in seconds.
 type declarationJSON struct {
 	ConflictPolicy   ConflictPolicy  `json:"conflict_policy"`
 	RedeliveryWindow float64         `json:"redelivery_window_s"`
 	AcceptsClock     bool            `json:"accepts_clock"`
 	ExternalEffects  ExternalEffects `json:"external_effects,omitempty"`
+	MaxSendDelay     float64         `json:"max_send_delay_s,omitempty"`
 }
 
 // MarshalJSON encodes d as
-// {"conflict_policy":"reject","redelivery_window_s":86400,"accepts_clock":true,"external_effects":"outbox"},
-// the window in seconds ("" and 0 declare no policy and no window;
-// external_effects is absent when none are declared).
+// {"conflict_policy":"reject","redelivery_window_s":86400,"accepts_clock":true,"external_effects":"outbox","max_send_delay_s":3},
+// durations in seconds ("" and 0 declare no policy and no window;
+// external_effects and max_send_delay_s are absent when not declared, so
+// that a declaration without them reads as it did before they existed).
 func (d Declaration) MarshalJSON() ([]byte, error) {
-	return json.Marshal(declarationJSON{d.ConflictPolicy, d.RedeliveryWindow.Seconds(), d.AcceptsClock, d.ExternalEffects})
+	return json.Marshal(declarationJSON{d.ConflictPolicy, d.RedeliveryWindow.Seconds(), d.AcceptsClock, d.ExternalEffects, d.MaxSendDelay.Seconds()})
 }
 
 // UnmarshalJSON decodes what [Declaration.MarshalJSON] encodes. Absent
 // fields are zero and unknown fields are ignored, as for a struct; a
-// window that is negative, not a number or too long for a time.Duration
-// is an error, since no duration stands for it. It does not check the
-// conflict policy: [Adapter.Validate] does, and so does the exec
-// protocol's hello.
+// window or a send delay that is negative, not a number or too long for a
+// time.Duration is an error, since no duration stands for it. It does not
+// check the conflict policy, nor that a send delay comes with external
+// effects: [Adapter.Validate] does, and so does the exec protocol's hello.
 func (d *Declaration) UnmarshalJSON(data []byte) error {
 	if string(data) == "null" {
 		return nil
@@ -195,13 +205,25 @@ func (d *Declaration) UnmarshalJSON(data []byte) error {
 	if err := json.Unmarshal(data, &j); err != nil {
 		return err
 	}
-	w := j.RedeliveryWindow
-	// 2^63 ns, one past the longest time.Duration, is exact in a float64.
-	if math.IsNaN(w) || w < 0 || w*float64(time.Second) >= math.MaxInt64 {
-		return fmt.Errorf("declaration: redelivery_window_s %v is not a duration between 0 and %.0f seconds", w, time.Duration(math.MaxInt64).Seconds())
+	window, err := seconds("redelivery_window_s", j.RedeliveryWindow)
+	if err != nil {
+		return err
 	}
-	*d = Declaration{ConflictPolicy: j.ConflictPolicy, RedeliveryWindow: time.Duration(w * float64(time.Second)), AcceptsClock: j.AcceptsClock, ExternalEffects: j.ExternalEffects}
+	delay, err := seconds("max_send_delay_s", j.MaxSendDelay)
+	if err != nil {
+		return err
+	}
+	*d = Declaration{ConflictPolicy: j.ConflictPolicy, RedeliveryWindow: window, AcceptsClock: j.AcceptsClock, ExternalEffects: j.ExternalEffects, MaxSendDelay: delay}
 	return nil
+}
+
+// seconds converts the declaration's field name, s seconds, to a duration.
+func seconds(name string, s float64) (time.Duration, error) {
+	// 2^63 ns, one past the longest time.Duration, is exact in a float64.
+	if math.IsNaN(s) || s < 0 || s*float64(time.Second) >= math.MaxInt64 {
+		return 0, fmt.Errorf("declaration: %s %v is not a duration between 0 and %.0f seconds", name, s, time.Duration(math.MaxInt64).Seconds())
+	}
+	return time.Duration(s * float64(time.Second)), nil
 }
 
 // Env is what the harness gives an implementation instance at construction.
@@ -296,6 +318,12 @@ func (a Adapter) Validate() error {
 	}
 	if !a.Declares.ExternalEffects.Valid() {
 		return fmt.Errorf("adapter %q declares unknown external effects %q (known: %q, %q)", a.Name, a.Declares.ExternalEffects, Outbox, DestinationIdempotency)
+	}
+	switch d := a.Declares.MaxSendDelay; {
+	case d < 0:
+		return fmt.Errorf("adapter %q declares a negative max send delay %s", a.Name, d)
+	case d > 0 && a.Declares.ExternalEffects == NoExternalEffects:
+		return fmt.Errorf("adapter %q declares a max send delay of %s but no external effects: the delay bounds how long it takes to send an external effect, so declare ExternalEffects too, or no delay", a.Name, d)
 	}
 	return nil
 }

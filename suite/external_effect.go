@@ -36,8 +36,8 @@ type extVariant struct {
 	// inconclusive: a planned fault that did not fire makes the variant
 	// not-supported rather than failed, because an implementation may
 	// legitimately not reach it (a relay that did not send while the
-	// destination was down, or not within the delivery timeout after the
-	// commit). For the other variants the fault acts on the first request
+	// destination was down, or not within x.sendWait() of the commit).
+	// For the other variants the fault acts on the first request
 	// the destination sees for the event, so it fires whenever the event's
 	// effect reaches the destination at all: not firing is a loss.
 	inconclusive bool
@@ -141,10 +141,10 @@ var extVariants = []extVariant{
 			first[i] = x.play.Deliver(ctx, 1, ev)
 		}
 		// A relay sends after the commit, maybe after Deliver returned:
-		// wait for its first refused connection, at most a delivery
-		// timeout, before the destination comes back.
+		// wait for its first refused connection, at most x.sendWait(),
+		// before the destination comes back.
 		if !x.wait(ctx, down.Arrived()) {
-			x.skip = fmt.Sprintf("the implementation made no request in the %s the destination was down after the deliveries", x.s.cfg.deliveryTimeout)
+			x.skip = fmt.Sprintf("the implementation made no request in the %s the destination was down after the deliveries", x.sendWait())
 		}
 		x.dest.Up()
 		x.notes = append(x.notes, "the destination came back up; the events not acknowledged were redelivered")
@@ -172,7 +172,7 @@ var extVariants = []extVariant{
 		if !x.wait(ctx, hold.Arrived()) {
 			hold.Release()
 			<-delivered
-			x.skip = fmt.Sprintf("the destination received no request for %s within %s of its delivery, so the implementation could not be stopped between its commit and its send", ev, x.s.cfg.deliveryTimeout)
+			x.skip = fmt.Sprintf("the destination received no request for %s within %s of its delivery, so the implementation could not be stopped between its commit and its send", ev, x.sendWait())
 			return
 		}
 		x.sc.at("stopping instance 1 while its request is held")
@@ -211,10 +211,10 @@ var extVariants = []extVariant{
 	}},
 }
 
-// wait waits for ch, at most a delivery timeout; it reports whether ch
-// was closed.
+// wait waits for ch, at most x.sendWait(); it reports whether ch was
+// closed.
 func (x *extPlay) wait(ctx context.Context, ch <-chan struct{}) bool {
-	wctx, cancel := context.WithTimeout(ctx, x.s.cfg.deliveryTimeout)
+	wctx, cancel := context.WithTimeout(ctx, x.sendWait())
 	defer cancel()
 	select {
 	case <-ch:
@@ -222,6 +222,14 @@ func (x *extPlay) wait(ctx context.Context, ch <-chan struct{}) bool {
 	case <-wctx.Done():
 		return false
 	}
+}
+
+// sendWait is how long the play waits for the first request an
+// implementation makes after its commit: a delivery timeout, or the send
+// pace when that is longer (a relay polling every 3 s sends up to 3 s
+// after the commit).
+func (x *extPlay) sendWait() time.Duration {
+	return max(x.s.cfg.deliveryTimeout, harness.SendPace(x.s.adapter.Declares))
 }
 
 func (s *state) externalEffect() {
@@ -232,10 +240,13 @@ func (s *state) externalEffect() {
 					x   = &extPlay{s: s, tag: fmt.Sprint(i + 1)}
 					app fixtures.Applicability
 				)
-				// Two instances at most built, two drains, and every
-				// event delivered until terminal and once more, by two
-				// deliveries per event of conflicts and workers at most.
-				x.sc = s.scenario(fixtures.ExternalEffect+" / "+v.name, work{calls: 4 + 4*2, waits: harness.QuietPeriod + slowAnswer + stopGrace}.plus(untilTerminal(4)))
+				// Two instances at most built, and every event delivered
+				// until terminal and once more, by two deliveries per
+				// event of conflicts and workers at most; then one wait
+				// for a first send, and the drain of two instances at
+				// the implementation's pace.
+				waits := x.sendWait() + harness.DrainLimit(s.adapter.Declares, s.cfg.deliveryTimeout, 2) + slowAnswer + stopGrace
+				x.sc = s.scenario(fixtures.ExternalEffect+" / "+v.name, work{calls: 2 + 4*2, waits: waits}.plus(untilTerminal(4)))
 				BeforeAll(func(ctx SpecContext) {
 					if app = s.applies(fixtures.ExternalEffect, nil); !app.Runs {
 						return

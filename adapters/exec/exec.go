@@ -110,8 +110,8 @@ func (i Info) sameAs(o Info) bool {
 }
 
 func describe(i Info) string {
-	return fmt.Sprintf("%s (protocol %d, conflict policy %q, window %s, accepts clock %t, external effects %q, max in flight %d)",
-		i.Implementation, i.Protocol, i.Declares.ConflictPolicy, i.Declares.RedeliveryWindow, i.Declares.AcceptsClock, i.Declares.ExternalEffects, i.MaxInFlight)
+	return fmt.Sprintf("%s (protocol %d, conflict policy %q, window %s, accepts clock %t, external effects %q, max send delay %s, max in flight %d)",
+		i.Implementation, i.Protocol, i.Declares.ConflictPolicy, i.Declares.RedeliveryWindow, i.Declares.AcceptsClock, i.Declares.ExternalEffects, i.Declares.MaxSendDelay, i.MaxInFlight)
 }
 
 // ErrHandshake marks a child that could not complete hello: it is the wrong

@@ -24,11 +24,14 @@ type adapterInfo struct {
 	RedeliveryWindow float64 `json:"redelivery_window_s"`
 	AcceptsClock     bool    `json:"accepts_clock"`
 	ExternalEffects  string  `json:"external_effects"`
+	// MaxSendDelay is absent when not declared, as in the declaration's
+	// own JSON.
+	MaxSendDelay float64 `json:"max_send_delay_s,omitempty"`
 }
 
 func infoOf(a adapters.Adapter) adapterInfo {
 	d := a.Declares
-	return adapterInfo{a.Name, string(d.ConflictPolicy), d.RedeliveryWindow.Seconds(), d.AcceptsClock, string(d.ExternalEffects)}
+	return adapterInfo{a.Name, string(d.ConflictPolicy), d.RedeliveryWindow.Seconds(), d.AcceptsClock, string(d.ExternalEffects), d.MaxSendDelay.Seconds()}
 }
 
 // list prints the built-in adapters and the rules, or, with --adapter or
@@ -98,7 +101,7 @@ func listAll(asJSON bool, stdout, stderr io.Writer) int {
 		return printJSON(stdout, stderr, out)
 	}
 	w := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(w, "ADAPTER\tCONFLICT POLICY\tREDELIVERY WINDOW\tACCEPTS CLOCK\tEXTERNAL EFFECTS")
+	fmt.Fprintln(w, "ADAPTER\tCONFLICT POLICY\tREDELIVERY WINDOW\tACCEPTS CLOCK\tEXTERNAL EFFECTS\tMAX SEND DELAY")
 	for _, a := range builtin.All() {
 		policy := string(a.Declares.ConflictPolicy)
 		if policy == "" {
@@ -108,7 +111,11 @@ func listAll(asJSON bool, stdout, stderr io.Writer) int {
 		if external == "" {
 			external = "(none)"
 		}
-		fmt.Fprintf(w, "%s\t%s\t%s\t%t\t%s\n", a.Name, policy, a.Declares.RedeliveryWindow, a.Declares.AcceptsClock, external)
+		delay := "(none)"
+		if a.Declares.MaxSendDelay > 0 {
+			delay = a.Declares.MaxSendDelay.String()
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%t\t%s\t%s\n", a.Name, policy, a.Declares.RedeliveryWindow, a.Declares.AcceptsClock, external, delay)
 	}
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "RULE\tFIXTURE\tLEVEL\tDOC")

@@ -7,9 +7,11 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/onsi/ginkgo/v2/types"
 
+	"github.com/harmless-dev/harmless/adapters"
 	harmlessexec "github.com/harmless-dev/harmless/adapters/exec"
 	"github.com/harmless-dev/harmless/fixtures"
 	"github.com/harmless-dev/harmless/internal/execchild"
@@ -246,5 +248,32 @@ func TestListAgreesWithTheRun(t *testing.T) {
 	}
 	if cert.Faults["hook:panic"] != 0 || cert.Faults["hook:cancel"] != 0 || cert.Faults["db:raise@commit"] == 0 {
 		t.Errorf("faults fired: %v; want no Go hook, which list said would not be played, and the others", cert.Faults)
+	}
+}
+
+// TestListShowsTheSendDelay: list names the declared max send delay, in
+// seconds in its JSON, absent there when none is declared, as in the
+// declaration's own JSON; its table has a column for it.
+func TestListShowsTheSendDelay(t *testing.T) {
+	declared := adapters.Adapter{Name: "paced", Declares: adapters.Declaration{ExternalEffects: adapters.Outbox, MaxSendDelay: 3 * time.Second}}
+	for _, tc := range []struct {
+		adapter adapters.Adapter
+		want    string
+	}{
+		{declared, `{"name":"paced","conflict_policy":"","redelivery_window_s":0,"accepts_clock":false,"external_effects":"outbox","max_send_delay_s":3}`},
+		{adapters.Adapter{Name: "unpaced", Declares: adapters.Declaration{ExternalEffects: adapters.Outbox}}, `{"name":"unpaced","conflict_policy":"","redelivery_window_s":0,"accepts_clock":false,"external_effects":"outbox"}`},
+	} {
+		data, err := json.Marshal(infoOf(tc.adapter))
+		if err != nil || string(data) != tc.want {
+			t.Errorf("%s: %s (%v); want %s", tc.adapter.Name, data, err, tc.want)
+		}
+	}
+	var stdout, stderr bytes.Buffer
+	if code := run([]string{"list"}, &stdout, &stderr); code != exitCertified {
+		t.Fatalf("list: exit code %d: %s", code, stderr.String())
+	}
+	header, _, _ := strings.Cut(stdout.String(), "\n")
+	if !strings.HasSuffix(strings.Join(strings.Fields(header), " "), "EXTERNAL EFFECTS MAX SEND DELAY") {
+		t.Errorf("list's adapter table starts %q; want a MAX SEND DELAY column after EXTERNAL EFFECTS", header)
 	}
 }

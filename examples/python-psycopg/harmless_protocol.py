@@ -72,6 +72,9 @@ class Declarations:
     accepts_clock: bool
     max_in_flight: int  # requests handled at once by one process, 1 to 1024
     external_effects: str = ""  # "outbox", "destination-idempotency" or "" (none)
+    # The longest, in seconds, the relay takes to send after a commit and
+    # between two tries of a failed send; 0 declares none (docs/protocol.md).
+    max_send_delay_s: float = 0
 
 
 class Handler(Protocol):
@@ -236,6 +239,8 @@ class _Server:
         }
         if d.external_effects:
             declares["external_effects"] = d.external_effects
+        if d.max_send_delay_s:
+            declares["max_send_delay_s"] = d.max_send_delay_s
         return {
             "protocol": PROTOCOL_VERSION,
             "implementation": {"name": d.name, "version": d.version},

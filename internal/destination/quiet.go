@@ -7,17 +7,21 @@ import (
 )
 
 // Quiet returns once the destination has had no request in progress and
-// none arriving (connections refused by Down included) for period, or with
-// an error when ctx ends first. The harness uses it to wait for an
-// implementation whose external effects are sent in the background and
-// that cannot tell when it is idle (no adapters.Drainer).
+// none arriving (connections refused by Down included) for period, counted
+// from the call at the earliest, or with an error when ctx ends first. The
+// harness uses it to wait for an implementation whose external effects are
+// sent in the background, at its own pace. It counts from the call, not
+// only from the last request, because the caller has just seen effects
+// committed: a request that came long before the commits says nothing of
+// when the relay will send them.
 func (s *Server) Quiet(ctx context.Context, period time.Duration) error {
+	called := time.Now()
 	timer := time.NewTimer(period)
 	defer timer.Stop()
 	for {
 		s.mu.Lock()
 		busy := s.inFlight > 0
-		wait := period - time.Since(s.last)
+		wait := period - time.Since(later(s.last, called))
 		changed := s.changed
 		s.mu.Unlock()
 		if !busy && wait <= 0 {
@@ -35,4 +39,11 @@ func (s *Server) Quiet(ctx context.Context, period time.Duration) error {
 		case <-elapsed:
 		}
 	}
+}
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }

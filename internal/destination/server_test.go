@@ -527,6 +527,15 @@ func TestQuiet(t *testing.T) {
 	if last := s.Requests()[0].At; time.Since(last) < period {
 		t.Errorf("Quiet returned %v after the last request, before the period %v", time.Since(last), period)
 	}
+	// The period counts from the call: the request, a period old by
+	// now, does not shorten the wait.
+	called := time.Now()
+	if err := s.Quiet(t.Context(), period); err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(called); took < period {
+		t.Errorf("Quiet returned %v after the call, %v after the last request; want a whole period %v after the call", took, time.Since(s.Requests()[0].At), period)
+	}
 	// A request in progress keeps the destination busy, however long.
 	f, err := s.Hold(ev1, 2)
 	if err != nil {

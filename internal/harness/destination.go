@@ -5,17 +5,91 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/harmless-dev/harmless/adapters"
 	"github.com/harmless-dev/harmless/internal/destination"
+	"github.com/harmless-dev/harmless/internal/shortdur"
 )
 
-// QuietPeriod is how long the destination must have had no request before
-// the harness takes an implementation that cannot be drained (no
-// [adapters.Drainer]) to be idle. A relay that waits longer than this
-// between two sends is judged before it sends.
-const QuietPeriod = time.Second
+// DefaultSendPace is how long the destination must have had no request
+// before the harness takes the sends of an implementation that declares no
+// [adapters.Declaration.MaxSendDelay] to be done. It certifies a relay
+// that polls its outbox every 3 s and retries a failed send on its next
+// poll: the gaps between its requests are at most about 3 s, and 2 s more
+// cover a poll that starts late on a loaded machine, its query and its
+// connection.
+const DefaultSendPace = 5 * time.Second
+
+// A declared MaxSendDelay gets a margin of 1/sendMarginDivisor of itself,
+// and at least minSendMargin: a relay that sleeps its declared delay still
+// queries, connects and sends after it, late when the machine is loaded,
+// and relays commonly add jitter in proportion to their interval.
+const (
+	sendMarginDivisor = 2
+	minSendMargin     = time.Second
+)
+
+// quietBoundPaces is how many send paces the harness waits, at most, for
+// a destination that keeps receiving requests to go quiet (the delivery
+// timeout when that is longer). A relay that is done goes quiet one pace
+// after its last send; one still retrying the few faults a play plans is
+// done within a few paces. Ten bound a relay that sends forever, or
+// retries what the destination keeps refusing, so that the play is judged
+// in bounded time.
+const quietBoundPaces = 10
+
+// ErrStillSending marks a drain cut at its bound ([QuietBound]) while the
+// destination was still receiving requests.
+var ErrStillSending = errors.New("the destination was still receiving requests")
+
+// SendPace is how long the destination must have had no request before the
+// harness takes an implementation's sends to be done: its declared
+// MaxSendDelay and a margin (half of it, at least a second), else
+// [DefaultSendPace].
+func SendPace(d adapters.Declaration) time.Duration {
+	if d.MaxSendDelay <= 0 {
+		return DefaultSendPace
+	}
+	return addSat(d.MaxSendDelay, max(d.MaxSendDelay/sendMarginDivisor, minSendMargin))
+}
+
+// QuietBound is the longest [Play.Drain] waits for the destination to go
+// quiet: quietBoundPaces send paces, or the delivery timeout when that is
+// longer.
+func QuietBound(d adapters.Declaration, timeout time.Duration) time.Duration {
+	return max(timeout, mulSat(SendPace(d), quietBoundPaces))
+}
+
+// DrainLimit is the longest [Play.Drain] takes for a play of at most
+// instances instances: a guarded Drain call for each, then the wait for
+// the destination to go quiet. Scenarios budget their drains with it.
+func DrainLimit(d adapters.Declaration, timeout time.Duration, instances int) time.Duration {
+	return addSat(mulSat(CallSlot(max(timeout, SendPace(d))), instances), QuietBound(d, timeout))
+}
+
+// longestWait is where addSat and mulSat stop: ten years, which no run
+// waits, and far enough below the longest time.Duration that a caller may
+// add a few of them, and a budget, without overflow. A declared delay may
+// be as long as a Duration holds.
+const longestWait = 10 * 365 * 24 * time.Hour
+
+// addSat and mulSat are + and * of non-negative durations that stop at
+// longestWait.
+func addSat(a, b time.Duration) time.Duration {
+	if a >= longestWait || b >= longestWait-a {
+		return longestWait
+	}
+	return a + b
+}
+
+func mulSat(a time.Duration, n int) time.Duration {
+	if n > 0 && a >= longestWait/time.Duration(n) {
+		return longestWait
+	}
+	return a * time.Duration(n)
+}
 
 // Destination is a play's external destination: a [destination.Server]
 // whose fault methods also record the fault, so that the run counts its
@@ -159,12 +233,19 @@ func (s *Play) Stop(ctx context.Context, n int) (string, error) {
 }
 
 // Drain waits until the play's instances have made the external effects
-// committed so far: it calls Drain on every instance that implements
-// [adapters.Drainer], each bounded by the delivery timeout; when none
-// does, or one answers that it cannot (an error wrapping
-// errors.ErrUnsupported, as an exec child without drain), it waits until
-// the destination has had no request for [QuietPeriod], bounded by the
-// delivery timeout. It returns what it did, for the evidence.
+// committed so far, at the implementation's pace ([SendPace]). It calls
+// Drain on every instance that implements [adapters.Drainer], each bounded
+// by the delivery timeout or the send pace, whichever is longer. When an
+// instance cannot be drained (no Drainer, or an error wrapping
+// errors.ErrUnsupported, as from an exec child without drain), when there
+// is no instance, or when the adapter declares MaxSendDelay (a Drain that
+// returns early must not make the harness judge before the declared
+// pace), it then waits until the destination has had no request for the
+// send pace, counted from the start of that wait: a relay that never sends
+// costs one pace. A destination that keeps receiving requests is waited
+// for at most [QuietBound], then Drain returns an error wrapping
+// [ErrStillSending]. It returns what it did and for how long, for the
+// evidence.
 func (s *Play) Drain(ctx context.Context) (string, error) {
 	if s.Destination() == nil {
 		return "", errors.New("the play has no destination: OpenDestination was not called")
@@ -174,6 +255,8 @@ func (s *Play) Drain(ctx context.Context) (string, error) {
 	if !ok {
 		return "", fmt.Errorf("drain: %w", ErrBudgetExpired)
 	}
+	declared := s.adapter.Declares
+	pace := SendPace(declared)
 	s.mu.Lock()
 	ns := make([]int, 0, len(s.instances))
 	for n := range s.instances {
@@ -182,42 +265,66 @@ func (s *Play) Drain(ctx context.Context) (string, error) {
 	instances := s.instances
 	s.mu.Unlock()
 	slices.Sort(ns)
-	var drained []int
-	quiet := len(ns) == 0
+	start := time.Now()
+	var drained, undrainable []int
 	for _, n := range ns {
 		d, ok := instances[n].(adapters.Drainer)
 		if !ok {
-			quiet = true
+			undrainable = append(undrainable, n)
 			continue
 		}
-		_, err := guard(ctx, s.run.opts.DeliveryTimeout, func(ctx context.Context) (struct{}, error) {
+		_, err := guard(ctx, max(s.run.opts.DeliveryTimeout, pace), func(ctx context.Context) (struct{}, error) {
 			return struct{}{}, d.Drain(ctx)
 		})
 		switch {
 		case errors.Is(err, errors.ErrUnsupported):
-			quiet = true
+			undrainable = append(undrainable, n)
 		case err != nil:
-			return fmt.Sprintf("drained instances %v", drained), fmt.Errorf("drain instance %d: %w", n, err)
+			return fmt.Sprintf("drained instances %v in %s", drained, elapsed(start)), fmt.Errorf("drain instance %d: %w", n, err)
 		default:
 			drained = append(drained, n)
 		}
 	}
-	what := fmt.Sprintf("drained instances %v", drained)
-	if !quiet {
-		return what, nil
+	var what []string
+	if len(drained) > 0 {
+		what = append(what, fmt.Sprintf("drained instances %v in %s", drained, elapsed(start)))
 	}
-	if len(drained) == 0 {
-		what = ""
-	} else {
-		what += ", then "
+	switch {
+	case len(ns) == 0:
+		what = append(what, "no instance to drain")
+	case len(undrainable) > 0:
+		what = append(what, fmt.Sprintf("instances %v cannot be drained", undrainable))
+	case declared.MaxSendDelay > 0:
+		what = append(what, "the declared send pace holds after a drain")
+	default:
+		return strings.Join(what, ", "), nil
 	}
-	what += fmt.Sprintf("waited for %s without a request at the destination", QuietPeriod)
-	qctx, cancel := context.WithTimeout(ctx, s.run.opts.DeliveryTimeout)
+	why := "the default send pace; declare max_send_delay_s to change it"
+	if declared.MaxSendDelay > 0 {
+		why = fmt.Sprintf("the declared max_send_delay_s of %s and a margin", shortdur.Format(declared.MaxSendDelay))
+	}
+	bound := QuietBound(declared, s.run.opts.DeliveryTimeout)
+	waited := time.Now()
+	qctx, cancel := context.WithTimeoutCause(ctx, bound, ErrStillSending)
 	defer cancel()
-	if err := s.dest.server.Quiet(qctx, QuietPeriod); err != nil {
-		return what, err
+	err := s.dest.server.Quiet(qctx, pace)
+	took := elapsed(waited)
+	switch {
+	case err == nil:
+		what = append(what, fmt.Sprintf("so waited until the destination had had no request for %s (%s): %s in all", shortdur.Format(pace), why, took))
+		return strings.Join(what, ", "), nil
+	case ctx.Err() == nil && errors.Is(context.Cause(qctx), ErrStillSending):
+		what = append(what, fmt.Sprintf("so waited for the destination to have had no request for %s (%s), and stopped after %s, the longest the harness waits (%d times that pace, or the delivery timeout when longer): the destination was still receiving requests", shortdur.Format(pace), why, took, quietBoundPaces))
+		return strings.Join(what, ", "), fmt.Errorf("drain: %w %s after the harness began waiting for %s without one", ErrStillSending, took, shortdur.Format(pace))
+	default:
+		what = append(what, fmt.Sprintf("so waited for the destination to have had no request for %s (%s), cut short after %s", shortdur.Format(pace), why, took))
+		return strings.Join(what, ", "), err
 	}
-	return what, nil
+}
+
+// elapsed is the time since start, rounded for a message.
+func elapsed(start time.Time) time.Duration {
+	return time.Since(start).Round(100 * time.Millisecond)
 }
 
 // destinationURL is the destination's URL, "" without one.

@@ -648,7 +648,7 @@ func (s *soaker) observe(ctx context.Context, rep *Report) error {
 const DrainTimeout = 10 * time.Minute
 
 // drain waits until the implementation has made the external effects it
-// committed. Play.Drain is bounded by the delivery timeout, and after a long
+// committed. Play.Drain is bounded (harness.DrainLimit), and after a long
 // load an outbox may hold a backlog its relay needs minutes to send: drain
 // asks again as long as the destination processed more since the last
 // try, up to DrainTimeout. When it gives up, the effects not made are

@@ -1,8 +1,13 @@
 package certificate
 
 import (
+	"bytes"
 	"encoding/json"
+	"strings"
 	"testing"
+	"time"
+
+	"github.com/harmless-dev/harmless/adapters"
 )
 
 // TestJSON: the certificate's JSON has the fields docs/reports.md lists,
@@ -58,5 +63,45 @@ func TestJSON(t *testing.T) {
 	if back.Declared != c.Declared || back.Verified != c.Verified || back.SuiteVersion != c.SuiteVersion || back.Harness != c.Harness || len(back.Rules) != len(c.Rules) {
 		t.Errorf("read back declared %+v, verified %+v, suite %q, harness %+v, %d rules; want %+v, %+v, %q, %+v, %d",
 			back.Declared, back.Verified, back.SuiteVersion, back.Harness, len(back.Rules), c.Declared, c.Verified, c.SuiteVersion, c.Harness, len(c.Rules))
+	}
+}
+
+// TestDeclaredSendDelay: a declared max send delay is in declared, in
+// seconds beside external_effects, and never in verified: no rule tests
+// it. The Markdown shows both.
+func TestDeclaredSendDelay(t *testing.T) {
+	c := sampleCertificate()
+	c.Declared = adapters.Declaration{ExternalEffects: adapters.Outbox, MaxSendDelay: 3 * time.Second}
+	c.Rules = ruleVerdicts(VerdictPass, nil)
+	c.Verified = Verify(c.Declared, c.Rules)
+	data, err := json.Marshal(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(data, &fields); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := string(fields["declared"]), `{"conflict_policy":"","redelivery_window_s":0,"accepts_clock":false,"external_effects":"outbox","max_send_delay_s":3}`; got != want {
+		t.Errorf("declared %s; want %s", got, want)
+	}
+	if got, want := string(fields["verified"]), `{"conflict_policy":"","redelivery_window_s":0,"accepts_clock":false,"external_effects":"outbox"}`; got != want {
+		t.Errorf("verified %s; want %s", got, want)
+	}
+	var back Certificate
+	if err := json.Unmarshal(data, &back); err != nil || back.Declared != c.Declared {
+		t.Errorf("declared reads back as %+v (%v); want %+v", back.Declared, err, c.Declared)
+	}
+	var b bytes.Buffer
+	if err := c.WriteMarkdown(&b); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"| declared | external effects outbox, max send delay 3s |",
+		"| verified | external effects outbox |",
+	} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("the Markdown has no line %q:\n%s", want, b.String())
+		}
 	}
 }

@@ -98,7 +98,7 @@ func (c Certificate) WriteMarkdown(w io.Writer) error {
 
 // capabilities describes what d declares (or a run verified), e.g.
 // "conflict policy reject, redelivery window 24h0m0s, accepts the
-// harness's clock", or "none".
+// harness's clock, external effects outbox, max send delay 3s", or "none".
 func capabilities(d adapters.Declaration) string {
 	var parts []string
 	if d.ConflictPolicy != adapters.NoConflictPolicy {
@@ -109,6 +109,12 @@ func capabilities(d adapters.Declaration) string {
 	}
 	if d.AcceptsClock {
 		parts = append(parts, "accepts the harness's clock")
+	}
+	if d.ExternalEffects != adapters.NoExternalEffects {
+		parts = append(parts, "external effects "+string(d.ExternalEffects))
+	}
+	if d.MaxSendDelay > 0 {
+		parts = append(parts, "max send delay "+d.MaxSendDelay.String())
 	}
 	if len(parts) == 0 {
 		return "none"

@@ -271,9 +271,12 @@ func StatusOf(rules []RuleResult) Status {
 // Certificate.Verified states it: the conflict policy when every rule of
 // the conflicting-payload fixture passed; the redelivery window and
 // whether the implementation accepts the harness's clock when every rule
-// of the retention-expiry fixture passed. A fixture none of whose rules is
-// in rules proves nothing. The suite uses it to build a certificate; so
-// can a tool that merges the rules of several filtered runs.
+// of the retention-expiry fixture passed; the external effects when every
+// rule of external-effect passed. The max send delay is never verified: it
+// is how long the harness waited for sends, which no rule tests. A fixture
+// none of whose rules is in rules proves nothing. The suite uses it to
+// build a certificate; so can a tool that merges the rules of several
+// filtered runs.
 func Verify(declared adapters.Declaration, rules []RuleResult) adapters.Declaration {
 	passed := func(fixture string) bool {
 		n := 0

@@ -48,8 +48,9 @@ const MaxID = 1<<53 - 1
 // MaxInFlightLimit is the largest max_in_flight an implementation may declare.
 const MaxInFlightLimit = 1024
 
-// maxWindow bounds a declared redelivery window (about 100 years), so it
-// converts to a time.Duration without overflow.
+// maxWindow bounds a declared redelivery window, and a declared send
+// delay (about 100 years), so that each converts to a time.Duration
+// without overflow.
 const maxWindow = 100 * 365 * 24 * time.Hour
 
 // Methods of the protocol.
@@ -322,7 +323,7 @@ type HelloResult struct {
 	Protocol       int            `json:"protocol"`
 	Implementation Implementation `json:"implementation"`
 	// Declares is what the implementation claims about itself, spelled
-	// {"conflict_policy":"reject","redelivery_window_s":86400,"accepts_clock":true,"external_effects":"outbox"}
+	// {"conflict_policy":"reject","redelivery_window_s":86400,"accepts_clock":true,"external_effects":"outbox","max_send_delay_s":3}
 	// (see [adapters.Declaration.MarshalJSON]).
 	Declares adapters.Declaration `json:"declares"`
 	// MaxInFlight is how many requests one process handles at once; 0 in
@@ -355,6 +356,12 @@ func DecodeHello(raw json.RawMessage, offered []int) (HelloResult, error) {
 	// decode (see adapters.Declaration.UnmarshalJSON).
 	if w := h.Declares.RedeliveryWindow; w > maxWindow {
 		return HelloResult{}, violation("redelivery_window_s %v is not between 0 and %.0f", w.Seconds(), maxWindow.Seconds())
+	}
+	switch d := h.Declares.MaxSendDelay; {
+	case d > maxWindow:
+		return HelloResult{}, violation("max_send_delay_s %v is not between 0 and %.0f", d.Seconds(), maxWindow.Seconds())
+	case d > 0 && h.Declares.ExternalEffects == adapters.NoExternalEffects:
+		return HelloResult{}, violation("max_send_delay_s %v is declared without external_effects: it bounds how long a relay takes to send an external effect, so declare external_effects too, or leave it out", d.Seconds())
 	}
 	if h.MaxInFlight == 0 {
 		h.MaxInFlight = 1

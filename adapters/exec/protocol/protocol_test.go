@@ -81,17 +81,20 @@ func TestDecodeHelloChecksTheDeclarations(t *testing.T) {
 		t.Errorf("hello %+v, declaration %+v", h, h.Declares)
 	}
 	for raw, want := range map[string]string{
-		`{"protocol":2,"implementation":{"name":"x"}}`:                                          "chose protocol version 2",
-		`{"protocol":1,"implementation":{}}`:                                                    "names no implementation",
-		`{"protocol":1,"implementation":{"name":"x"},"declares":{"conflict_policy":"ignore"}}`:  `unknown conflict_policy "ignore"`,
-		`{"protocol":1,"implementation":{"name":"x"},"declares":{"redelivery_window_s":-1}}`:    "redelivery_window_s -1",
-		`{"protocol":1,"implementation":{"name":"x"},"declares":{"redelivery_window_s":1e300}}`: "redelivery_window_s 1e+300",
-		`{"protocol":1,"implementation":{"name":"x"},"max_in_flight":1025}`:                     "max_in_flight 1025",
-		`{"protocol":1,"implementation":{"name":"x"},"max_in_flight":-3}`:                       "max_in_flight -3",
-		`{"protocol":"1","implementation":{"name":"x"}}`:                                        "hello result is malformed",
-		`{"protocol":1,"implementation":{"name":"x"},"declares":{"external_effects":"email"}}`:  `unknown external_effects "email"`,
-		`{"protocol":1,"implementation":{"name":"x"},"declares":{"external_effects":"Outbox"}}`: `unknown external_effects "Outbox"`,
-		`{"protocol":1,"implementation":{"name":"x"},"declares":{"external_effects":1}}`:        "hello result is malformed",
+		`{"protocol":2,"implementation":{"name":"x"}}`:                                                                 "chose protocol version 2",
+		`{"protocol":1,"implementation":{}}`:                                                                           "names no implementation",
+		`{"protocol":1,"implementation":{"name":"x"},"declares":{"conflict_policy":"ignore"}}`:                         `unknown conflict_policy "ignore"`,
+		`{"protocol":1,"implementation":{"name":"x"},"declares":{"redelivery_window_s":-1}}`:                           "redelivery_window_s -1",
+		`{"protocol":1,"implementation":{"name":"x"},"declares":{"redelivery_window_s":1e300}}`:                        "redelivery_window_s 1e+300",
+		`{"protocol":1,"implementation":{"name":"x"},"max_in_flight":1025}`:                                            "max_in_flight 1025",
+		`{"protocol":1,"implementation":{"name":"x"},"max_in_flight":-3}`:                                              "max_in_flight -3",
+		`{"protocol":"1","implementation":{"name":"x"}}`:                                                               "hello result is malformed",
+		`{"protocol":1,"implementation":{"name":"x"},"declares":{"external_effects":"email"}}`:                         `unknown external_effects "email"`,
+		`{"protocol":1,"implementation":{"name":"x"},"declares":{"external_effects":"Outbox"}}`:                        `unknown external_effects "Outbox"`,
+		`{"protocol":1,"implementation":{"name":"x"},"declares":{"external_effects":1}}`:                               "hello result is malformed",
+		`{"protocol":1,"implementation":{"name":"x"},"declares":{"max_send_delay_s":3}}`:                               "max_send_delay_s 3 is declared without external_effects",
+		`{"protocol":1,"implementation":{"name":"x"},"declares":{"external_effects":"outbox","max_send_delay_s":-1}}`:  "max_send_delay_s -1",
+		`{"protocol":1,"implementation":{"name":"x"},"declares":{"external_effects":"outbox","max_send_delay_s":4e9}}`: "max_send_delay_s 4e+09 is not between 0 and",
 	} {
 		if _, err := DecodeHello(json.RawMessage(raw), Versions); !errors.Is(err, ErrViolation) || !strings.Contains(err.Error(), want) {
 			t.Errorf("%s: %v; want a violation saying %q", raw, err, want)
@@ -114,6 +117,23 @@ func TestDecodeHelloReadsExternalEffects(t *testing.T) {
 		h, err := DecodeHello(json.RawMessage(raw), Versions)
 		if err != nil || h.Declares.ExternalEffects != want {
 			t.Errorf("%s: external effects %q, %v; want %q", raw, h.Declares.ExternalEffects, err, want)
+		}
+	}
+}
+
+// TestDecodeHelloReadsTheSendDelay: declares.max_send_delay_s is read in
+// seconds beside external_effects, and absent declares none.
+func TestDecodeHelloReadsTheSendDelay(t *testing.T) {
+	for value, want := range map[string]time.Duration{
+		`,"max_send_delay_s":3`:    3 * time.Second,
+		`,"max_send_delay_s":0.25`: 250 * time.Millisecond,
+		`,"max_send_delay_s":0`:    0,
+		``:                         0,
+	} {
+		raw := `{"protocol":1,"implementation":{"name":"x"},"declares":{"external_effects":"outbox"` + value + `}}`
+		h, err := DecodeHello(json.RawMessage(raw), Versions)
+		if err != nil || h.Declares.MaxSendDelay != want || h.Declares.ExternalEffects != adapters.Outbox {
+			t.Errorf("%s: declaration %+v, %v; want a send delay of %s", raw, h.Declares, err, want)
 		}
 	}
 }
