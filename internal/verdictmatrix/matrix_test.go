@@ -106,8 +106,9 @@ func TestVerdictMatrix(t *testing.T) {
 					t.Errorf("certified on a %s server; want a throwaway cluster", r.cert.DatabaseKind)
 				}
 			}
-			t.Logf("certified in %s, in %d run(s)", took.Round(100*time.Millisecond), len(mine))
 			cert := merge(mine)
+			t.Logf("certified in %s, in %d run(s); the broker's longest wait %.2fs of its patience of %gs, given up %d times",
+				took.Round(100*time.Millisecond), len(mine), cert.Redelivery.LongestWait, cert.Redelivery.Patience, cert.Redelivery.GaveUp)
 			for _, diff := range Compare(cert, row) {
 				t.Error(diff)
 			}
@@ -139,10 +140,13 @@ func merge(runs []run) certificate.Certificate {
 	}
 	cert.Rules = slices.Clone(cert.Rules)
 	cert.Faults = map[string]int64{}
+	cert.Redelivery.LongestWait, cert.Redelivery.GaveUp = 0, 0
 	for _, r := range runs {
 		for kind, n := range r.cert.Faults {
 			cert.Faults[kind] += n
 		}
+		cert.Redelivery.LongestWait = max(cert.Redelivery.LongestWait, r.cert.Redelivery.LongestWait)
+		cert.Redelivery.GaveUp += r.cert.Redelivery.GaveUp
 		for i, rule := range r.cert.Rules {
 			if rule.Verdict != certificate.VerdictSkipped {
 				cert.Rules[i] = rule
