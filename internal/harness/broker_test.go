@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/harmless-dev/harmless/adapters"
+	"github.com/harmless-dev/harmless/adapters/reference"
+	"github.com/harmless-dev/harmless/faults"
 	"github.com/harmless-dev/harmless/internal/harness"
 )
 
@@ -170,5 +172,33 @@ func TestARunThatAnswersNothingIsNotWaitedFor(t *testing.T) {
 	third := newPlay(t, run, failing("z"))
 	if z := third.DeliverUntilTerminal(t.Context(), 1, event("z")); len(z) < 3 {
 		t.Errorf("after the run answered, a play's event got %d attempts; want the broker patient again", len(z))
+	}
+}
+
+// TestCrashesOf: a delivery that panics is a crash of an in-process
+// implementation, as it would be of a real service's process; a panic the
+// harness injected into the effect is not.
+func TestCrashesOf(t *testing.T) {
+	t.Parallel()
+	run := brokerRun(t, shortPatience)
+	own := newPlay(t, run, delivering("panics", func(context.Context, adapters.Delivery) (adapters.Outcome, error) {
+		panic("the implementation's own bug")
+	}))
+	own.Deliver(t.Context(), 1, event("own"))
+	if c := own.CrashesOf(1); len(c) != 1 || !strings.Contains(c[0], "panicked") {
+		t.Errorf("CrashesOf(1) after the implementation's own panic = %q; want one crash, the panic", c)
+	}
+	if c := own.CrashesOf(2); len(c) != 0 {
+		t.Errorf("CrashesOf(2), a worker never used = %q; want none", c)
+	}
+
+	injected := newPlay(t, run, reference.Adapter())
+	ev := event("injected")
+	injected.Hooks().Arm(faults.HookPlan{Namespace: ev.Namespace, ID: ev.ID, Times: 1, Action: faults.HookPanic})
+	if a := injected.Deliver(t.Context(), 1, ev); !errors.Is(a.Err, harness.ErrPanicked) || !errors.Is(a.Err, faults.ErrInjected) {
+		t.Fatalf("the delivery with an injected panic ended %v; want ErrPanicked and faults.ErrInjected", a.Err)
+	}
+	if c := injected.CrashesOf(1); len(c) != 0 {
+		t.Errorf("CrashesOf(1) after a panic the harness injected = %q; want none", c)
 	}
 }

@@ -337,14 +337,25 @@ func await[T any](ctx context.Context, done <-chan T, grace time.Duration) (T, b
 
 func grace(timeout time.Duration) time.Duration { return min(timeout, 5*time.Second) }
 
-func panicError(p any) error {
-	stack := string(debug.Stack())
-	if err, ok := p.(error); ok {
-		// Kept in the chain: a panic the harness injected is told apart
-		// from the implementation's own by errors.Is.
-		return fmt.Errorf("%w: %w\n%s", ErrPanicked, err, stack)
+func panicError(p any) error { return panicked{value: p, stack: string(debug.Stack())} }
+
+// panicked is the error of a call that panicked: it quotes the panic's
+// value and the stack, and unwraps to ErrPanicked and, for a panic the
+// harness injected, to faults.ErrInjected, so that it is told apart from
+// the implementation's own; never to anything else the value wraps, which
+// could make a panic look like a refusal.
+type panicked struct {
+	value any
+	stack string
+}
+
+func (p panicked) Error() string { return fmt.Sprintf("%v: %v\n%s", ErrPanicked, p.value, p.stack) }
+
+func (p panicked) Unwrap() []error {
+	if err, ok := p.value.(error); ok && errors.Is(err, faults.ErrInjected) {
+		return []error{ErrPanicked, faults.ErrInjected}
 	}
-	return fmt.Errorf("%w: %v\n%s", ErrPanicked, p, stack)
+	return []error{ErrPanicked}
 }
 
 // firstLine is s up to its first line break.
