@@ -143,9 +143,9 @@ type soaker struct {
 	next        uint32                 // events generated
 	open        map[uint32]*eventState // events with deliveries still to make
 	due         jobHeap
-	parked      []job // ran out of patience during the load: redelivered when settling
+	parked      []job      // ran out of patience during the load: redelivered when settling
 	rng         *rand.Rand // the broker's jitter; guarded by mu
-	outstanding int   // jobs queued, delayed, parked or running
+	outstanding int        // jobs queued, delayed, parked or running
 	settling    bool
 	phase       string
 	concurrent  map[uint32]bool // upcoming events the nemesis wants delivered concurrently
