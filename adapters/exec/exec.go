@@ -11,18 +11,25 @@
 // when every slot is taken.
 //
 // The harness is never at the mercy of the child. Every request has a
-// deadline; a child that crashes, closes its output, writes something that is
-// not the protocol or stops reading its input is killed with its process
-// group, and every request to it fails with an error wrapping
-// [ErrProcessFailed] that says what happened and quotes the end of the
-// child's stderr. The suite reports that as a failed rule and goes on.
+// deadline; a process that crashes, closes its output, writes something that
+// is not the protocol or stops reading its input is killed with its process
+// group, and the requests it had in flight fail unacknowledged with an error
+// wrapping [ErrProcessFailed] that says what happened and quotes the child's
+// stderr. The instance supervises its processes as systemd or Kubernetes
+// would a consumer that exits: the next request that needs a process starts
+// a new one, and the broker redelivers what was in flight. Restarts wait a
+// tenth of a second after a crash, and a child that keeps crashing is backed
+// off, its requests failing at once for a while, so that a crash loop ends
+// quickly and costs little.
 //
 // An instance is an [adapters.Drainer]: Drain asks every process to drain
 // its external effects, and returns an error wrapping [ErrDrainUnsupported]
 // when the child does not implement that optional request. It also has
 // Abort(ctx), which SIGKILLs every process of the instance, as a crash
 // would, for the fixtures that stop an implementation between its commit
-// and its external send.
+// and its external send, and Crashes(), which lists every crash of its
+// processes so far with the start of each one's crash report: a crash is
+// evidence even when the redelivery succeeds.
 package exec
 
 import (

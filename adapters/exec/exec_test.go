@@ -244,10 +244,33 @@ func TestMisbehavingChildFailsItsDeliveryClearly(t *testing.T) {
 				}
 			}
 			if errors.Is(err, ErrProcessFailed) {
-				// The instance stays failed, with the same cause.
+				// The process is gone and its crash recorded; the next
+				// delivery goes to a new process, which fails the same way.
 				_, again := deliver(t, impl, "2", testTimeout)
-				if !errors.Is(again, ErrProcessFailed) {
-					t.Errorf("the next delivery: %v, want the process failure again", again)
+				if !errors.Is(again, f.is) || !strings.Contains(again.Error(), "process 2 of instance 1") {
+					t.Errorf("the next delivery: %v, want the same failure of a new process", again)
+				}
+				crashes := impl.Crashes()
+				if len(crashes) != 2 {
+					t.Errorf("Crashes: %q; want the two processes' crashes", crashes)
+				}
+				for i, c := range crashes {
+					checkCrash(t, c, fmt.Sprintf("process %d of instance 1", i+1), f.want...)
+				}
+			} else {
+				// A request without an answer is not a crash: the process
+				// stays, and is not killed.
+				if crashes := impl.Crashes(); len(crashes) != 0 {
+					t.Errorf("Crashes: %q; want none", crashes)
+				}
+				procs := serving(impl)
+				select {
+				case <-procs[0].failed:
+					t.Errorf("%s failed: %v", procs[0].label, procs[0].err)
+				default:
+				}
+				if len(procs) != 1 || procs[0].label != "process 1 of instance 1" {
+					t.Errorf("the pool serves with %d processes, the first %s; want process 1 alone", len(procs), procs[0].label)
 				}
 			}
 			entries, err := ledger.Entries(context.Background(), pgtest.Pool(t), e.Schema, "exec-test", "1")
@@ -462,8 +485,9 @@ func TestChildIgnoringShutdownIsKilled(t *testing.T) {
 
 // TestATransientSetupDoesNotEndTheInstance: a process the pool starts
 // later whose setup answers transient (as one started while the server
-// restarts would) fails only the request that needed it, unacknowledged;
-// the instance lives on and its other processes go on serving.
+// restarts would) fails only the request that needed it, unacknowledged,
+// and is not a crash; the instance lives on and its other processes go on
+// serving.
 func TestATransientSetupDoesNotEndTheInstance(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
@@ -517,6 +541,9 @@ func TestATransientSetupDoesNotEndTheInstance(t *testing.T) {
 	}
 	if got, err := deliver(t, impl, "after", testTimeout); err != nil || got != adapters.Applied {
 		t.Errorf("a delivery after the failed start: %v, %v; want Applied: the instance must live on", got, err)
+	}
+	if crashes := impl.(*pool).Crashes(); len(crashes) != 0 {
+		t.Errorf("Crashes: %q; a setup that answered did not crash", crashes)
 	}
 }
 

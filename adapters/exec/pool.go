@@ -18,6 +18,16 @@ import (
 // It sends each request to a process with a free slot and starts another
 // process when every slot is taken, so a child that handles one request at
 // a time still sees real concurrency.
+//
+// The pool supervises its processes, as systemd or Kubernetes supervise a
+// consumer: a process that exits, crashes, breaks the protocol or stops
+// reading is removed, what it had in flight fails unacknowledged (the
+// broker redelivers it), and the next request that needs a process starts
+// a new one. Every such failure is recorded (see [pool.Crashes]); the
+// instance itself lives on. Restarts are paced (see [restartDelay] and
+// [crashLoopLimit]), so a child that crashes on every request or before it
+// answers hello costs a bounded number of processes, and its requests fail
+// quickly.
 type pool struct {
 	cfg    Config
 	info   Info
@@ -32,13 +42,25 @@ type pool struct {
 	procs     []*member
 	launching map[*process]bool // processes grow has started and not yet added to procs
 	starting  int               // processes being started
-	waiting   int               // callers waiting for a slot
+	waiting   int               // callers waiting for a slot or a start
 	started   int               // processes ever started, for labels
 	freed     chan struct{}     // closed and replaced when a slot frees up
-	err       error             // set when the instance is dead
+	closing   chan struct{}     // closed by Close and Abort: ends the restart delay
 	closed    bool
 	aborted   bool // Abort killed the processes; implies closed
 	noDrain   bool // the child answered drain "unsupported"
+
+	crashes     []crash
+	lastFailure time.Time // when a process last crashed or failed to start
+	startErr    error     // why the last start failed; nil after one succeeded
+	attempt     *attempt  // the start under way while starts are on probation
+	// streak counts the rounds of processes that crashed since a request
+	// was last answered: a crash counts when its process started after
+	// mark, the time of the last answer or counted crash, so processes
+	// that crash together (a server crash ends every connection) count
+	// once, and each restart that crashes again counts.
+	streak int
+	mark   time.Time
 }
 
 // member is a process of the pool with its request slots.
@@ -46,6 +68,47 @@ type member struct {
 	*process
 	slots chan struct{}
 }
+
+// crash is one failure of a process of the pool. Its description is read
+// from the process until the process's stderr has ended, and kept then.
+type crash struct {
+	at   time.Time
+	pid  int
+	proc *process // nil once text is final
+	text string
+}
+
+// attempt is a start that other callers wait for, rather than starting
+// processes of their own, because starts are on probation: the start
+// before it failed, or the pool is in a crash loop.
+type attempt struct {
+	done  chan struct{} // closed when the start has ended
+	tried bool          // whether the process was started; false if the restart delay was cut short
+	err   error         // why the start failed, when tried
+}
+
+// restartDelay is how long after a process of the pool crashed, or failed
+// to start, the pool waits before it starts another: systemd's default
+// RestartSec. It costs a child that crashed once a tenth of a second of a
+// redelivery. While the last start failed, the pool also starts one
+// process at a time, and the callers that need one wait for its outcome
+// (see [pool.acquire]).
+const restartDelay = 100 * time.Millisecond
+
+// crashLoopLimit and crashLoopBackoff stop a crash loop, as systemd's
+// start limit and Kubernetes's CrashLoopBackOff do: once crashLoopLimit
+// rounds of processes in a row crashed without a request answered in
+// between (see pool.streak), the pool starts no process until
+// crashLoopBackoff after the last failure, and then one at a time. A
+// request that needs a process meanwhile fails at once, unacknowledged,
+// with the last crash, so a child that crashes on every request is judged
+// in seconds rather than minutes, and costs one process a second.
+// A child that crashes now and then, or whose processes crash together
+// once, never reaches the limit.
+const (
+	crashLoopLimit   = 3
+	crashLoopBackoff = time.Second
+)
 
 func newPool(ctx context.Context, cfg Config, info Info, env adapters.Env) (*pool, error) {
 	// The child runs the effect's statement itself, so the pool needs the
@@ -60,6 +123,7 @@ func newPool(ctx context.Context, cfg Config, info Info, env adapters.Env) (*poo
 		env:       env,
 		effect:    eff,
 		freed:     make(chan struct{}),
+		closing:   make(chan struct{}),
 		launching: map[*process]bool{},
 		secrets:   redact.New(),
 		setup: protocol.SetupParams{
@@ -85,7 +149,9 @@ func newPool(ctx context.Context, cfg Config, info Info, env adapters.Env) (*poo
 }
 
 // grow starts one more process, runs hello and setup, and adds it to the
-// pool with one slot taken for the caller.
+// pool with one slot taken for the caller. A process that fails to start
+// is gone: grow kills it or shuts it down, records its crash if it
+// crashed, and returns why.
 func (p *pool) grow(ctx context.Context) (*member, error) {
 	p.mu.Lock()
 	p.started++
@@ -95,12 +161,17 @@ func (p *pool) grow(ctx context.Context) (*member, error) {
 	if err != nil {
 		return nil, err
 	}
-	// Until it joins procs, the process is in launching, where Abort finds
-	// it; one launched after Abort is killed here.
+	// Until it joins procs, the process is in launching, where Close and
+	// Abort find and kill it; one launched after them is killed here.
 	p.mu.Lock()
-	if p.aborted {
+	if p.closed {
 		p.mu.Unlock()
-		if err := proc.abort(ctx); err != nil {
+		reason := errClosing
+		if p.aborted {
+			reason = errAborted
+		}
+		proc.stop(reason)
+		if err := proc.awaitExit(ctx); err != nil {
 			return nil, err
 		}
 		return nil, errClosed
@@ -120,62 +191,170 @@ func (p *pool) grow(ctx context.Context) (*member, error) {
 		err = proc.request(ctx, protocol.MethodSetup, p.setup, nil)
 	}
 	if err != nil {
-		_ = proc.shutdown(context.WithoutCancel(ctx))
+		p.discard(ctx, proc, err)
 		return nil, err
 	}
 	m := &member{process: proc, slots: make(chan struct{}, p.info.MaxInFlight)}
 	m.slots <- struct{}{}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.closed {
-		if !p.aborted { // Abort has killed it already
-			go m.shutdown(context.Background())
-		}
+	if p.closed { // Close or Abort found it in launching and killed it
 		return nil, errClosed
 	}
 	p.procs = append(p.procs, m)
 	return m, nil
 }
 
+// discard ends proc, which failed to start with err: a process that
+// failed is dead already, and its crash is recorded; one that did not
+// answer in time is killed; one that answered hello or setup with an
+// error, or declared otherwise, is shut down, within the shutdown timeout.
+func (p *pool) discard(ctx context.Context, proc *process, err error) {
+	switch {
+	case errors.Is(err, ErrProcessFailed):
+		p.mu.Lock()
+		if !p.closed {
+			p.recordLocked(proc)
+		}
+		p.mu.Unlock()
+	case errors.Is(err, ErrNoAnswer):
+		proc.stop(errStartDeadline)
+	default:
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.cfg.shutdownTimeout())
+		defer cancel()
+		_ = proc.shutdown(sctx)
+	}
+}
+
 var errClosed = errors.New("the instance is closed")
 
-// An instance drains its children's external effects and can be stopped
-// abruptly; the harness looks for both.
+// An instance drains its children's external effects, can be stopped
+// abruptly and reports its processes' crashes; the harness looks for all
+// three.
 var (
 	_ adapters.Drainer                          = (*pool)(nil)
 	_ interface{ Abort(context.Context) error } = (*pool)(nil)
+	_ interface{ Crashes() []string }           = (*pool)(nil)
 )
 
-// startMayRetry reports whether a process that failed to start failed for
-// a moment, not for a bug: its hello or setup answered the error class
-// transient (a connection refused while the server restarts, say) or did
-// not answer before the request's deadline. The process is gone, the
-// request that needed it fails unacknowledged and is redelivered, and the
-// instance lives on to start another. A process that died, broke the
-// protocol, declared otherwise or answered another class has a bug, and
-// ends the instance (see pool.die).
-func startMayRetry(err error) bool {
-	var answer *AnswerError
-	if errors.As(err, &answer) {
-		return answer.Err.Class == protocol.Transient
+// Crashes returns every failure of one of the instance's processes so far,
+// oldest first: one line each, with the process's label, when and how it
+// failed (it exited, its stdout broke the protocol, quoting the offending
+// line, it stopped reading), and the first lines of its stderr's last
+// crash report (see [stderrQuote.Excerpt]), the DSN's secrets masked. A
+// process that failed to start counts when it failed so, not when it
+// answered hello or setup with an error. The processes the harness kills
+// itself are not crashes: Abort's, those Close stops, one still starting
+// at the deadline of the request that needed it, and one that stopped
+// reading in the middle of a request line until the deadline. A process
+// that does not answer a request in time is not killed at all.
+func (p *pool) Crashes() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.closed {
+		p.reapLocked()
 	}
-	return errors.Is(err, ErrNoAnswer) && !errors.Is(err, ErrProcessFailed)
+	out := make([]string, len(p.crashes))
+	for i := range p.crashes {
+		out[i] = p.describeLocked(i)
+	}
+	return out
+}
+
+// describeLocked describes crash i. The caller holds p.mu.
+func (p *pool) describeLocked(i int) string {
+	c := &p.crashes[i]
+	if c.proc != nil {
+		c.text = c.proc.crashReport()
+		select {
+		case <-c.proc.stderrDone: // the description is final
+			c.proc = nil
+		default:
+		}
+	}
+	return c.text
+}
+
+// reapLocked removes the processes that have failed from the pool and
+// records their crashes. The caller holds p.mu.
+func (p *pool) reapLocked() {
+	var live []*member
+	for i, m := range p.procs {
+		select {
+		case <-m.failed:
+			if live == nil {
+				live = append(make([]*member, 0, len(p.procs)), p.procs[:i]...)
+			}
+			p.recordLocked(m.process)
+		default:
+			if live != nil {
+				live = append(live, m)
+			}
+		}
+	}
+	if live != nil {
+		p.procs = live
+	}
+}
+
+// recordLocked records proc's failure among the instance's crashes unless
+// the harness killed it. The caller holds p.mu.
+func (p *pool) recordLocked(proc *process) {
+	if !proc.crashed() {
+		return
+	}
+	c := crash{at: proc.failedAt, pid: proc.cmd.Process.Pid, proc: proc}
+	i, _ := slices.BinarySearchFunc(p.crashes, c.at, func(c crash, at time.Time) int {
+		if c.at.After(at) {
+			return 1
+		}
+		return -1 // equal times keep the order they were recorded in
+	})
+	p.crashes = slices.Insert(p.crashes, i, c)
+	if c.at.After(p.lastFailure) {
+		p.lastFailure = c.at
+	}
+	if proc.startedAt.After(p.mark) {
+		p.streak++
+		p.mark = c.at
+	}
+}
+
+// servedLocked notes that a process answered a request: the child works,
+// and a crash loop, if any, is over. The caller holds p.mu.
+func (p *pool) servedLocked() {
+	p.streak, p.mark = 0, time.Now()
+}
+
+// crashLoopLocked returns the error of a request that needs a process
+// while the pool backs off a crash loop, or nil. The caller holds p.mu.
+func (p *pool) crashLoopLocked() error {
+	if p.streak < crashLoopLimit || len(p.crashes) == 0 {
+		return nil
+	}
+	until := p.lastFailure.Add(crashLoopBackoff)
+	if !time.Now().Before(until) {
+		return nil
+	}
+	return fmt.Errorf("%w: instance %d is in a crash loop and starts no process until %s: %d rounds of its processes crashed without a request answered in between; the last crash: %s",
+		ErrProcessFailed, p.env.Instance, until.UTC().Format(crashTime), p.streak, p.describeLocked(len(p.crashes)-1))
 }
 
 // acquire returns a process with a slot taken for one request. When every
 // slot is taken it starts another process, unless the processes already
-// starting have spare slots for every caller already waiting.
+// starting have spare slots for every caller already waiting. While starts
+// are on probation (the last start failed, or the pool is in a crash
+// loop), only one process starts at a time: the other callers that need
+// one wait for it, and fail with its error if it fails to start. While the
+// pool backs off a crash loop, it fails at once.
 func (p *pool) acquire(ctx context.Context) (*member, error) {
 	for {
 		p.mu.Lock()
-		if p.err != nil || p.closed {
-			err := p.err
+		if p.closed {
 			p.mu.Unlock()
-			if err == nil {
-				err = errClosed
-			}
-			return nil, err
+			return nil, errClosed
 		}
+		p.reapLocked()
 		for _, m := range p.procs {
 			select {
 			case m.slots <- struct{}{}:
@@ -184,19 +363,33 @@ func (p *pool) acquire(ctx context.Context) (*member, error) {
 			default:
 			}
 		}
-		spare := p.starting * (p.info.MaxInFlight - 1) // a starter takes one slot itself
-		if len(p.procs)+p.starting < p.cfg.maxProcesses() && p.waiting >= spare {
-			p.starting++
+		if a := p.attempt; a != nil {
+			p.waiting++
 			p.mu.Unlock()
-			m, err := p.grow(ctx)
-			if err != nil && !startMayRetry(err) {
-				err = p.die(err)
+			var err error
+			select {
+			case <-a.done:
+				if a.tried {
+					err = a.err
+				}
+			case <-ctx.Done():
+				err = fmt.Errorf("%w: instance %d was starting a process, one at a time after processes failed, until the deadline: %w", ErrNoAnswer, p.env.Instance, context.Cause(ctx))
 			}
 			p.mu.Lock()
-			p.starting--
-			p.wake()
+			p.waiting--
 			p.mu.Unlock()
-			return m, err
+			if err != nil {
+				return nil, err
+			}
+			continue
+		}
+		spare := p.starting * (p.info.MaxInFlight - 1) // a starter takes one slot itself
+		if len(p.procs)+p.starting < p.cfg.maxProcesses() && p.waiting >= spare {
+			if err := p.crashLoopLocked(); err != nil {
+				p.mu.Unlock()
+				return nil, err
+			}
+			return p.start(ctx) // unlocks p.mu
 		}
 		p.waiting++
 		freed := p.freed
@@ -216,6 +409,66 @@ func (p *pool) acquire(ctx context.Context) (*member, error) {
 	}
 }
 
+// start starts a process for the caller, restartDelay after the last
+// failure at the earliest. The caller holds p.mu, which start unlocks.
+func (p *pool) start(ctx context.Context) (*member, error) {
+	var a *attempt
+	if p.startErr != nil || p.streak >= crashLoopLimit {
+		a = &attempt{done: make(chan struct{})}
+		p.attempt = a
+	}
+	p.starting++
+	delay := time.Until(p.lastFailure.Add(restartDelay))
+	p.mu.Unlock()
+
+	var m *member
+	err := p.pause(ctx, delay)
+	if err == nil && ctx.Err() != nil {
+		// A process started now could not answer hello in time: not a
+		// failure of the child.
+		err = fmt.Errorf("%w: no time was left to start a process of instance %d: %w", ErrNoAnswer, p.env.Instance, context.Cause(ctx))
+	}
+	tried := err == nil
+	if tried {
+		m, err = p.grow(ctx)
+	}
+
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.starting--
+	switch {
+	case !tried || errors.Is(err, errClosed):
+	case err != nil:
+		p.startErr, p.lastFailure = err, time.Now()
+	default:
+		p.startErr = nil
+	}
+	if a != nil {
+		a.tried, a.err = tried, err
+		p.attempt = nil
+		close(a.done)
+	}
+	p.wake()
+	return m, err
+}
+
+// pause waits for d, or until ctx ends or the instance is closed.
+func (p *pool) pause(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return nil
+	}
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-timer.C:
+		return nil
+	case <-p.closing:
+		return errClosed
+	case <-ctx.Done():
+		return fmt.Errorf("%w: instance %d was waiting %s after a process failed before it starts another, until the deadline: %w", ErrNoAnswer, p.env.Instance, restartDelay, context.Cause(ctx))
+	}
+}
+
 // release gives back m's slot.
 func (p *pool) release(m *member) {
 	<-m.slots
@@ -231,19 +484,23 @@ func (p *pool) wake() {
 	p.freed = make(chan struct{})
 }
 
-// die marks the instance dead with cause and returns cause. A dead
-// instance never starts processes again: a child that crashed has a bug, and
-// restarting it would hide the bug from the rules that would catch it.
-func (p *pool) die(cause error) error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.err == nil {
-		p.err = cause
+// closeLocked marks the instance closed, reaping the processes that failed
+// before, so that their crashes count, and wakes every waiting caller. It
+// reports whether the instance was open. The caller holds p.mu.
+func (p *pool) closeLocked() bool {
+	if p.closed {
+		return false
 	}
-	return cause
+	p.reapLocked()
+	p.closed = true
+	close(p.closing)
+	p.wake()
+	return true
 }
 
-// call runs one request on some process of the pool.
+// call runs one request on some process of the pool. A request whose
+// process failed removes the process from the pool, so that the next
+// request finds another.
 func (p *pool) call(ctx context.Context, method string, params, result any) error {
 	m, err := p.acquire(ctx)
 	if err != nil {
@@ -251,10 +508,22 @@ func (p *pool) call(ctx context.Context, method string, params, result any) erro
 	}
 	defer p.release(m)
 	err = m.request(ctx, method, params, result)
-	if errors.Is(err, ErrProcessFailed) {
-		return p.die(err)
-	}
+	p.settle(err)
 	return err
+}
+
+// settle takes note of the outcome of a request to a process of the pool:
+// a process that failed is removed, and an answer ends a crash loop.
+func (p *pool) settle(err error) {
+	var answer *AnswerError
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	switch {
+	case errors.Is(err, ErrProcessFailed):
+		p.reapLocked()
+	case err == nil, errors.As(err, &answer):
+		p.servedLocked()
+	}
 }
 
 // AppliesEffectRemotely reports that the child processes run the effect's
@@ -307,27 +576,39 @@ func wireTime(t time.Time) time.Time { return t.UTC().Truncate(time.Microsecond)
 // acknowledged by the destination (see [adapters.Drainer]). A child that
 // does not implement drain answers "unsupported", and Drain returns an
 // error wrapping [ErrDrainUnsupported], at once on later calls. Processes
-// still starting have committed nothing and are not asked.
+// still starting have committed nothing and are not asked. When no process
+// is live, every one having crashed, Drain starts one and asks it: what
+// the dead ones committed waits in the database for a new process to send.
 func (p *pool) Drain(ctx context.Context) error {
 	p.mu.Lock()
-	procs, err := slices.Clone(p.procs), p.err
+	var err error
 	switch {
-	case err != nil:
 	case p.closed:
 		err = errClosed
 	case p.noDrain:
 		err = ErrDrainUnsupported
 	}
+	p.reapLocked()
+	procs := slices.Clone(p.procs)
 	p.mu.Unlock()
 	if err != nil {
 		return fmt.Errorf("drain instance %d: %w", p.env.Instance, err)
 	}
-	errs := make([]error, len(procs))
-	var wg sync.WaitGroup
-	for i, m := range procs {
-		wg.Go(func() { errs[i] = p.drain(ctx, m) })
+	var errs []error
+	if len(procs) == 0 {
+		m, err := p.acquire(ctx)
+		if err != nil {
+			return fmt.Errorf("drain instance %d: %w", p.env.Instance, err)
+		}
+		errs = []error{p.drainHeld(ctx, m)}
+	} else {
+		errs = make([]error, len(procs))
+		var wg sync.WaitGroup
+		for i, m := range procs {
+			wg.Go(func() { errs[i] = p.drain(ctx, m) })
+		}
+		wg.Wait()
 	}
-	wg.Wait()
 	for _, err := range errs {
 		// Every process runs the same program: one answer says it for all.
 		if errors.Is(err, ErrDrainUnsupported) {
@@ -348,11 +629,16 @@ func (p *pool) drain(ctx context.Context, m *member) error {
 	case <-ctx.Done():
 		return fmt.Errorf("%w: %s was busy until the deadline: %w", ErrNoAnswer, m.label, context.Cause(ctx))
 	}
+	return p.drainHeld(ctx, m)
+}
+
+// drainHeld sends drain to m, whose slot the caller has taken, and gives
+// the slot back.
+func (p *pool) drainHeld(ctx context.Context, m *member) error {
 	defer p.release(m)
 	err := m.request(ctx, protocol.MethodDrain, nil, nil)
+	p.settle(err)
 	switch {
-	case errors.Is(err, ErrProcessFailed):
-		return p.die(err)
 	case errors.Is(err, ErrUnsupported):
 		p.mu.Lock()
 		p.noDrain = true
@@ -369,10 +655,12 @@ func (p *pool) drain(ctx context.Context, m *member) error {
 // destination stays in its database, for the next instance on the schema
 // to find. Requests in flight fail with [ErrProcessFailed], later requests
 // fail, and Close becomes a no-op: the harness builds a new instance and
-// never uses an aborted one again.
+// never uses an aborted one again. The processes Abort kills are not
+// crashes.
 func (p *pool) Abort(ctx context.Context) error {
 	p.mu.Lock()
-	p.closed, p.aborted = true, true
+	p.closeLocked()
+	p.aborted = true
 	victims := make([]*process, 0, len(p.procs)+len(p.launching))
 	for _, m := range p.procs {
 		victims = append(victims, m.process)
@@ -381,10 +669,9 @@ func (p *pool) Abort(ctx context.Context) error {
 		victims = append(victims, proc)
 	}
 	p.procs = nil
-	p.wake() // callers waiting for a slot see the instance closed
 	p.mu.Unlock()
 	for _, proc := range victims { // all at once, then wait
-		proc.stop()
+		proc.stop(errAborted)
 	}
 	var errs []error
 	for _, proc := range victims {
@@ -398,13 +685,25 @@ func (p *pool) Abort(ctx context.Context) error {
 	return nil
 }
 
-// Close shuts every process down, each within the shutdown timeout.
+// Close shuts every process down, each within the shutdown timeout, and
+// kills the processes still starting, which have done nothing yet, and
+// waits until they have exited or ctx ends. Requests waiting for a process
+// fail. None of this counts as a crash.
 func (p *pool) Close(ctx context.Context) error {
 	p.mu.Lock()
-	p.closed = true
+	p.closeLocked()
 	procs := p.procs
 	p.procs = nil
+	var starting []*process
+	if !p.aborted { // Abort has killed them already
+		for proc := range p.launching {
+			starting = append(starting, proc)
+		}
+	}
 	p.mu.Unlock()
+	for _, proc := range starting {
+		proc.stop(errClosing)
+	}
 	var (
 		wg   sync.WaitGroup
 		mu   sync.Mutex
@@ -422,5 +721,10 @@ func (p *pool) Close(ctx context.Context) error {
 		})
 	}
 	wg.Wait()
+	for _, proc := range starting {
+		if err := proc.awaitExit(ctx); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	return errors.Join(errs...)
 }

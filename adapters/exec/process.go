@@ -18,7 +18,8 @@ import (
 
 // ErrProcessFailed marks a request that failed because its child process
 // crashed, broke the protocol or stopped reading its input. Every later
-// request to that process fails with the same cause.
+// request to that process fails with the same cause; the instance replaces
+// the process and lists the failure among its crashes.
 var ErrProcessFailed = errors.New("implementation process failed")
 
 // ErrNoAnswer marks a request the child did not answer in time.
@@ -32,10 +33,11 @@ const exitGrace = 500 * time.Millisecond
 // process is one running child: it sends requests, matches answers by id and
 // records how the child failed, if it did.
 type process struct {
-	label  string // "process 3 of instance 1", for messages
-	cmd    *osexec.Cmd
-	stdin  *os.File
-	stderr *stderrQuote
+	label     string    // "process 3 of instance 1", for messages
+	startedAt time.Time // when it was started
+	cmd       *osexec.Cmd
+	stdin     *os.File
+	stderr    *stderrQuote
 
 	writeMu sync.Mutex // one line at a time on stdin
 
@@ -44,6 +46,7 @@ type process struct {
 	pending   map[uint64]chan protocol.Response
 	abandoned map[uint64]bool // ids whose caller gave up; a late answer is dropped
 	err       error           // why the process failed; set once
+	failedAt  time.Time       // when err was set
 
 	failed     chan struct{} // closed when err is set
 	exited     chan struct{} // closed when the process has been waited for
@@ -66,6 +69,7 @@ func startProcess(command, dir string, env []string, label string, secrets *reda
 	}
 	p := &process{
 		label:      label,
+		startedAt:  time.Now(),
 		stdin:      stdinW,
 		stderr:     newStderrQuote(secrets),
 		pending:    map[uint64]chan protocol.Response{},
@@ -200,7 +204,7 @@ func (p *process) fail(cause error) {
 		p.mu.Unlock()
 		return
 	}
-	p.err = cause
+	p.err, p.failedAt = cause, time.Now()
 	close(p.failed)
 	p.mu.Unlock()
 	p.kill()
@@ -213,20 +217,58 @@ func (p *process) kill() {
 	}
 }
 
-// errAborted is why a process that [pool.Abort] killed failed.
-var errAborted = errors.New("the harness killed it with SIGKILL (abort), as a crash would")
+// harnessKill is the cause of a failure the harness brought about on
+// purpose, by killing the process: the child did not crash, and the pool
+// does not count it among the instance's crashes.
+type harnessKill string
 
-// abort kills the process group, as a crash would, and waits until the
-// child has exited or ctx ends.
-func (p *process) abort(ctx context.Context) error {
-	p.stop()
-	return p.awaitExit(ctx)
+func (k harnessKill) Error() string { return string(k) }
+
+// The harness's reasons to kill a process.
+const (
+	// errAborted: [pool.Abort] stops the instance as a crash would.
+	errAborted harnessKill = "the harness killed it with SIGKILL (abort), as a crash would"
+	// errClosing: Close does not wait for a process that is still starting.
+	errClosing harnessKill = "the harness killed it because the instance was closed while it was starting"
+	// errStartDeadline: a process that has not answered hello and setup by
+	// the deadline of the request that needed it is of no use; it is
+	// killed rather than asked to shut down, which it would not answer
+	// either.
+	errStartDeadline harnessKill = "the harness killed it because it had not completed hello and setup by the deadline"
+	// errCutLine: a child that stopped reading in the middle of a request
+	// line has hung; the rest of the line cannot be sent later without
+	// corrupting the stream, so the process cannot be used again.
+	errCutLine harnessKill = "the harness killed it because it stopped reading its stdin in the middle of a request line until the deadline"
+)
+
+// crashed reports whether the process failed by itself (it exited, broke
+// the protocol or stopped reading), not because the harness killed it.
+func (p *process) crashed() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var k harnessKill
+	return p.err != nil && !errors.As(p.err, &k)
 }
 
-// stop kills the process group without waiting, as a crash would.
-func (p *process) stop() {
-	p.fail(errAborted) // kills the group, unless the process had failed already
-	p.kill()           // and its stray grandchildren, in that case
+// crashReport describes the process's failure on one line: its label,
+// when and how it failed, and the start of its stderr's last crash report
+// (see [stderrQuote.Excerpt]), with the DSN's secrets masked, also in a
+// stray stdout line the cause may quote.
+func (p *process) crashReport() string {
+	p.mu.Lock()
+	cause, at := p.err, p.failedAt
+	p.mu.Unlock()
+	text := fmt.Sprintf("%s failed at %s: %v%s", p.label, at.UTC().Format(crashTime), cause, p.stderr.Excerpt())
+	return p.stderr.secrets.String(text)
+}
+
+// crashTime is how a crash report gives its time: UTC, to the millisecond.
+const crashTime = "2006-01-02T15:04:05.000Z"
+
+// stop kills the process group without waiting, for reason.
+func (p *process) stop(reason harnessKill) {
+	p.fail(reason) // kills the group, unless the process had failed already
+	p.kill()       // and its stray grandchildren, in that case
 }
 
 // awaitExit waits until the child has exited or ctx ends.
@@ -326,6 +368,8 @@ func (p *process) write(ctx context.Context, line []byte) error {
 		// Nothing was written, so the stream is intact; the child is only
 		// slow, as a hung Deliver would be.
 		return fmt.Errorf("%w: it stopped reading its stdin: %w", ErrNoAnswer, err)
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		p.fail(fmt.Errorf("%w: %w", errCutLine, err))
 	case errors.Is(err, syscall.EPIPE):
 		// The child closed its stdin, most likely by exiting: say how.
 		select {

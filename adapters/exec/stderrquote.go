@@ -67,6 +67,7 @@ type stderrQuote struct {
 	n       int    // non-blank lines completed
 	last    []numbered
 	report  []numbered // first lines of the last crash report
+	cause   numbered   // the last line of that report that matches crashStart, unindented but for its first
 	prev    lineKind   // of the last non-blank line
 	reports int        // crash reports seen
 }
@@ -143,6 +144,11 @@ func (q *stderrQuote) endLine() {
 		if !continues || (!indented && reportStart.MatchString(text)) {
 			q.reports++
 			q.report = q.report[:0]
+			q.cause = line
+		} else if !indented {
+			// An indented one is a property of an object the report
+			// dumps, not an error it names.
+			q.cause = line
 		}
 	case text == "^":
 		kind = caretLine
@@ -176,11 +182,7 @@ func (q *stderrQuote) text(line []byte, cut bool) string {
 func (q *stderrQuote) Summary() string {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	last := q.last
-	if pending := strings.TrimSpace(q.text(q.line, q.cut)); pending != "" {
-		last = append(last[:len(last):len(last)], numbered{q.n + 1, pending})
-		last = last[max(0, len(last)-endLines):]
-	}
+	last := q.lastLines()
 	if len(last) == 0 {
 		return ""
 	}
@@ -200,18 +202,71 @@ func (q *stderrQuote) Summary() string {
 		}
 		return "; its stderr ends: " + ends
 	}
+	return "; its stderr's last crash report starts: " + quoteStart(report) + gap(report[len(report)-1], last[0]) + ends
+}
+
+// Excerpt quotes less of the child's stderr than Summary, for a list of
+// crashes: the first lines of its last crash report and, when that report
+// names an error further down (Python ends its traceback with the
+// exception), that line; without a crash report, as many of the last
+// lines as a report's start may have. "" when stderr had nothing but blank
+// lines.
+func (q *stderrQuote) Excerpt() string {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if len(q.report) == 0 {
+		last := q.lastLines()
+		if len(last) == 0 {
+			return ""
+		}
+		last = last[max(0, len(last)-reportLines):]
+		ends := join(last)
+		if len(ends) > reportBytes {
+			ends = "…" + strings.ToValidUTF8(ends[len(ends)-reportBytes:], "")
+		}
+		if last[0].n == 1 {
+			return "; its stderr: " + ends
+		}
+		return "; its stderr ends: " + ends
+	}
+	excerpt := "; its stderr's last crash report starts: " + quoteStart(q.report)
+	if end := q.report[len(q.report)-1]; q.cause.n > end.n {
+		excerpt += gap(end, q.cause) + q.cause.text
+	}
+	return excerpt
+}
+
+// lastLines are the last lines, with the line being written, if any. The
+// caller holds q.mu.
+func (q *stderrQuote) lastLines() []numbered {
+	last := q.last
+	if pending := strings.TrimSpace(q.text(q.line, q.cut)); pending != "" {
+		last = append(last[:len(last):len(last)], numbered{q.n + 1, pending})
+		last = last[max(0, len(last)-endLines):]
+	}
+	return last
+}
+
+// quoteStart quotes the first lines of a crash report, cut at reportBytes.
+func quoteStart(report []numbered) string {
 	start := join(report)
 	if len(start) > reportBytes {
 		start = strings.ToValidUTF8(start[:reportBytes], "") + "…"
 	}
-	gap := " ⏎ "
-	if between := last[0].n - report[len(report)-1].n - 1; between > 0 {
-		gap = " ⏎ [" + strconv.Itoa(between) + " more lines] ⏎ "
-		if between == 1 {
-			gap = " ⏎ [1 more line] ⏎ "
-		}
+	return start
+}
+
+// gap is the visible line break between two quoted lines, saying how many
+// lines between them are left out.
+func gap(before, after numbered) string {
+	switch between := after.n - before.n - 1; {
+	case between <= 0:
+		return " ⏎ "
+	case between == 1:
+		return " ⏎ [1 more line] ⏎ "
+	default:
+		return " ⏎ [" + strconv.Itoa(between) + " more lines] ⏎ "
 	}
-	return "; its stderr's last crash report starts: " + start + gap + ends
 }
 
 // join joins lines with a visible line break.

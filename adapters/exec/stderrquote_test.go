@@ -164,3 +164,109 @@ func TestStderrQuoteMasksSecrets(t *testing.T) {
 		}
 	}
 }
+
+// excerptOf writes stderr to a new quote in chunks of size bytes and
+// returns the quote's excerpt.
+func excerptOf(stderr string, size int) string {
+	q := newStderrQuote(nil)
+	for b := []byte(stderr); len(b) > 0; {
+		n := min(size, len(b))
+		_, _ = q.Write(b[:n])
+		b = b[n:]
+	}
+	return q.Excerpt()
+}
+
+// checkExcerptBounded fails the test when an excerpt quotes more than the
+// first lines of a crash report and one more line, or their bytes.
+func checkExcerptBounded(t *testing.T, excerpt string) {
+	t.Helper()
+	if most := reportBytes + lineBytes + 3*(reportLines+2) + 80; len(excerpt) > most {
+		t.Errorf("the excerpt has %d bytes; want at most %d:\n%s", len(excerpt), most, excerpt)
+	}
+	if lines := strings.Count(excerpt, " ⏎ ") + 1; lines > reportLines+2 { // the gap counts as a line
+		t.Errorf("the excerpt quotes %d lines; want at most %d:\n%s", lines, reportLines+2, excerpt)
+	}
+}
+
+// TestStderrExcerptQuotesTheStartOfTheCrash quotes the real crash dumps of
+// testdata/stderr as a list of crashes does: the first lines of the crash
+// report, and the exception a Python traceback ends with; the last lines
+// of a plain log. Never the object dump, nor the end of Node.js's report.
+func TestStderrExcerptQuotesTheStartOfTheCrash(t *testing.T) {
+	for _, c := range []struct {
+		file  string
+		shows []string
+		hides []string
+	}{
+		{"node-unhandled-error.txt", []string{"crash report starts: error: terminating connection due to administrator command ⏎ at parseErrorMessage"}, []string{"reportStreamError", "Node.js v20", "child: deliver"}},
+		{"node-uncaught-exception.txt", []string{"crash report starts: TypeError: Cannot read properties of undefined (reading 'length')"}, []string{"Node.js v20"}},
+		{"node-logged-error-then-uncaught.txt", []string{"crash report starts: TypeError: Cannot read properties of undefined"}, []string{"ECONNREFUSED"}},
+		{"node-unhandled-rejection.txt", []string{"crash report starts: Error: connect ECONNREFUSED 127.0.0.1:1"}, []string{"Node.js v20"}},
+		{"go-panic.txt", []string{"crash report starts: panic: runtime error: invalid memory address or nil pointer dereference"}, []string{"set up schema"}},
+		{"python-traceback.txt", []string{"crash report starts: Traceback (most recent call last):", ` more lines] ⏎ psycopg2.OperationalError: connection to server at "127.0.0.1", port 1 failed: Connection refused`}, []string{"IndexError", "Is the server running"}},
+		{"java-exception.txt", []string{`crash report starts: Exception in thread "main" java.lang.IllegalStateException: cannot claim harmless.double-delivery/1`}, []string{"Caused by"}},
+		{"plain-log.txt", []string{"its stderr ends: ", "connected to the database again"}, []string{"concurrent-delivery/38 "}},
+	} {
+		t.Run(c.file, func(t *testing.T) {
+			data, err := os.ReadFile(filepath.Join("testdata", "stderr", c.file))
+			if err != nil {
+				t.Fatal(err)
+			}
+			whole := excerptOf(string(data), len(data))
+			t.Logf("excerpt: %s", whole)
+			for _, size := range []int{1, 7, 4096} {
+				if got := excerptOf(string(data), size); got != whole {
+					t.Errorf("written %d bytes at a time, the excerpt is\n%s\nwritten at once, it is\n%s", size, got, whole)
+				}
+			}
+			for _, want := range c.shows {
+				if !strings.Contains(whole, want) {
+					t.Errorf("the excerpt does not show %q:\n%s", want, whole)
+				}
+			}
+			for _, hide := range c.hides {
+				if strings.Contains(whole, hide) {
+					t.Errorf("the excerpt quotes %q, which is not the start of the crash:\n%s", hide, whole)
+				}
+			}
+			checkExcerptBounded(t, whole)
+		})
+	}
+}
+
+func TestStderrExcerptEdgeCases(t *testing.T) {
+	for _, c := range []struct {
+		name, stderr, want string
+	}{
+		{"nothing", "", ""},
+		{"one line", "execchild: simulated crash\n", "; its stderr: execchild: simulated crash"},
+		{"no final newline", "a\nb", "; its stderr: a ⏎ b"},
+		{"no report, more than its lines", "1\n2\n3\n4\n5\n6\n", "; its stderr ends: 3 ⏎ 4 ⏎ 5 ⏎ 6"},
+		{"short report", "log\npanic: boom\n\ngoroutine 1 [running]:\n", "; its stderr's last crash report starts: panic: boom ⏎ goroutine 1 [running]:"},
+		// An error the report names further down, right after its first lines.
+		{"adjacent cause", "Traceback (most recent call last):\n  File \"a\"\n    x()\n  File \"b\"\nKeyError: 'k'\n", "; its stderr's last crash report starts: Traceback (most recent call last): ⏎ File \"a\" ⏎ x() ⏎ File \"b\" ⏎ KeyError: 'k'"},
+		// A later report replaces the earlier, and its cause with it.
+		{"second report", "Traceback (most recent call last):\n  File \"a\"\n  File \"b\"\n  File \"c\"\n  File \"d\"\nKeyError: 'k'\nlog\npanic: boom\n", "; its stderr's last crash report starts: panic: boom"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if got := excerptOf(c.stderr, len(c.stderr)+1); got != c.want {
+				t.Errorf("excerpt of %q:\n got %q\nwant %q", c.stderr, got, c.want)
+			}
+		})
+	}
+}
+
+// TestStderrExcerptIsBounded: one line of 1 MiB and lines of 10 KiB are
+// cut as in the summary, and the excerpt stays bounded.
+func TestStderrExcerptIsBounded(t *testing.T) {
+	huge := "Error: " + strings.Repeat("x", 1<<20)
+	checkExcerptBounded(t, excerptOf(huge+"\n", 64<<10))
+	checkExcerptBounded(t, excerptOf(strings.Repeat(strings.Repeat("z", 10<<10)+"\n", 20), 4096))
+	long := "Traceback (most recent call last):\n" + strings.Repeat("  "+strings.Repeat("y", 10<<10)+"\n", 20) + "ValueError: " + strings.Repeat("v", 10<<10) + "\n"
+	got := excerptOf(long, 4096)
+	checkExcerptBounded(t, got)
+	if !strings.Contains(got, "ValueError: vvv") {
+		t.Errorf("the exception after long lines is not quoted: %s", got)
+	}
+}

@@ -21,6 +21,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -28,9 +29,11 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/harmless-dev/harmless/adapters"
@@ -103,10 +106,39 @@ const (
 	// transient, as a process started while the server restarts would. It
 	// needs EnvMarkDir, where the first process leaves its mark.
 	SetupTransientLater = "setup-transient-later"
+	// ExitOnLostConnection serves the reference, but when a delivery's
+	// connection is terminated by the server (SQLSTATE 57P01
+	// admin_shutdown, say) or lost, it writes a Node.js crash report
+	// starting with NodeLostConnection to stderr and exits with status 1,
+	// as a node-postgres child dies whose checked-out client has no
+	// 'error' listener.
+	ExitOnLostConnection = "exit-on-lost-connection"
+	// LogToStdout serves the reference, but writes a log line to stdout
+	// before it handles each delivery, as a Node.js child's console.log
+	// would: a protocol violation.
+	LogToStdout = "log-to-stdout"
+	// CrashThenFailHello crashes as CrashOnDeliver in the first process of
+	// each instance; every later process of the instance writes a Node.js
+	// crash report starting with NodeConnectRefused to stderr and exits
+	// with status 1 before it answers hello, as a child whose supervisor
+	// restarts it while its server is away. It needs EnvMarkDir.
+	CrashThenFailHello = "crash-then-fail-hello"
 )
 
-// EnvMarkDir names the variable holding the directory where
-// SetupTransientLater's first process of each instance leaves its mark.
+// The first lines of the crash reports of ExitOnLostConnection and
+// CrashThenFailHello.
+const (
+	NodeLostConnection = "Error: Connection terminated unexpectedly"
+	NodeConnectRefused = "Error: connect ECONNREFUSED 127.0.0.1:5432"
+)
+
+// StdoutLog is what LogToStdout writes to stdout before it handles a
+// delivery, followed by the event id.
+const StdoutLog = "handling delivery of event "
+
+// EnvMarkDir names the variable holding the directory where the first
+// process of each instance of SetupTransientLater and CrashThenFailHello
+// leaves its mark.
 const EnvMarkDir = "HARMLESS_EXECCHILD_MARK_DIR"
 
 // LastWords is what CrashOnDeliver writes to stderr before it exits.
@@ -289,6 +321,10 @@ func (c *child) hello(req protocol.IncomingRequest) {
 	switch c.mode {
 	case BadVersion:
 		result.Protocol = 99
+	case CrashThenFailHello:
+		if !c.firstOfInstance() {
+			c.die(nodeConnectRefused)
+		}
 	case HelloError:
 		fmt.Fprintln(os.Stderr, "execchild: refusing to start")
 		c.answer(protocol.EncodeError(req.ID, protocol.Transient, "cannot start: no configuration"))
@@ -336,9 +372,11 @@ func (c *child) deliver(req protocol.IncomingRequest) {
 		return
 	}
 	switch c.mode {
-	case CrashOnDeliver:
+	case CrashOnDeliver, CrashThenFailHello:
 		fmt.Fprintln(os.Stderr, LastWords)
 		os.Exit(3)
+	case LogToStdout:
+		c.answer([]byte(StdoutLog+string(p.EventID)+"\n"), nil)
 	case LeakDSN:
 		c.mu.Lock()
 		dsn := c.dsn
@@ -387,6 +425,10 @@ func (c *child) deliver(req protocol.IncomingRequest) {
 		_, err := tx.Exec(ctx, effect.SQL, args...)
 		return err
 	})
+	if c.mode == ExitOnLostConnection && lostConnection(err) {
+		fmt.Fprintf(os.Stderr, "execchild: the connection of the delivery of %q was lost: %v\n", p.EventID, err)
+		c.die(nodeLostConnection)
+	}
 	switch {
 	case err == nil:
 		c.answer(protocol.EncodeResult(req.ID, protocol.DeliverResult{Outcome: protocol.OutcomeName(outcome)}))
@@ -440,4 +482,76 @@ func (c *child) purge(req protocol.IncomingRequest) {
 		return
 	}
 	c.answer(protocol.EncodeResult(req.ID, map[string]int64{"removed": removed}))
+}
+
+// lostConnection reports whether err says that the connection it was
+// returned on is gone: the server terminated it (class 57P, or any FATAL
+// error, after which the server closes it) or it was closed or cut. A
+// connection that could not be opened is not lost: node-postgres rejects
+// the connect call then, which a child handles.
+func lostConnection(err error) bool {
+	if err == nil {
+		return false
+	}
+	var connect *pgconn.ConnectError
+	if errors.As(err, &connect) {
+		return false
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		return strings.HasPrefix(pgErr.Code, "57P") || pgErr.Severity == "FATAL" || pgErr.Severity == "PANIC"
+	}
+	return errors.Is(err, pgconn.ErrConnClosed) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, net.ErrClosed) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
+}
+
+// Crash reports in the style of Node.js 20 with node-postgres 8: the
+// unhandled 'error' event of a checked-out client whose connection ends,
+// and the unhandled rejection of a connect refused at start.
+const (
+	nodeLostConnection = `node:events:497
+      throw er; // Unhandled 'error' event
+      ^
+
+` + NodeLostConnection + `
+    at Connection.<anonymous> (/srv/child/node_modules/pg/lib/client.js:136:73)
+    at Object.onceWrapper (node:events:634:28)
+    at Connection.emit (node:events:520:28)
+    at Socket.<anonymous> (/srv/child/node_modules/pg/lib/connection.js:62:12)
+    at Socket.emit (node:events:520:28)
+    at TCP.<anonymous> (node:net:346:12)
+Emitted 'error' event on Client instance at:
+    at Client._handleErrorEvent (/srv/child/node_modules/pg/lib/client.js:336:10)
+    at Connection.<anonymous> (/srv/child/node_modules/pg/lib/client.js:146:16)
+    at Object.onceWrapper (node:events:634:28)
+    [... lines matching original stack trace ...]
+    at TCP.<anonymous> (node:net:346:12)
+
+Node.js v20.20.2
+`
+	nodeConnectRefused = `node:internal/process/promises:394
+    triggerUncaughtException(err, true /* fromPromise */);
+    ^
+
+` + NodeConnectRefused + `
+    at /srv/child/node_modules/pg-pool/index.js:45:11
+    at process.processTicksAndRejections (node:internal/process/task_queues:105:5)
+    at async main (/srv/child/impl.js:12:3) {
+  errno: -111,
+  code: 'ECONNREFUSED',
+  syscall: 'connect',
+  address: '127.0.0.1',
+  port: 5432
+}
+
+Node.js v20.20.2
+`
+)
+
+// die writes report to stderr and exits with status 1, as Node.js does
+// when an error is not handled.
+func (c *child) die(report string) {
+	c.outMu.Lock() // no answer after the crash
+	fmt.Fprint(os.Stderr, report)
+	os.Exit(1)
 }
