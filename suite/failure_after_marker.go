@@ -215,15 +215,15 @@ func (s *state) failureAfterMarker() {
 						return []string{fmt.Sprintf("after its connection was killed (%s), worker 1 handled a new event badly\n%s",
 							what, harness.DescribeEvent(after, nextFx, next))}
 					})
-					sc.rule(fixtures.FailureAfterMarkerProcessSurvivesKill, func() []string {
+					sc.judgedRule(fixtures.FailureAfterMarkerProcessSurvivesKill, func() judgement {
 						if p := notFired(); p != nil {
-							return p
+							return judgement{problems: p}
 						}
 						if len(crashes) == 0 {
-							return nil
+							return judgement{}
 						}
-						return []string{fmt.Sprintf("after its connection was killed (%s), worker 1's process crashed %s and was restarted, as a supervisor would; the first crash: %s",
-							what, harness.Times(len(crashes)), crashes[0])}
+						return judgement{leadless: true, problems: []string{fmt.Sprintf("after its connection was killed (%s), worker 1's process crashed %s and was restarted, as a supervisor would; the first crash: %s",
+							what, harness.Times(len(crashes)), crashes[0])}}
 					})
 				}
 			})

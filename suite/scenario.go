@@ -228,7 +228,7 @@ func (sc *scenario) judgedRule(id string, check func() judgement) {
 			return judgement{problems: []string{sc.s.secrets.String(p)}, unplayed: true}
 		}
 		j := check()
-		if len(j.problems) > 0 && j.cause == "" {
+		if len(j.problems) > 0 && j.cause == "" && !j.leadless {
 			j.lead = sc.lead()
 		}
 		for i, p := range j.problems {

@@ -492,6 +492,9 @@ type judgement struct {
 	// which was acknowledged): it is stated first, and then no usual
 	// suspect is guessed at.
 	lead string
+	// leadless marks problems that already say what a lead would (the
+	// rule that reports the crashes themselves).
+	leadless bool
 }
 
 // failureMessage states a rule's violation: the rule, then what the play's

@@ -395,3 +395,45 @@ func TestPythonOutboxSurvivesAKillBetweenCommitAndSend(t *testing.T) {
 	}
 	t.Logf("the destination saw %d requests", len(dest.Requests()))
 }
+
+// TestAChildThatDiesOnAKilledConnectionIsCertified certifies a Go child
+// that exits, as a node-postgres child with no 'error' listener does, when
+// the harness kills its connection, on a throwaway cluster so that
+// crash-recovery runs too. The harness restarts it as a supervisor would
+// and the broker redelivers what it had in flight: every MUST rule passes
+// and the run is certified; the SHOULD rule that reports the crash fails,
+// quoting the crash report, and the summary counts the crashes.
+func TestAChildThatDiesOnAKilledConnectionIsCertified(t *testing.T) {
+	bin := binary(t)
+	path := filepath.Join(t.TempDir(), "c.json")
+	code, stdout, stderr := runCertify(t, bin, []string{"HARMLESS_DSN=", "DATABASE_URL="},
+		"--exec", execchild.Command(execchild.ExitOnLostConnection), "--provision", string(provision.KindCluster), "--json", path)
+	if code == exitUsage && strings.Contains(stderr, provision.ErrNoDatabase.Error()) && strings.Contains(stderr, ": not found") {
+		t.Skipf("no PostgreSQL server binaries for a throwaway cluster:\n%s", stderr)
+	}
+	cert := readCertificate(t, path)
+	for _, r := range cert.Rules {
+		want := certificate.VerdictPass
+		switch {
+		case r.Fixture == fixtures.ExternalEffect && cert.Declared.ExternalEffects == adapters.NoExternalEffects:
+			want = certificate.VerdictNotApplicable
+		case r.ID == fixtures.FailureAfterMarkerProcessSurvivesKill:
+			want = certificate.VerdictFail
+		}
+		if r.Verdict != want {
+			t.Errorf("rule %s: %s; want %s\n%s", r.ID, r.Verdict, want, r.Message)
+		}
+		if r.ID == fixtures.FailureAfterMarkerProcessSurvivesKill && !strings.Contains(r.Message, "Connection terminated unexpectedly") {
+			t.Errorf("the SHOULD rule's message does not quote the crash report:\n%s", r.Message)
+		}
+	}
+	if code != exitCertified || !cert.Certified {
+		t.Errorf("exit code %d, certified %t; want %d and certified: a failed SHOULD rule decides nothing", code, cert.Certified, exitCertified)
+	}
+	if cert.CrashCount() == 0 || !strings.Contains(stdout, "the implementation crashed") {
+		t.Errorf("the certificate counts %d crashes, and the summary says:\n%s\nwant the crashes counted in both", cert.CrashCount(), stdout)
+	}
+	if t.Failed() {
+		t.Logf("stdout:\n%s\nstderr:\n%s", stdout, stderr)
+	}
+}

@@ -200,7 +200,7 @@ func (p *printer) result(cert certificate.Certificate) {
 	if n := cert.CrashCount(); n > 0 {
 		fmt.Fprintf(p.stdout, "the implementation crashed %d times and was restarted, as a supervisor would:\n", n)
 		for _, c := range cert.Crashes {
-			fmt.Fprintf(p.stdout, "  %s, instance %d: %d; the first: %s\n", c.Play, c.Instance, c.Count, firstLine(c.First))
+			fmt.Fprintf(p.stdout, "  %s, instance %d: %d; the first: %s\n", c.Play, c.Instance, c.Count, crashHead(c.First))
 		}
 	}
 	fmt.Fprintf(p.stdout, "%s: %s\n", paint(p.colorOut, statusColors[cert.Status], cert.Headline()), cert.Adapter)
@@ -246,8 +246,11 @@ func (p *printer) table(cert certificate.Certificate) string {
 	return strings.Join(lines, "")
 }
 
-// firstLine is s up to its first line break.
-func firstLine(s string) string {
-	line, _, _ := strings.Cut(s, "\n")
-	return line
+// crashHead is a crash's description up to the first line of its crash
+// report (the exec adapter joins the report's lines with " ⏎ "): the rest
+// is in the JSON certificate.
+func crashHead(s string) string {
+	s, _, _ = strings.Cut(s, "\n")
+	s, _, _ = strings.Cut(s, " ⏎ ")
+	return s
 }

@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# Certify's speed, measured against a baseline in the same run, never in a
+# timed test: these machines are shared and noisy.
+#
+#   1. The reference's certify time at a base commit and at HEAD, the runs
+#      alternating so that a noisy neighbour slows both alike; it reports
+#      the median of each and their ratio, and fails when HEAD is more than
+#      --max-ratio slower.
+#   2. The certify time of broken-always-errors at HEAD, an implementation
+#      that fails every delivery; it fails above --max-always-errors.
+#
+# Usage: ci/bench-certify.sh [--base REF] [--runs N] [--max-ratio R] [--max-always-errors SECONDS]
+#
+# The default base is the harness just before the broker's model (issue 21:
+# redelivery with backoff and patience), whose five back-to-back tries made
+# certify fast and wrong. Each certify starts a throwaway cluster of its own.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+base=3af1ba0
+runs=5
+max_ratio=1.10
+max_always=120
+while [ $# -gt 0 ]; do
+	case "$1" in
+	--base) base=$2; shift 2 ;;
+	--runs) runs=$2; shift 2 ;;
+	--max-ratio) max_ratio=$2; shift 2 ;;
+	--max-always-errors) max_always=$2; shift 2 ;;
+	*) echo "usage: $0 [--base REF] [--runs N] [--max-ratio R] [--max-always-errors SECONDS]" >&2; exit 2 ;;
+	esac
+done
+
+work=$(mktemp -d)
+cleanup() {
+	git worktree remove --force "$work/base" >/dev/null 2>&1 || true
+	rm -rf "$work"
+}
+trap cleanup EXIT
+
+go build -o "$work/head" ./cmd/harmless
+have_base=true
+if git rev-parse --verify --quiet "$base^{commit}" >/dev/null &&
+	git worktree add --detach --quiet "$work/base" "$base" 2>/dev/null; then
+	(cd "$work/base" && go build -o "$work/base-bin" ./cmd/harmless)
+else
+	echo "the base $base is not in this clone (a shallow one?): no ratio measured"
+	have_base=false
+fi
+
+# timed BIN ADAPTER: certify ADAPTER with BIN on a throwaway cluster and
+# print its wall time in seconds; certify's exit code (0, 1 or 3) is the
+# verdict, not the measure's business, but a usage or environment error
+# (2) ends the benchmark.
+timed() {
+	local started code=0
+	started=$(date +%s.%N)
+	"$1" certify --adapter "$2" --provision cluster -q >"$work/out" 2>&1 || code=$?
+	if [ "$code" -eq 2 ]; then
+		cat "$work/out" >&2
+		exit 1
+	fi
+	awk -v a="$(date +%s.%N)" -v b="$started" 'BEGIN {printf "%.1f\n", a - b}'
+}
+
+median() { sort -n | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
+
+if $have_base; then
+	: >"$work/base.times"
+	: >"$work/head.times"
+	for i in $(seq "$runs"); do
+		b=$(timed "$work/base-bin" reference)
+		h=$(timed "$work/head" reference)
+		echo "run $i: reference certified in ${b}s at $base, ${h}s at HEAD"
+		echo "$b" >>"$work/base.times"
+		echo "$h" >>"$work/head.times"
+	done
+	mb=$(median <"$work/base.times")
+	mh=$(median <"$work/head.times")
+	ratio=$(awk -v h="$mh" -v b="$mb" 'BEGIN {printf "%.3f", h / b}')
+	echo "reference: median ${mb}s at $base, ${mh}s at HEAD, ratio $ratio (at most $max_ratio)"
+	if awk -v r="$ratio" -v m="$max_ratio" 'BEGIN {exit !(r > m)}'; then
+		echo "the reference's certify is more than $max_ratio times slower than at $base" >&2
+		exit 1
+	fi
+fi
+
+a=$(timed "$work/head" broken-always-errors)
+echo "broken-always-errors: certified in ${a}s at HEAD (at most ${max_always}s)"
+if awk -v a="$a" -v m="$max_always" 'BEGIN {exit !(a > m)}'; then
+	echo "an implementation that fails every delivery took more than ${max_always}s to judge" >&2
+	exit 1
+fi
