@@ -43,6 +43,10 @@ func (s *state) cutDelivery(ctx context.Context, play *harness.Play, ev adapters
 		N:      n,
 		Action: pgproxy.Cut,
 		Times:  1,
+		// The transaction that applies the effect: an implementation
+		// that commits its claim or a lease on its own first must not
+		// have that COMMIT taken for the effect's.
+		Within: ledger.TableName,
 	})
 	Expect(err).NotTo(HaveOccurred())
 	c.first = play.Deliver(ctx, 1, ev)

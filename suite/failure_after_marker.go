@@ -59,17 +59,22 @@ func hookFailure(action faults.HookAction) func(context.Context, *harness.Play, 
 
 // proxyFailure cuts worker 1's connection at a protocol point, through the
 // wire proxy: a black-box fault that needs no access to the implementation's
-// code and works in any language.
+// code and works in any language. A cut at COMMIT aims at the transaction
+// that applies the effect.
 func proxyFailure(at pgproxy.Point, n int) func(context.Context, *harness.Play, adapters.Event) planned {
 	return func(ctx context.Context, play *harness.Play, _ adapters.Event) planned {
 		GinkgoHelper()
 		proxy, err := play.UseProxy(ctx)
 		Expect(err).NotTo(HaveOccurred())
 		_, _ = play.Instance(ctx, 1) // built before the fault is armed
-		f, err := proxy.Arm(pgproxy.Rule{
+		rule := pgproxy.Rule{
 			Scope: pgproxy.Scope{ApplicationNamePrefix: play.AppNamePrefix() + "w1"},
 			At:    at, N: n, Action: pgproxy.Cut, Times: 1,
-		})
+		}
+		if at != pgproxy.AfterStatement {
+			rule.Within = ledger.TableName
+		}
+		f, err := proxy.Arm(rule)
 		Expect(err).NotTo(HaveOccurred())
 		return planned{
 			what:       f.String(),

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"slices"
 	"sync"
 	"time"
 
@@ -45,6 +46,15 @@ type conn struct {
 	// clientToServer's state: the prepared statements and portals that
 	// are a COMMIT.
 	commitStmts, commitPortals map[string]bool
+	// clientToServer's too: the statements and portals whose text holds
+	// a rule's Within, and which.
+	stmtWithin, portalWithin map[string][]string
+
+	// within is what the open transaction block has sent of the armed
+	// rules' Within texts, and commitWithin what the transaction whose
+	// COMMIT was sent last had: clientToServer writes them, serverToClient
+	// reads them at the points it watches. Guarded by mu.
+	within, commitWithin []string
 }
 
 func (c *conn) info() connInfo {
@@ -225,7 +235,9 @@ func (c *conn) clientToServer(r *bufio.Reader, w *bufio.Writer) {
 			if err != nil {
 				return
 			}
-			if len(head) == n && isCommit(cstring(head)) && c.at(BeforeCommit, 0, w) {
+			text := cstring(head)
+			c.sent(text, c.mentions(text))
+			if len(head) == n && isCommit(text) && c.committing() && c.at(BeforeCommit, 0, w) {
 				return
 			}
 		case 'P': // Parse: name, query, ...
@@ -241,8 +253,9 @@ func (c *conn) clientToServer(r *bufio.Reader, w *bufio.Writer) {
 				whole = len(query) < len(rest)
 			}
 			c.commitStmts = remember(c.commitStmts, name, whole && isCommit(query))
+			c.stmtWithin = rememberWithin(c.stmtWithin, name, c.mentions(query))
 		case 'B': // Bind: portal, statement, ...
-			if len(c.commitStmts) == 0 && len(c.commitPortals) == 0 {
+			if len(c.commitStmts) == 0 && len(c.commitPortals) == 0 && len(c.stmtWithin) == 0 && len(c.portalWithin) == 0 {
 				break
 			}
 			head, err := peekHead(r, n)
@@ -255,15 +268,18 @@ func (c *conn) clientToServer(r *bufio.Reader, w *bufio.Writer) {
 				stmt = cstring(head[len(portal)+1:])
 			}
 			c.commitPortals = remember(c.commitPortals, portal, c.commitStmts[string(stmt)])
+			c.portalWithin = rememberWithin(c.portalWithin, portal, c.stmtWithin[string(stmt)])
 		case 'E': // Execute: portal, row limit
-			if len(c.commitPortals) == 0 {
+			if len(c.commitPortals) == 0 && len(c.portalWithin) == 0 {
 				break
 			}
 			head, err := peekHead(r, n)
 			if err != nil {
 				return
 			}
-			if c.commitPortals[string(cstring(head))] && c.at(BeforeCommit, 0, w) {
+			portal := string(cstring(head))
+			c.sent(nil, c.portalWithin[portal])
+			if c.commitPortals[portal] && c.committing() && c.at(BeforeCommit, 0, w) {
 				return
 			}
 		case 'C': // Close: 'S' or 'P', name
@@ -278,8 +294,10 @@ func (c *conn) clientToServer(r *bufio.Reader, w *bufio.Writer) {
 				switch name := string(cstring(head[1:])); head[0] {
 				case 'S':
 					delete(c.commitStmts, name)
+					delete(c.stmtWithin, name)
 				case 'P':
 					delete(c.commitPortals, name)
+					delete(c.portalWithin, name)
 				}
 			}
 		}
@@ -287,6 +305,101 @@ func (c *conn) clientToServer(r *bufio.Reader, w *bufio.Writer) {
 			return
 		}
 	}
+}
+
+// mentions returns the Within texts of the armed rules that text holds.
+func (c *conn) mentions(text []byte) []string {
+	rules := c.p.rules.Load()
+	if rules == nil {
+		return nil
+	}
+	var found []string
+	for _, f := range *rules {
+		if w := f.rule.Within; w != "" && !slices.Contains(found, w) && bytes.Contains(text, []byte(w)) {
+			found = append(found, w)
+		}
+	}
+	return found
+}
+
+// sent notes a statement the client sent (its text, when it came as a
+// simple Query) that mentions the Within texts within: a BEGIN starts a
+// transaction block, which has mentioned nothing yet, and a ROLLBACK ends
+// one.
+func (c *conn) sent(text []byte, within []string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if isBegin(text) || isRollback(text) {
+		c.within = nil
+	}
+	for _, w := range within {
+		if !slices.Contains(c.within, w) {
+			c.within = append(c.within, w)
+		}
+	}
+}
+
+// committing notes that the client sends COMMIT: what its transaction
+// mentioned is kept for the points at and after the COMMIT, and the next
+// transaction starts afresh. It reports true, for use in a condition.
+func (c *conn) committing() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.commitWithin, c.within = c.within, nil
+	return true
+}
+
+// mentioned reports whether the transaction a point pt is in has sent a
+// statement that holds within: the open one for AfterStatement, the one
+// whose COMMIT was sent for the points at COMMIT.
+func (c *conn) mentioned(pt Point, within string) bool {
+	if within == "" {
+		return true
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if pt == AfterStatement {
+		return slices.Contains(c.within, within)
+	}
+	return slices.Contains(c.commitWithin, within)
+}
+
+// rememberWithin records in set the Within texts name's statement holds.
+func rememberWithin(set map[string][]string, name []byte, within []string) map[string][]string {
+	if len(within) == 0 {
+		if len(set) > 0 {
+			delete(set, string(name))
+		}
+		return set
+	}
+	if set == nil {
+		set = map[string][]string{}
+	}
+	set[string(name)] = within
+	return set
+}
+
+// isRollback reports whether a simple query's text is a ROLLBACK or ABORT
+// of the transaction block (not ROLLBACK TO SAVEPOINT, nor PREPARED).
+func isRollback(text []byte) bool {
+	words := bytes.Fields(bytes.TrimRight(bytes.TrimSpace(text), "; \t\r\n"))
+	if len(words) == 0 || !(bytes.EqualFold(words[0], []byte("rollback")) || bytes.EqualFold(words[0], []byte("abort"))) {
+		return false
+	}
+	return len(words) == 1 || bytes.EqualFold(words[1], []byte("work")) || bytes.EqualFold(words[1], []byte("transaction"))
+}
+
+// isBegin reports whether a simple query's text starts a transaction
+// block: BEGIN or START TRANSACTION, in any case.
+func isBegin(text []byte) bool {
+	words := bytes.Fields(bytes.TrimLeft(text, " \t\r\n;"))
+	switch {
+	case len(words) == 0:
+		return false
+	case bytes.EqualFold(bytes.TrimRight(words[0], ";"), []byte("begin")):
+		return true
+	}
+	return len(words) > 1 && bytes.EqualFold(words[0], []byte("start")) && bytes.EqualFold(bytes.TrimRight(words[1], ";"), []byte("transaction"))
 }
 
 // remember records in set whether name is a COMMIT.
@@ -417,7 +530,7 @@ func (c *conn) at(pt Point, n int, w *bufio.Writer) bool {
 		if !loaded {
 			info, loaded = c.info(), true
 		}
-		if !r.Scope.matches(info) || !f.reserve() {
+		if !r.Scope.matches(info) || !c.mentioned(pt, r.Within) || !f.reserve() {
 			continue
 		}
 		f.record(info.PID)

@@ -733,3 +733,45 @@ func TestStatementsTellAutocommitFromTransactions(t *testing.T) {
 		t.Errorf("a rule whose scope holds no connection counted %d and %d statements; want none", in, out)
 	}
 }
+
+// TestWithinCutsOnlyTheTransactionThatMentionsIt: a rule confined to the
+// transactions that mention a text fires at the COMMIT of such a
+// transaction, not at the COMMIT of one before it that does not (a lease
+// or a claim committed on its own), nor after a ROLLBACK of one that did.
+func TestWithinCutsOnlyTheTransactionThatMentionsIt(t *testing.T) {
+	for _, at := range []pgproxy.Point{pgproxy.AfterCommitComplete, pgproxy.BeforeCommit} {
+		t.Run(string(at), func(t *testing.T) {
+			e := setup(t)
+			e.exec(t, "CREATE TABLE "+e.schema+".leases (id int)")
+			e.exec(t, "CREATE TABLE "+e.schema+".effects_here (id int)")
+			f := e.arm(t, pgproxy.Rule{Scope: pgproxy.Scope{ApplicationNamePrefix: e.appPrefix}, At: at, Action: pgproxy.Cut, Times: 1, Within: "effects_here"})
+			conn := e.connect(t, "")
+			ctx := t.Context()
+			inTx := func(sql string, commit bool) error {
+				tx, err := conn.Begin(ctx)
+				if err != nil {
+					return err
+				}
+				if _, err := tx.Exec(ctx, sql, 1); err != nil {
+					return err
+				}
+				if !commit {
+					return tx.Rollback(ctx)
+				}
+				return tx.Commit(ctx)
+			}
+			if err := inTx("INSERT INTO "+e.schema+".leases VALUES ($1)", true); err != nil || fired(t, f) != 0 {
+				t.Fatalf("the lease's transaction: %v, fired %d; want committed, not cut", err, fired(t, f))
+			}
+			if err := inTx("INSERT INTO "+e.schema+".effects_here VALUES ($1)", false); err != nil {
+				t.Fatal(err)
+			}
+			if err := inTx("INSERT INTO "+e.schema+".leases VALUES ($1)", true); err != nil || fired(t, f) != 0 {
+				t.Fatalf("after a rolled-back mention, the lease's transaction: %v, fired %d; want committed, not cut", err, fired(t, f))
+			}
+			if err := inTx("INSERT INTO "+e.schema+".effects_here VALUES ($1)", true); err == nil || fired(t, f) != 1 {
+				t.Fatalf("the effect's transaction: %v, fired %d; want it cut at %s", err, fired(t, f), at)
+			}
+		})
+	}
+}

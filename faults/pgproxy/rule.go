@@ -75,6 +75,12 @@ type Rule struct {
 	N int
 	// Times is how many times the rule fires at most; 0 means no limit.
 	Times int
+	// Within, when set, confines the rule to transaction blocks that have
+	// sent a statement whose text contains it: the harness gives its
+	// ledger's table name, so that a cut at COMMIT hits the transaction
+	// that applies the effect, not one that commits a claim or a lease
+	// before it.
+	Within string
 }
 
 func (r Rule) validate() error {
@@ -116,6 +122,9 @@ func (r Rule) String() string {
 		fmt.Fprintf(&b, " %d", r.N)
 	}
 	b.WriteString(" on " + r.Scope.String())
+	if r.Within != "" {
+		fmt.Fprintf(&b, ", in a transaction that mentions %q", r.Within)
+	}
 	switch r.Times {
 	case 0:
 	case 1:
