@@ -16,6 +16,7 @@ import (
 	"github.com/harmless-dev/harmless/adapters"
 	"github.com/harmless-dev/harmless/adapters/alternatives/advisorylock"
 	"github.com/harmless-dev/harmless/adapters/alternatives/databasesql"
+	"github.com/harmless-dev/harmless/adapters/alternatives/failfast"
 	"github.com/harmless-dev/harmless/adapters/alternatives/serializable"
 	"github.com/harmless-dev/harmless/adapters/builtin"
 	"github.com/harmless-dev/harmless/internal/effect"
@@ -26,26 +27,36 @@ import (
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
 
-// alternatives are the adapters under test, with the names they must have.
-var alternatives = []struct {
+// alternative is an adapter under test, with the name it must have and
+// how it treats a busy event.
+type alternative struct {
 	name    string
 	adapter func() adapters.Adapter
-}{
-	{"alt-serializable", serializable.Adapter},
-	{"alt-advisory-lock", advisorylock.Adapter},
-	{"alt-database-sql", databasesql.Adapter},
+	// busy, when not nil, is what a delivery that finds the event busy
+	// returns (wrapped), for the broker to redeliver; with nil, such a
+	// delivery waits and answers.
+	busy error
+}
+
+// alternatives are the adapters under test.
+var alternatives = []alternative{
+	{name: "alt-serializable", adapter: serializable.Adapter},
+	{name: "alt-advisory-lock", adapter: advisorylock.Adapter},
+	{name: "alt-database-sql", adapter: databasesql.Adapter},
+	{name: "alt-fail-fast", adapter: failfast.Adapter, busy: failfast.ErrBusy},
 }
 
 // forEach runs test once per alternative, each in a fresh fixture.
 func forEach(t *testing.T, test func(t *testing.T, f *fixture)) {
 	for _, alt := range alternatives {
-		t.Run(alt.name, func(t *testing.T) { test(t, newFixture(t, alt.adapter())) })
+		t.Run(alt.name, func(t *testing.T) { test(t, newFixture(t, alt)) })
 	}
 }
 
 // fixture is one adapter in a schema of its own holding the harness ledger.
 type fixture struct {
 	t       *testing.T
+	alt     alternative
 	adapter adapters.Adapter
 	pool    *pgxpool.Pool
 	schema  string
@@ -56,12 +67,13 @@ type fixture struct {
 
 var fixtures atomic.Int64
 
-func newFixture(t *testing.T, adapter adapters.Adapter) *fixture {
+func newFixture(t *testing.T, alt alternative) *fixture {
 	t.Helper()
 	n := fixtures.Add(1)
 	f := &fixture{
 		t:       t,
-		adapter: adapter,
+		alt:     alt,
+		adapter: alt.adapter(),
 		pool:    pgtest.Pool(t),
 		schema:  fmt.Sprintf("alt_test_%d_%d", time.Now().UnixNano(), n),
 		app:     fmt.Sprintf("alt-test-%d-%d", time.Now().UnixNano(), n),
@@ -338,8 +350,10 @@ const contenders = 16
 
 // race releases contenders deliveries of ev together over w1 and w2 and
 // checks that exactly one was Applied, the rest Duplicate, with one effect.
-// Each contender is delivered once: an error fails the test. If whileBlocked
-// is not nil, it runs once every contender was released.
+// Each contender is delivered once, and an error fails the test, except
+// the busy error of an adapter that returns one: that contender is
+// redelivered once every contender has returned, as a broker would. If
+// whileBlocked is not nil, it runs once every contender was released.
 func (f *fixture) race(w1, w2 adapters.Implementation, ev adapters.Event, whileBlocked func(returned *atomic.Int64)) {
 	f.t.Helper()
 	type result struct {
@@ -369,6 +383,16 @@ func (f *fixture) race(w1, w2 adapters.Implementation, ev adapters.Event, whileB
 		whileBlocked(&returned)
 	}
 	done.Wait()
+	for i, r := range results {
+		if f.alt.busy != nil && errors.Is(r.err, f.alt.busy) {
+			impl := []adapters.Implementation{w1, w2}[i%2]
+			o, err := impl.Deliver(context.Background(), adapters.Delivery{Event: ev, Attempt: contenders + i + 1})
+			if err != nil || o != adapters.Duplicate {
+				f.t.Fatalf("%s: contender %d was busy (%v); its redelivery = %v, %v; want Duplicate", ev, i+1, r.err, o, err)
+			}
+			results[i] = result{o, nil}
+		}
+	}
 
 	winner := 0
 	var applied, duplicate int

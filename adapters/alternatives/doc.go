@@ -36,16 +36,28 @@
 //     start of every delivery. It is not another technique but another
 //     kind of implementation: a slow one, which the harness must certify
 //     all the same.
+//   - alt-fail-fast (package failfast): the reference pattern on
+//     connections whose lock_timeout is 10 ms. A claim that meets another
+//     delivery's uncommitted claim fails with SQLSTATE 55P03 and is returned
+//     as an error, never as a Duplicate: the broker redelivers it once the
+//     event is decided. Costs: a redelivery per busy copy; it needs a
+//     patient broker.
+//
+// alt-fail-fast leans on a real broker's patience, as users' code does: an
+// unacknowledged delivery comes back after a backoff, for seconds. A
+// harness that redelivered a few times back to back would fail it for being
+// correct.
 //
 // All of them declare the conflict policy reject, a 24-hour redelivery window
-// and AcceptsClock (every stored time comes from [adapters.Env.Clock]); all
-// refuse an empty id, invalid UTF-8 and NUL bytes with an error wrapping
-// [adapters.ErrInvalidInput]; all compare payload digests on conflict
-// (Duplicate or Rejected), purge markers older than a cutoff, and create
-// their own tables in the play's schema. The first three share the built-in adapters'
-// package kit (pool, identity check, digest comparison) and, among
-// themselves, internal/marker (declaration, marker table, and the pgx
-// plumbing of the first two).
+// and AcceptsClock (every stored or compared time comes from
+// [adapters.Env.Clock]); all refuse an empty id, invalid UTF-8 and NUL bytes
+// with an error wrapping [adapters.ErrInvalidInput]; all compare payload
+// digests on conflict (Duplicate or Rejected), purge markers older than a
+// cutoff, and create their own tables in the play's schema. All but alt-slow
+// share the built-in adapters' package kit (pool, identity check, digest
+// comparison); alt-serializable and alt-advisory-lock also share
+// internal/marker's marker table and pgx plumbing, and alt-database-sql and
+// alt-fail-fast its declaration.
 //
 // Their broken counterparts are the broken-* adapters: broken-check-then-insert
 // is alt-serializable or alt-advisory-lock without the mechanism that makes

@@ -11,6 +11,7 @@ import (
 	"github.com/harmless-dev/harmless/adapters/alternatives/advisorylock"
 	"github.com/harmless-dev/harmless/adapters/alternatives/databasesql"
 	"github.com/harmless-dev/harmless/adapters/alternatives/destinationkey"
+	"github.com/harmless-dev/harmless/adapters/alternatives/failfast"
 	"github.com/harmless-dev/harmless/adapters/alternatives/serializable"
 	"github.com/harmless-dev/harmless/adapters/alternatives/slow"
 	"github.com/harmless-dev/harmless/adapters/broken/alwayserrors"
@@ -40,6 +41,7 @@ func All() []adapters.Adapter {
 		advisorylock.Adapter(),
 		databasesql.Adapter(),
 		destinationkey.Adapter(),
+		failfast.Adapter(),
 		serializable.Adapter(),
 		slow.Adapter(),
 		alwayserrors.Adapter(),      // broken-always-errors

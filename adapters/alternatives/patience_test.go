@@ -1,0 +1,145 @@
+package alternatives_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/harmless-dev/harmless/adapters"
+	"github.com/harmless-dev/harmless/adapters/alternatives/failfast"
+)
+
+// The tests of the alternatives that lean on a patient broker: a busy event
+// is an error to redeliver (alt-fail-fast).
+
+// alternativeNamed returns the alternative called name.
+func alternativeNamed(t *testing.T, name string) alternative {
+	t.Helper()
+	for _, alt := range alternatives {
+		if alt.name == name {
+			return alt
+		}
+	}
+	t.Fatalf("no alternative %q", name)
+	return alternative{}
+}
+
+// result is what one delivery returned.
+type result struct {
+	outcome adapters.Outcome
+	err     error
+}
+
+// deliverAsync delivers ev as attempt to impl in a goroutine of its own.
+func deliverAsync(ctx context.Context, impl adapters.Implementation, ev adapters.Event, attempt int) <-chan result {
+	ch := make(chan result, 1)
+	go func() {
+		o, err := impl.Deliver(ctx, adapters.Delivery{Event: ev, Attempt: attempt})
+		ch <- result{o, err}
+	}()
+	return ch
+}
+
+// await returns what ch delivers; it fails the test after a minute.
+func await[T any](t *testing.T, ch <-chan T, what string) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(time.Minute):
+		t.Fatalf("gave up waiting for %s", what)
+		panic("unreachable")
+	}
+}
+
+// holdAttempt makes attempt of ev wait at its effect, inside the
+// delivery's transaction and after its claim, until release is called (or
+// the test ends). held is closed once it waits there.
+func (f *fixture) holdAttempt(ev adapters.Event, attempt int) (held <-chan struct{}, release func()) {
+	arrived, gate := make(chan struct{}), make(chan struct{})
+	var arrive, open sync.Once
+	release = func() { open.Do(func() { close(gate) }) }
+	f.t.Cleanup(release)
+	f.setHook(func(ctx context.Context, d adapters.Delivery) error {
+		if d.Event.Namespace != ev.Namespace || d.ID != ev.ID || d.Attempt != attempt {
+			return nil
+		}
+		arrive.Do(func() { close(arrived) })
+		select {
+		case <-gate:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	})
+	return arrived, release
+}
+
+func TestFailFastBusyClaimIsAnErrorUntilTheClaimantCommits(t *testing.T) {
+	f := newFixture(t, alternativeNamed(t, failfast.Name))
+	w1, w2 := f.instance(1), f.instance(2)
+	ev := event("orders", "busy", "p")
+	conflicting := event("orders", "busy", "another payload")
+	held, release := f.holdAttempt(ev, 1)
+	first := deliverAsync(t.Context(), w1, ev, 1)
+	await(t, held, "attempt 1 to hold its claim")
+
+	for i, e := range []adapters.Event{ev, conflicting} {
+		outcome, err := w2.Deliver(t.Context(), adapters.Delivery{Event: e, Attempt: 2 + i})
+		var pgErr *pgconn.PgError
+		if !errors.As(err, &pgErr) || pgErr.Code != "55P03" || !errors.Is(err, failfast.ErrBusy) || errors.Is(err, adapters.ErrInvalidInput) {
+			t.Fatalf("Deliver(%q) while attempt 1 holds the claim = %v, %v; want an error wrapping ErrBusy and a 55P03 PgError", e.Payload, outcome, err)
+		}
+	}
+	if n := len(f.effects(ev)); n != 0 {
+		t.Fatalf("%d effects while the claim is uncommitted; want 0", n)
+	}
+	release()
+	if r := await(t, first, "attempt 1"); r.err != nil || r.outcome != adapters.Applied {
+		t.Fatalf("attempt 1 = %v, %v; want Applied", r.outcome, r.err)
+	}
+	f.expect(w2, ev, 4, adapters.Duplicate)
+	f.expect(w2, conflicting, 5, adapters.Rejected)
+	f.expectOneEffect(ev, 1)
+}
+
+// TestFailFastRecoversFromDeadConnections: after every connection of the
+// pool died, as in a server restart, deliveries fail until the pool has
+// replaced them, and then apply; nothing reconnects by hand.
+func TestFailFastRecoversFromDeadConnections(t *testing.T) {
+	f := newFixture(t, alternativeNamed(t, failfast.Name))
+	w1 := f.instance(1)
+	// Several connections, so that several are dead.
+	var wg sync.WaitGroup
+	for i := range 4 {
+		wg.Go(func() { f.expect(w1, event("warm", string(rune('a'+i)), "p"), 1, adapters.Applied) })
+	}
+	wg.Wait()
+	if _, err := f.pool.Exec(t.Context(), `SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1`, f.app); err != nil {
+		t.Fatal(err)
+	}
+	f.waitFor("the instance's connections to die", func(ctx context.Context) (bool, error) {
+		n, err := f.backends(ctx, false)
+		return n == 0, err
+	})
+
+	ev := event("after", "restart", "p")
+	const most = 33 // a failure per pooled connection, at worst, then one that works
+	for attempt := 1; ; attempt++ {
+		outcome, err := w1.Deliver(t.Context(), adapters.Delivery{Event: ev, Attempt: attempt})
+		switch {
+		case err == nil && outcome == adapters.Applied:
+			f.expectOneEffect(ev, attempt)
+			t.Logf("%d deliveries failed on dead connections before one applied", attempt-1)
+			return
+		case err == nil || errors.Is(err, adapters.ErrInvalidInput):
+			t.Fatalf("attempt %d = %v, %v; want Applied or an error to redeliver", attempt, outcome, err)
+		case attempt == most:
+			t.Fatalf("still failing after %d attempts: %v", attempt, err)
+		}
+	}
+}
