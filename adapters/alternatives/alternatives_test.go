@@ -17,6 +17,7 @@ import (
 	"github.com/harmless-dev/harmless/adapters/alternatives/advisorylock"
 	"github.com/harmless-dev/harmless/adapters/alternatives/databasesql"
 	"github.com/harmless-dev/harmless/adapters/alternatives/failfast"
+	"github.com/harmless-dev/harmless/adapters/alternatives/lease"
 	"github.com/harmless-dev/harmless/adapters/alternatives/serializable"
 	"github.com/harmless-dev/harmless/adapters/builtin"
 	"github.com/harmless-dev/harmless/internal/effect"
@@ -36,6 +37,9 @@ type alternative struct {
 	// returns (wrapped), for the broker to redeliver; with nil, such a
 	// delivery waits and answers.
 	busy error
+	// stuck is how far the clock must move after a failed delivery before
+	// the event can be claimed again: a lease or a claim the failure left.
+	stuck time.Duration
 }
 
 // alternatives are the adapters under test.
@@ -44,6 +48,7 @@ var alternatives = []alternative{
 	{name: "alt-advisory-lock", adapter: advisorylock.Adapter},
 	{name: "alt-database-sql", adapter: databasesql.Adapter},
 	{name: "alt-fail-fast", adapter: failfast.Adapter, busy: failfast.ErrBusy},
+	{name: "alt-lease", adapter: lease.Adapter, busy: lease.ErrBusy, stuck: lease.Lease},
 }
 
 // forEach runs test once per alternative, each in a fresh fixture.
@@ -280,6 +285,8 @@ func TestAFailedEffectLeavesTheEventClaimable(t *testing.T) {
 				if n := len(f.effects(ev)); n != 0 {
 					t.Fatalf("%d effects after the failed attempt; want 0", n)
 				}
+				// A lease or a claim the failure left must be waited out.
+				f.clock.Set(f.clock.Now().Add(f.alt.stuck))
 				f.expect(w1, ev, 2, adapters.Applied)
 				f.expect(f.instance(2), ev, 3, adapters.Duplicate)
 				f.expectOneEffect(ev, 2)

@@ -42,22 +42,30 @@
 //     as an error, never as a Duplicate: the broker redelivers it once the
 //     event is decided. Costs: a redelivery per busy copy; it needs a
 //     patient broker.
+//   - alt-lease (package lease): a one-second lease taken in statements of
+//     its own (insert, or take over an expired lease with a guarded
+//     UPDATE), then the effect and done = true in one transaction guarded
+//     by the lease's owner. A live lease is an error for the broker to
+//     redeliver; a failed delivery's lease is waited out, as a crashed
+//     worker's would be. Costs: two transactions per event, and a second of
+//     patience after any failure.
 //
-// alt-fail-fast leans on a real broker's patience, as users' code does: an
-// unacknowledged delivery comes back after a backoff, for seconds. A
-// harness that redelivered a few times back to back would fail it for being
-// correct.
+// alt-fail-fast and alt-lease lean on a real broker's patience, as users'
+// code does: an unacknowledged delivery comes back after a backoff, for
+// seconds, and a lease measured on [adapters.Env.Clock] expires in real
+// time. A harness that redelivered a few times back to back would fail them
+// for being correct.
 //
 // All of them declare the conflict policy reject, a 24-hour redelivery window
-// and AcceptsClock (every stored or compared time comes from
-// [adapters.Env.Clock]); all refuse an empty id, invalid UTF-8 and NUL bytes
-// with an error wrapping [adapters.ErrInvalidInput]; all compare payload
-// digests on conflict (Duplicate or Rejected), purge markers older than a
-// cutoff, and create their own tables in the play's schema. All but alt-slow
-// share the built-in adapters' package kit (pool, identity check, digest
-// comparison); alt-serializable and alt-advisory-lock also share
-// internal/marker's marker table and pgx plumbing, and alt-database-sql and
-// alt-fail-fast its declaration.
+// and AcceptsClock (every stored or compared time, leases included, comes
+// from [adapters.Env.Clock]); all refuse an empty id, invalid UTF-8 and NUL
+// bytes with an error wrapping [adapters.ErrInvalidInput]; all compare
+// payload digests on conflict (Duplicate or Rejected), purge markers older
+// than a cutoff, and create their own tables in the play's schema. All but
+// alt-slow share the built-in adapters' package kit (pool, identity check,
+// digest comparison); alt-serializable and alt-advisory-lock also share
+// internal/marker's marker table and pgx plumbing, and alt-database-sql,
+// alt-fail-fast and alt-lease its declaration.
 //
 // Their broken counterparts are the broken-* adapters: broken-check-then-insert
 // is alt-serializable or alt-advisory-lock without the mechanism that makes

@@ -7,14 +7,17 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/harmless-dev/harmless/adapters"
 	"github.com/harmless-dev/harmless/adapters/alternatives/failfast"
+	"github.com/harmless-dev/harmless/adapters/alternatives/lease"
 )
 
 // The tests of the alternatives that lean on a patient broker: a busy event
-// is an error to redeliver (alt-fail-fast).
+// is an error to redeliver (alt-fail-fast, alt-lease), a failure leaves a
+// lease to wait out (alt-lease).
 
 // alternativeNamed returns the alternative called name.
 func alternativeNamed(t *testing.T, name string) alternative {
@@ -77,6 +80,19 @@ func (f *fixture) holdAttempt(ev adapters.Event, attempt int) (held <-chan struc
 		}
 	})
 	return arrived, release
+}
+
+// failAttempt makes the effect of attempt of ev fail with the error it
+// returns.
+func (f *fixture) failAttempt(ev adapters.Event, attempt int) error {
+	boom := errors.New("the effect failed")
+	f.setHook(func(_ context.Context, d adapters.Delivery) error {
+		if d.Event.Namespace == ev.Namespace && d.ID == ev.ID && d.Attempt == attempt {
+			return boom
+		}
+		return nil
+	})
+	return boom
 }
 
 func TestFailFastBusyClaimIsAnErrorUntilTheClaimantCommits(t *testing.T) {
@@ -142,4 +158,83 @@ func TestFailFastRecoversFromDeadConnections(t *testing.T) {
 			t.Fatalf("still failing after %d attempts: %v", attempt, err)
 		}
 	}
+}
+
+// leaseRow reads the lease of ev.
+func (f *fixture) leaseRow(ev adapters.Event) (done bool, until time.Time) {
+	f.t.Helper()
+	err := f.pool.QueryRow(context.Background(), `SELECT done, lease_until FROM `+pgx.Identifier{f.schema, "alt_lease_claims"}.Sanitize()+`
+WHERE namespace = $1 AND event_id = $2`, ev.Namespace, ev.ID).Scan(&done, &until)
+	if err != nil {
+		f.t.Fatalf("read the lease of %s: %v", ev, err)
+	}
+	return done, until
+}
+
+func TestLeaseFailedCompletionKeepsTheLeaseUntilItExpires(t *testing.T) {
+	f := newFixture(t, alternativeNamed(t, lease.Name))
+	w1, w2 := f.instance(1), f.instance(2)
+	ev := event("orders", "leased", "p")
+	boom := f.failAttempt(ev, 1)
+	t0 := f.clock.Now()
+	if outcome, err := w1.Deliver(t.Context(), adapters.Delivery{Event: ev, Attempt: 1}); !errors.Is(err, boom) {
+		t.Fatalf("attempt 1 = %v, %v; want the effect's error", outcome, err)
+	}
+	if done, until := f.leaseRow(ev); done || !until.Equal(t0.Add(lease.Lease)) {
+		t.Fatalf("after the failed attempt the lease is done=%t until %s; want not done, until %s", done, until, t0.Add(lease.Lease))
+	}
+
+	// Within the lease, on the clock, the event stays busy.
+	for attempt, at := range map[int]time.Time{2: t0, 3: t0.Add(lease.Lease - time.Microsecond)} {
+		f.clock.Set(at)
+		if outcome, err := w2.Deliver(t.Context(), adapters.Delivery{Event: ev, Attempt: attempt}); !errors.Is(err, lease.ErrBusy) || errors.Is(err, adapters.ErrInvalidInput) {
+			t.Fatalf("attempt %d at t0+%s = %v, %v; want an error wrapping ErrBusy", attempt, at.Sub(t0), outcome, err)
+		}
+	}
+	if n := len(f.effects(ev)); n != 0 {
+		t.Fatalf("%d effects within the failed delivery's lease; want 0", n)
+	}
+
+	f.clock.Set(t0.Add(lease.Lease))
+	f.expect(w2, ev, 4, adapters.Applied)
+	f.expect(w1, ev, 5, adapters.Duplicate)
+	f.expect(w1, event("orders", "leased", "another payload"), 6, adapters.Rejected)
+	f.expectOneEffect(ev, 4)
+}
+
+func TestLeaseExpiredWhileTheEffectRuns(t *testing.T) {
+	// Taken over: the first owner's transaction rolls back.
+	t.Run("taken over", func(t *testing.T) {
+		f := newFixture(t, alternativeNamed(t, lease.Name))
+		w1, w2 := f.instance(1), f.instance(2)
+		ev := event("orders", "taken-over", "p")
+		held, release := f.holdAttempt(ev, 1)
+		first := deliverAsync(t.Context(), w1, ev, 1)
+		await(t, held, "attempt 1 to reach its effect")
+		f.clock.Set(f.clock.Now().Add(lease.Lease))
+		f.expect(w2, ev, 2, adapters.Applied)
+		release()
+		if r := await(t, first, "attempt 1"); !errors.Is(r.err, lease.ErrLeaseLost) {
+			t.Fatalf("attempt 1, whose lease was taken over = %v, %v; want an error wrapping ErrLeaseLost", r.outcome, r.err)
+		}
+		f.expectOneEffect(ev, 2)
+		f.expect(w1, ev, 3, adapters.Duplicate)
+	})
+	// Not taken over: the lease only decides who may try, so its owner
+	// still commits.
+	t.Run("not taken over", func(t *testing.T) {
+		f := newFixture(t, alternativeNamed(t, lease.Name))
+		w1, w2 := f.instance(1), f.instance(2)
+		ev := event("orders", "late", "p")
+		held, release := f.holdAttempt(ev, 1)
+		first := deliverAsync(t.Context(), w1, ev, 1)
+		await(t, held, "attempt 1 to reach its effect")
+		f.clock.Set(f.clock.Now().Add(10 * lease.Lease))
+		release()
+		if r := await(t, first, "attempt 1"); r.err != nil || r.outcome != adapters.Applied {
+			t.Fatalf("attempt 1, past its lease = %v, %v; want Applied", r.outcome, r.err)
+		}
+		f.expect(w2, ev, 2, adapters.Duplicate)
+		f.expectOneEffect(ev, 1)
+	})
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/harmless-dev/harmless/adapters/alternatives/databasesql"
 	"github.com/harmless-dev/harmless/adapters/alternatives/destinationkey"
 	"github.com/harmless-dev/harmless/adapters/alternatives/failfast"
+	"github.com/harmless-dev/harmless/adapters/alternatives/lease"
 	"github.com/harmless-dev/harmless/adapters/alternatives/serializable"
 	"github.com/harmless-dev/harmless/adapters/alternatives/slow"
 	"github.com/harmless-dev/harmless/adapters/broken/alwayserrors"
@@ -42,6 +43,7 @@ func All() []adapters.Adapter {
 		databasesql.Adapter(),
 		destinationkey.Adapter(),
 		failfast.Adapter(),
+		lease.Adapter(),
 		serializable.Adapter(),
 		slow.Adapter(),
 		alwayserrors.Adapter(),      // broken-always-errors
