@@ -18,6 +18,7 @@ import (
 	"github.com/harmless-dev/harmless/adapters/alternatives/databasesql"
 	"github.com/harmless-dev/harmless/adapters/alternatives/failfast"
 	"github.com/harmless-dev/harmless/adapters/alternatives/lease"
+	"github.com/harmless-dev/harmless/adapters/alternatives/polling"
 	"github.com/harmless-dev/harmless/adapters/alternatives/serializable"
 	"github.com/harmless-dev/harmless/adapters/builtin"
 	"github.com/harmless-dev/harmless/internal/effect"
@@ -37,6 +38,9 @@ type alternative struct {
 	// returns (wrapped), for the broker to redeliver; with nil, such a
 	// delivery waits and answers.
 	busy error
+	// polls tells that a delivery that finds the event busy polls until
+	// the claimant ends: it neither answers nor waits on a lock meanwhile.
+	polls bool
 	// stuck is how far the clock must move after a failed delivery before
 	// the event can be claimed again: a lease or a claim the failure left.
 	stuck time.Duration
@@ -49,12 +53,20 @@ var alternatives = []alternative{
 	{name: "alt-database-sql", adapter: databasesql.Adapter},
 	{name: "alt-fail-fast", adapter: failfast.Adapter, busy: failfast.ErrBusy},
 	{name: "alt-lease", adapter: lease.Adapter, busy: lease.ErrBusy, stuck: lease.Lease},
+	{name: "alt-polling", adapter: polling.Adapter, polls: true, stuck: polling.StaleAfter},
 }
 
 // forEach runs test once per alternative, each in a fresh fixture.
 func forEach(t *testing.T, test func(t *testing.T, f *fixture)) {
+	forEachWhere(t, func(alternative) bool { return true }, test)
+}
+
+// forEachWhere runs test once per alternative for which which holds.
+func forEachWhere(t *testing.T, which func(alternative) bool, test func(t *testing.T, f *fixture)) {
 	for _, alt := range alternatives {
-		t.Run(alt.name, func(t *testing.T) { test(t, newFixture(t, alt)) })
+		if which(alt) {
+			t.Run(alt.name, func(t *testing.T) { test(t, newFixture(t, alt)) })
+		}
 	}
 }
 
@@ -110,6 +122,13 @@ func (f *fixture) runHook(ctx context.Context, d adapters.Delivery) error {
 // instance builds instance n, closed when the test ends.
 func (f *fixture) instance(n int) adapters.Implementation {
 	f.t.Helper()
+	return f.instanceWith(n, f.clock)
+}
+
+// instanceWith builds instance n reading clock; it is closed when the test
+// ends.
+func (f *fixture) instanceWith(n int, clock adapters.Clock) adapters.Implementation {
+	f.t.Helper()
 	dsn, err := harness.WithApplicationName(pgtest.DSN(f.t), f.app)
 	if err != nil {
 		f.t.Fatal(err)
@@ -118,7 +137,7 @@ func (f *fixture) instance(n int) adapters.Implementation {
 		DSN:      dsn,
 		Schema:   f.schema,
 		Effect:   ledger.Effect(f.schema, f.runHook),
-		Clock:    f.clock,
+		Clock:    clock,
 		Instance: n,
 	})
 	if err != nil {
@@ -434,9 +453,10 @@ func TestConcurrentDeliveriesApplyOnce(t *testing.T) {
 	// The first delivery to reach the effect holds its transaction open
 	// until every other contender has either returned or is waiting on a
 	// lock in the database, so all of them overlap the winner's
-	// uncommitted claim.
+	// uncommitted claim. Pollers do neither: TestPollersWaitForTheClaimant
+	// holds them.
 	t.Run("while the first claim is uncommitted", func(t *testing.T) {
-		forEach(t, func(t *testing.T, f *fixture) {
+		forEachWhere(t, func(alt alternative) bool { return !alt.polls }, func(t *testing.T, f *fixture) {
 			w1, w2 := f.instance(1), f.instance(2)
 			for round := range 3 {
 				ev := event("held", fmt.Sprint(round), "p")

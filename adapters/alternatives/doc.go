@@ -49,10 +49,16 @@
 //     redeliver; a failed delivery's lease is waited out, as a crashed
 //     worker's would be. Costs: two transactions per event, and a second of
 //     patience after any failure.
+//   - alt-polling (package polling): the same two steps, but a delivery
+//     that finds the event claimed polls the row every 20 ms until it is
+//     done (Duplicate or Rejected) or its claim has been unfinished for a
+//     second (then takes it over); it neither blocks on a lock nor errors.
+//     Costs: a SELECT per poller every 20 ms, a second stuck after a failed
+//     claimant.
 //
-// alt-fail-fast and alt-lease lean on a real broker's patience, as users'
-// code does: an unacknowledged delivery comes back after a backoff, for
-// seconds, and a lease measured on [adapters.Env.Clock] expires in real
+// The last three lean on a real broker's patience, as users' code does: an
+// unacknowledged delivery comes back after a backoff, for seconds, and a
+// lease or a stale claim measured on [adapters.Env.Clock] expires in real
 // time. A harness that redelivered a few times back to back would fail them
 // for being correct.
 //
@@ -65,7 +71,7 @@
 // alt-slow share the built-in adapters' package kit (pool, identity check,
 // digest comparison); alt-serializable and alt-advisory-lock also share
 // internal/marker's marker table and pgx plumbing, and alt-database-sql,
-// alt-fail-fast and alt-lease its declaration.
+// alt-fail-fast, alt-lease and alt-polling its declaration.
 //
 // Their broken counterparts are the broken-* adapters: broken-check-then-insert
 // is alt-serializable or alt-advisory-lock without the mechanism that makes

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -13,11 +14,13 @@ import (
 	"github.com/harmless-dev/harmless/adapters"
 	"github.com/harmless-dev/harmless/adapters/alternatives/failfast"
 	"github.com/harmless-dev/harmless/adapters/alternatives/lease"
+	"github.com/harmless-dev/harmless/adapters/alternatives/polling"
 )
 
 // The tests of the alternatives that lean on a patient broker: a busy event
 // is an error to redeliver (alt-fail-fast, alt-lease), a failure leaves a
-// lease to wait out (alt-lease).
+// lease or a claim to wait out (alt-lease, alt-polling), contenders poll
+// (alt-polling).
 
 // alternativeNamed returns the alternative called name.
 func alternativeNamed(t *testing.T, name string) alternative {
@@ -59,6 +62,16 @@ func await[T any](t *testing.T, ch <-chan T, what string) T {
 	}
 }
 
+// returned reports whether ch has delivered its result, without waiting.
+func returned(ch <-chan result) (result, bool) {
+	select {
+	case r := <-ch:
+		return r, true
+	default:
+		return result{}, false
+	}
+}
+
 // holdAttempt makes attempt of ev wait at its effect, inside the
 // delivery's transaction and after its claim, until release is called (or
 // the test ends). held is closed once it waits there.
@@ -93,6 +106,24 @@ func (f *fixture) failAttempt(ev adapters.Event, attempt int) error {
 		return nil
 	})
 	return boom
+}
+
+// countingClock reads the fixture's clock and counts how often one
+// instance read it: a poller reads it at every look at the claim.
+type countingClock struct {
+	clock adapters.Clock
+	reads atomic.Int64
+}
+
+func (c *countingClock) Now() time.Time {
+	c.reads.Add(1)
+	return c.clock.Now()
+}
+
+// awaitReads waits until c has been read at least n times.
+func (f *fixture) awaitReads(c *countingClock, n int64, what string) {
+	f.t.Helper()
+	f.waitFor(what, func(context.Context) (bool, error) { return c.reads.Load() >= n, nil })
 }
 
 func TestFailFastBusyClaimIsAnErrorUntilTheClaimantCommits(t *testing.T) {
@@ -237,4 +268,97 @@ func TestLeaseExpiredWhileTheEffectRuns(t *testing.T) {
 		f.expect(w2, ev, 2, adapters.Duplicate)
 		f.expectOneEffect(ev, 1)
 	})
+}
+
+// TestPollersWaitForTheClaimant: deliveries of an event whose claimant is
+// still in its transaction poll the claim, holding no lock and answering
+// nothing, and answer once the claimant committed.
+func TestPollersWaitForTheClaimant(t *testing.T) {
+	f := newFixture(t, alternativeNamed(t, polling.Name))
+	w1 := f.instance(1)
+	ev := event("orders", "polled", "p")
+	conflicting := event("orders", "polled", "another payload")
+	held, release := f.holdAttempt(ev, 1)
+	first := deliverAsync(t.Context(), w1, ev, 1)
+	await(t, held, "attempt 1 to hold its claim")
+
+	// An instance per poller, so that each one's clock tells that it polls.
+	copies := []adapters.Event{ev, ev, ev, conflicting}
+	clocks := make([]*countingClock, len(copies))
+	results := make([]<-chan result, len(copies))
+	for i, e := range copies {
+		clocks[i] = &countingClock{clock: f.clock}
+		results[i] = deliverAsync(t.Context(), f.instanceWith(2+i, clocks[i]), e, 2+i)
+	}
+	for i, c := range clocks {
+		f.awaitReads(c, 3, "each delivery to look at the claim three times")
+		if r, ok := returned(results[i]); ok {
+			t.Fatalf("attempt %d returned %v, %v while the claim was held; want it to keep polling", 2+i, r.outcome, r.err)
+		}
+	}
+	if waiting, err := f.backends(t.Context(), true); err != nil || waiting != 0 {
+		t.Fatalf("%d connections wait on a lock while the deliveries poll (%v); want none", waiting, err)
+	}
+
+	release()
+	if r := await(t, first, "attempt 1"); r.err != nil || r.outcome != adapters.Applied {
+		t.Fatalf("attempt 1 = %v, %v; want Applied", r.outcome, r.err)
+	}
+	for i, e := range copies {
+		want := adapters.Duplicate
+		if string(e.Payload) == string(conflicting.Payload) {
+			want = adapters.Rejected
+		}
+		if r := await(t, results[i], "a poller"); r.err != nil || r.outcome != want {
+			t.Fatalf("attempt %d (%q) = %v, %v; want %v", 2+i, e.Payload, r.outcome, r.err, want)
+		}
+	}
+	f.expectOneEffect(ev, 1)
+}
+
+// TestPollerTakesOverAStaleClaim: a claimant that failed leaves its claim;
+// a poller takes it over once it has been unfinished for StaleAfter on the
+// clock, not before.
+func TestPollerTakesOverAStaleClaim(t *testing.T) {
+	f := newFixture(t, alternativeNamed(t, polling.Name))
+	w1 := f.instance(1)
+	ev := event("orders", "stale", "p")
+	boom := f.failAttempt(ev, 1)
+	t0 := f.clock.Now()
+	if outcome, err := w1.Deliver(t.Context(), adapters.Delivery{Event: ev, Attempt: 1}); !errors.Is(err, boom) {
+		t.Fatalf("attempt 1 = %v, %v; want the effect's error", outcome, err)
+	}
+	clock := &countingClock{clock: f.clock}
+	f.clock.Set(t0.Add(polling.StaleAfter - time.Microsecond))
+	second := deliverAsync(t.Context(), f.instanceWith(2, clock), ev, 2)
+	f.awaitReads(clock, 3, "attempt 2 to poll the claim")
+	if r, ok := returned(second); ok {
+		t.Fatalf("attempt 2 returned %v, %v before the claim was stale; want it to keep polling", r.outcome, r.err)
+	}
+	f.clock.Set(t0.Add(polling.StaleAfter))
+	if r := await(t, second, "attempt 2"); r.err != nil || r.outcome != adapters.Applied {
+		t.Fatalf("attempt 2, once the claim was stale = %v, %v; want Applied", r.outcome, r.err)
+	}
+	f.expectOneEffect(ev, 2)
+	f.expect(w1, ev, 3, adapters.Duplicate)
+}
+
+func TestPollerGivesUpWhenItsContextEnds(t *testing.T) {
+	f := newFixture(t, alternativeNamed(t, polling.Name))
+	ev := event("orders", "abandoned", "p")
+	boom := f.failAttempt(ev, 1)
+	if outcome, err := f.instance(1).Deliver(t.Context(), adapters.Delivery{Event: ev, Attempt: 1}); !errors.Is(err, boom) {
+		t.Fatalf("attempt 1 = %v, %v; want the effect's error", outcome, err)
+	}
+	clock := &countingClock{clock: f.clock}
+	ctx, cancel := context.WithCancel(t.Context())
+	second := deliverAsync(ctx, f.instanceWith(2, clock), ev, 2)
+	f.awaitReads(clock, 2, "attempt 2 to poll the claim")
+	cancel()
+	if r := await(t, second, "attempt 2"); !errors.Is(r.err, context.Canceled) || errors.Is(r.err, adapters.ErrInvalidInput) {
+		t.Fatalf("attempt 2, cancelled while polling = %v, %v; want an error wrapping context.Canceled", r.outcome, r.err)
+	}
+	if n := len(f.effects(ev)); n != 0 {
+		t.Fatalf("%d effects; want 0", n)
+	}
 }

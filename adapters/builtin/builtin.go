@@ -13,6 +13,7 @@ import (
 	"github.com/harmless-dev/harmless/adapters/alternatives/destinationkey"
 	"github.com/harmless-dev/harmless/adapters/alternatives/failfast"
 	"github.com/harmless-dev/harmless/adapters/alternatives/lease"
+	"github.com/harmless-dev/harmless/adapters/alternatives/polling"
 	"github.com/harmless-dev/harmless/adapters/alternatives/serializable"
 	"github.com/harmless-dev/harmless/adapters/alternatives/slow"
 	"github.com/harmless-dev/harmless/adapters/broken/alwayserrors"
@@ -44,6 +45,7 @@ func All() []adapters.Adapter {
 		destinationkey.Adapter(),
 		failfast.Adapter(),
 		lease.Adapter(),
+		polling.Adapter(),
 		serializable.Adapter(),
 		slow.Adapter(),
 		alwayserrors.Adapter(),      // broken-always-errors
