@@ -20,6 +20,7 @@ import (
 	"github.com/harmless-dev/harmless/adapters/alternatives/lease"
 	"github.com/harmless-dev/harmless/adapters/alternatives/polling"
 	"github.com/harmless-dev/harmless/adapters/alternatives/serializable"
+	"github.com/harmless-dev/harmless/adapters/alternatives/slowrelay"
 	"github.com/harmless-dev/harmless/adapters/builtin"
 	"github.com/harmless-dev/harmless/internal/effect"
 	"github.com/harmless-dev/harmless/internal/harness"
@@ -34,6 +35,8 @@ func TestMain(m *testing.M) { pgtest.Main(m) }
 type alternative struct {
 	name    string
 	adapter func() adapters.Adapter
+	// external is the external effects it declares.
+	external adapters.ExternalEffects
 	// busy, when not nil, is what a delivery that finds the event busy
 	// returns (wrapped), for the broker to redeliver; with nil, such a
 	// delivery waits and answers.
@@ -54,6 +57,7 @@ var alternatives = []alternative{
 	{name: "alt-fail-fast", adapter: failfast.Adapter, busy: failfast.ErrBusy},
 	{name: "alt-lease", adapter: lease.Adapter, busy: lease.ErrBusy, stuck: lease.Lease},
 	{name: "alt-polling", adapter: polling.Adapter, polls: true, stuck: polling.StaleAfter},
+	{name: "alt-slow-relay", adapter: slowrelay.Adapter, external: adapters.Outbox},
 }
 
 // forEach runs test once per alternative, each in a fresh fixture.
@@ -122,23 +126,25 @@ func (f *fixture) runHook(ctx context.Context, d adapters.Delivery) error {
 // instance builds instance n, closed when the test ends.
 func (f *fixture) instance(n int) adapters.Implementation {
 	f.t.Helper()
-	return f.instanceWith(n, f.clock)
+	return f.instanceWith(n, f.clock, "")
 }
 
-// instanceWith builds instance n reading clock; it is closed when the test
-// ends.
-func (f *fixture) instanceWith(n int, clock adapters.Clock) adapters.Implementation {
+// instanceWith builds instance n reading clock, with destination as its
+// external destination; it is closed when the test ends.
+func (f *fixture) instanceWith(n int, clock adapters.Clock, destination string) adapters.Implementation {
 	f.t.Helper()
 	dsn, err := harness.WithApplicationName(pgtest.DSN(f.t), f.app)
 	if err != nil {
 		f.t.Fatal(err)
 	}
 	impl, err := f.adapter.New(context.Background(), adapters.Env{
-		DSN:      dsn,
-		Schema:   f.schema,
-		Effect:   ledger.Effect(f.schema, f.runHook),
-		Clock:    clock,
-		Instance: n,
+		DSN:         dsn,
+		Schema:      f.schema,
+		Effect:      ledger.Effect(f.schema, f.runHook),
+		Clock:       clock,
+		Instance:    n,
+		Logf:        f.t.Logf,
+		Destination: destination,
 	})
 	if err != nil {
 		f.t.Fatalf("build instance %d: %v", n, err)
@@ -216,8 +222,8 @@ func event(ns, id, payload string) adapters.Event {
 }
 
 func TestAdaptersAreRegisteredWithTheirDeclarations(t *testing.T) {
-	want := adapters.Declaration{ConflictPolicy: adapters.RejectConflicts, RedeliveryWindow: 24 * time.Hour, AcceptsClock: true}
 	for _, alt := range alternatives {
+		want := adapters.Declaration{ConflictPolicy: adapters.RejectConflicts, RedeliveryWindow: 24 * time.Hour, AcceptsClock: true, ExternalEffects: alt.external}
 		a := alt.adapter()
 		if a.Name != alt.name || a.Declares != want || a.Validate() != nil {
 			t.Errorf("%s: Adapter() = %q declaring %+v (Validate: %v); want %q declaring %+v", alt.name, a.Name, a.Declares, a.Validate(), alt.name, want)

@@ -55,11 +55,17 @@
 //     second (then takes it over); it neither blocks on a lock nor errors.
 //     Costs: a SELECT per poller every 20 ms, a second stuck after a failed
 //     claimant.
+//   - alt-slow-relay (package slowrelay): the reference's claim with an
+//     outbox whose relay polls every 3 s, is never woken by a commit,
+//     retries a failed send only at its next poll, and offers no Drain.
+//     Costs: seconds of latency, and whoever waits for the effects can only
+//     wait for the destination's silence.
 //
-// The last three lean on a real broker's patience, as users' code does: an
+// The last four lean on a real broker's patience, as users' code does: an
 // unacknowledged delivery comes back after a backoff, for seconds, and a
 // lease or a stale claim measured on [adapters.Env.Clock] expires in real
-// time. A harness that redelivered a few times back to back would fail them
+// time. A harness that redelivered a few times back to back, or stopped
+// listening for external effects after a second of quiet, would fail them
 // for being correct.
 //
 // All of them declare the conflict policy reject, a 24-hour redelivery window

@@ -15,12 +15,15 @@ import (
 	"github.com/harmless-dev/harmless/adapters/alternatives/failfast"
 	"github.com/harmless-dev/harmless/adapters/alternatives/lease"
 	"github.com/harmless-dev/harmless/adapters/alternatives/polling"
+	"github.com/harmless-dev/harmless/adapters/alternatives/slowrelay"
+	"github.com/harmless-dev/harmless/adapters/external"
+	"github.com/harmless-dev/harmless/internal/destination"
 )
 
 // The tests of the alternatives that lean on a patient broker: a busy event
 // is an error to redeliver (alt-fail-fast, alt-lease), a failure leaves a
 // lease or a claim to wait out (alt-lease, alt-polling), contenders poll
-// (alt-polling).
+// (alt-polling), a relay sends only when it polls (alt-slow-relay).
 
 // alternativeNamed returns the alternative called name.
 func alternativeNamed(t *testing.T, name string) alternative {
@@ -288,7 +291,7 @@ func TestPollersWaitForTheClaimant(t *testing.T) {
 	results := make([]<-chan result, len(copies))
 	for i, e := range copies {
 		clocks[i] = &countingClock{clock: f.clock}
-		results[i] = deliverAsync(t.Context(), f.instanceWith(2+i, clocks[i]), e, 2+i)
+		results[i] = deliverAsync(t.Context(), f.instanceWith(2+i, clocks[i], ""), e, 2+i)
 	}
 	for i, c := range clocks {
 		f.awaitReads(c, 3, "each delivery to look at the claim three times")
@@ -330,7 +333,7 @@ func TestPollerTakesOverAStaleClaim(t *testing.T) {
 	}
 	clock := &countingClock{clock: f.clock}
 	f.clock.Set(t0.Add(polling.StaleAfter - time.Microsecond))
-	second := deliverAsync(t.Context(), f.instanceWith(2, clock), ev, 2)
+	second := deliverAsync(t.Context(), f.instanceWith(2, clock, ""), ev, 2)
 	f.awaitReads(clock, 3, "attempt 2 to poll the claim")
 	if r, ok := returned(second); ok {
 		t.Fatalf("attempt 2 returned %v, %v before the claim was stale; want it to keep polling", r.outcome, r.err)
@@ -352,7 +355,7 @@ func TestPollerGivesUpWhenItsContextEnds(t *testing.T) {
 	}
 	clock := &countingClock{clock: f.clock}
 	ctx, cancel := context.WithCancel(t.Context())
-	second := deliverAsync(ctx, f.instanceWith(2, clock), ev, 2)
+	second := deliverAsync(ctx, f.instanceWith(2, clock, ""), ev, 2)
 	f.awaitReads(clock, 2, "attempt 2 to poll the claim")
 	cancel()
 	if r := await(t, second, "attempt 2"); !errors.Is(r.err, context.Canceled) || errors.Is(r.err, adapters.ErrInvalidInput) {
@@ -360,5 +363,118 @@ func TestPollerGivesUpWhenItsContextEnds(t *testing.T) {
 	}
 	if n := len(f.effects(ev)); n != 0 {
 		t.Fatalf("%d effects; want 0", n)
+	}
+}
+
+// startDestination runs a destination on the loopback for the test.
+func startDestination(t *testing.T) *destination.Server {
+	t.Helper()
+	dest, err := destination.Start(t.Context(), t.Logf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = dest.Close() })
+	return dest
+}
+
+// outboxKeys returns the idempotency keys of the outbox rows of ev.
+func (f *fixture) outboxKeys(ctx context.Context, ev adapters.Event) ([]string, error) {
+	rows, err := f.pool.Query(ctx, `SELECT idempotency_key FROM `+pgx.Identifier{f.schema, "slow_relay_outbox"}.Sanitize()+`
+WHERE namespace = $1 AND event_id = $2`, ev.Namespace, ev.ID)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, pgx.RowTo[string])
+}
+
+func (f *fixture) mustOutboxKeys(ev adapters.Event) []string {
+	f.t.Helper()
+	keys, err := f.outboxKeys(context.Background(), ev)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return keys
+}
+
+// TestSlowRelaySendsAtItsNextPoll: the outbox row commits with the claim,
+// and only then; the relay sends it with the identity's key when it polls,
+// and retries a failed send at its next poll, not before.
+func TestSlowRelaySendsAtItsNextPoll(t *testing.T) {
+	f := newFixture(t, alternativeNamed(t, slowrelay.Name))
+	dest := startDestination(t)
+	w1 := f.instanceWith(1, f.clock, dest.URL())
+	if _, ok := w1.(adapters.Drainer); ok {
+		t.Fatalf("%T implements adapters.Drainer; alt-slow-relay must not", w1)
+	}
+	ev := event("orders", "relayed", "p")
+	conflicting := event("orders", "relayed", "another payload")
+	if _, err := dest.Fail(ev, 1, 500); err != nil {
+		t.Fatal(err)
+	}
+
+	boom := f.failAttempt(ev, 1)
+	if outcome, err := w1.Deliver(t.Context(), adapters.Delivery{Event: ev, Attempt: 1}); !errors.Is(err, boom) {
+		t.Fatalf("attempt 1 = %v, %v; want the effect's error", outcome, err)
+	}
+	if keys := f.mustOutboxKeys(ev); len(keys) != 0 {
+		t.Fatalf("outbox rows %v after a rolled-back claim; want none", keys)
+	}
+	f.expect(w1, ev, 2, adapters.Applied)
+	f.expect(w1, ev, 3, adapters.Duplicate)
+	f.expect(w1, conflicting, 4, adapters.Rejected)
+	// The destination fails the first request, so the row stays at least
+	// until a second poll.
+	if keys := f.mustOutboxKeys(ev); len(keys) != 1 || keys[0] != external.Key(ev) {
+		t.Fatalf("outbox rows of %s after its claim, a Duplicate and a conflicting copy: keys %v; want one, %s", ev, keys, external.Key(ev))
+	}
+
+	f.waitFor("the relay to send the effect", func(context.Context) (bool, error) { return dest.Processed(ev) == 1, nil })
+	f.waitFor("the relay to delete the row", func(ctx context.Context) (bool, error) {
+		keys, err := f.outboxKeys(ctx, ev)
+		return len(keys) == 0, err
+	})
+	requests := dest.RequestsFor(ev)
+	if len(requests) != 2 || requests[0].Status != 500 || !requests[1].Processed {
+		t.Fatalf("requests for %s: %+v; want a 500, then one processed", ev, requests)
+	}
+	for _, r := range requests {
+		if r.Key != external.Key(ev) || r.PayloadDigest != adapters.PayloadDigest(ev.Payload) {
+			t.Fatalf("request %d for %s has key %q and digest %s; want %q and %s", r.Attempt, ev, r.Key, r.PayloadDigest, external.Key(ev), adapters.PayloadDigest(ev.Payload))
+		}
+	}
+	if gap := requests[1].At.Sub(requests[0].At); gap < slowrelay.PollEvery/2 {
+		t.Fatalf("the failed send was retried %s later; want it retried at the next poll, %s later", gap, slowrelay.PollEvery)
+	}
+	if total := dest.ProcessedTotal(); total != 1 {
+		t.Fatalf("the destination processed %d effects; want 1", total)
+	}
+}
+
+// TestSlowRelayCloseLeavesTheRowForTheNextInstance: Close does not drain;
+// the next instance on the schema sends what is left, with the same key.
+func TestSlowRelayCloseLeavesTheRowForTheNextInstance(t *testing.T) {
+	f := newFixture(t, alternativeNamed(t, slowrelay.Name))
+	dest := startDestination(t)
+	// Down, so that a poll of the first instance before it is closed
+	// cannot send the row.
+	if _, err := dest.Down(); err != nil {
+		t.Fatal(err)
+	}
+	w1 := f.instanceWith(1, f.clock, dest.URL())
+	ev := event("orders", "left", "p")
+	f.expect(w1, ev, 1, adapters.Applied)
+	if err := w1.Close(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if keys := f.mustOutboxKeys(ev); len(keys) != 1 {
+		t.Fatalf("outbox rows of %s after Close: %v; want the one left unsent", ev, keys)
+	}
+	dest.Up()
+	f.instanceWith(2, f.clock, dest.URL())
+	f.waitFor("the next instance to send the effect", func(context.Context) (bool, error) { return dest.Processed(ev) == 1, nil })
+	for _, r := range dest.RequestsFor(ev) {
+		if r.Key != external.Key(ev) {
+			t.Fatalf("request %d for %s has key %q; want %q", r.Attempt, ev, r.Key, external.Key(ev))
+		}
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/harmless-dev/harmless/adapters/alternatives/polling"
 	"github.com/harmless-dev/harmless/adapters/alternatives/serializable"
 	"github.com/harmless-dev/harmless/adapters/alternatives/slow"
+	"github.com/harmless-dev/harmless/adapters/alternatives/slowrelay"
 	"github.com/harmless-dev/harmless/adapters/broken/alwayserrors"
 	"github.com/harmless-dev/harmless/adapters/broken/busyisduplicate"
 	"github.com/harmless-dev/harmless/adapters/broken/casefolded"
@@ -48,6 +49,7 @@ func All() []adapters.Adapter {
 		polling.Adapter(),
 		serializable.Adapter(),
 		slow.Adapter(),
+		slowrelay.Adapter(),
 		alwayserrors.Adapter(),      // broken-always-errors
 		busyisduplicate.Adapter(),   // broken-busy-is-duplicate
 		casefolded.Adapter(),        // broken-case-folded
