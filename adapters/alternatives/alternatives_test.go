@@ -16,7 +16,11 @@ import (
 	"github.com/harmless-dev/harmless/adapters"
 	"github.com/harmless-dev/harmless/adapters/alternatives/advisorylock"
 	"github.com/harmless-dev/harmless/adapters/alternatives/databasesql"
+	"github.com/harmless-dev/harmless/adapters/alternatives/failfast"
+	"github.com/harmless-dev/harmless/adapters/alternatives/lease"
+	"github.com/harmless-dev/harmless/adapters/alternatives/polling"
 	"github.com/harmless-dev/harmless/adapters/alternatives/serializable"
+	"github.com/harmless-dev/harmless/adapters/alternatives/slowrelay"
 	"github.com/harmless-dev/harmless/adapters/builtin"
 	"github.com/harmless-dev/harmless/internal/effect"
 	"github.com/harmless-dev/harmless/internal/harness"
@@ -26,26 +30,54 @@ import (
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
 
-// alternatives are the adapters under test, with the names they must have.
-var alternatives = []struct {
+// alternative is an adapter under test, with the name it must have and
+// how it treats a busy event.
+type alternative struct {
 	name    string
 	adapter func() adapters.Adapter
-}{
-	{"alt-serializable", serializable.Adapter},
-	{"alt-advisory-lock", advisorylock.Adapter},
-	{"alt-database-sql", databasesql.Adapter},
+	// external is the external effects it declares.
+	external adapters.ExternalEffects
+	// busy, when not nil, is what a delivery that finds the event busy
+	// returns (wrapped), for the broker to redeliver; with nil, such a
+	// delivery waits and answers.
+	busy error
+	// polls tells that a delivery that finds the event busy polls until
+	// the claimant ends: it neither answers nor waits on a lock meanwhile.
+	polls bool
+	// stuck is how far the clock must move after a failed delivery before
+	// the event can be claimed again: a lease or a claim the failure left.
+	stuck time.Duration
+}
+
+// alternatives are the adapters under test.
+var alternatives = []alternative{
+	{name: "alt-serializable", adapter: serializable.Adapter},
+	{name: "alt-advisory-lock", adapter: advisorylock.Adapter},
+	{name: "alt-database-sql", adapter: databasesql.Adapter},
+	{name: "alt-fail-fast", adapter: failfast.Adapter, busy: failfast.ErrBusy},
+	{name: "alt-lease", adapter: lease.Adapter, busy: lease.ErrBusy, stuck: lease.Lease},
+	{name: "alt-polling", adapter: polling.Adapter, polls: true, stuck: polling.StaleAfter},
+	{name: "alt-slow-relay", adapter: slowrelay.Adapter, external: adapters.Outbox},
 }
 
 // forEach runs test once per alternative, each in a fresh fixture.
 func forEach(t *testing.T, test func(t *testing.T, f *fixture)) {
+	forEachWhere(t, func(alternative) bool { return true }, test)
+}
+
+// forEachWhere runs test once per alternative for which which holds.
+func forEachWhere(t *testing.T, which func(alternative) bool, test func(t *testing.T, f *fixture)) {
 	for _, alt := range alternatives {
-		t.Run(alt.name, func(t *testing.T) { test(t, newFixture(t, alt.adapter())) })
+		if which(alt) {
+			t.Run(alt.name, func(t *testing.T) { test(t, newFixture(t, alt)) })
+		}
 	}
 }
 
 // fixture is one adapter in a schema of its own holding the harness ledger.
 type fixture struct {
 	t       *testing.T
+	alt     alternative
 	adapter adapters.Adapter
 	pool    *pgxpool.Pool
 	schema  string
@@ -56,12 +88,13 @@ type fixture struct {
 
 var fixtures atomic.Int64
 
-func newFixture(t *testing.T, adapter adapters.Adapter) *fixture {
+func newFixture(t *testing.T, alt alternative) *fixture {
 	t.Helper()
 	n := fixtures.Add(1)
 	f := &fixture{
 		t:       t,
-		adapter: adapter,
+		alt:     alt,
+		adapter: alt.adapter(),
 		pool:    pgtest.Pool(t),
 		schema:  fmt.Sprintf("alt_test_%d_%d", time.Now().UnixNano(), n),
 		app:     fmt.Sprintf("alt-test-%d-%d", time.Now().UnixNano(), n),
@@ -93,16 +126,25 @@ func (f *fixture) runHook(ctx context.Context, d adapters.Delivery) error {
 // instance builds instance n, closed when the test ends.
 func (f *fixture) instance(n int) adapters.Implementation {
 	f.t.Helper()
+	return f.instanceWith(n, f.clock, "")
+}
+
+// instanceWith builds instance n reading clock, with destination as its
+// external destination; it is closed when the test ends.
+func (f *fixture) instanceWith(n int, clock adapters.Clock, destination string) adapters.Implementation {
+	f.t.Helper()
 	dsn, err := harness.WithApplicationName(pgtest.DSN(f.t), f.app)
 	if err != nil {
 		f.t.Fatal(err)
 	}
 	impl, err := f.adapter.New(context.Background(), adapters.Env{
-		DSN:      dsn,
-		Schema:   f.schema,
-		Effect:   ledger.Effect(f.schema, f.runHook),
-		Clock:    f.clock,
-		Instance: n,
+		DSN:         dsn,
+		Schema:      f.schema,
+		Effect:      ledger.Effect(f.schema, f.runHook),
+		Clock:       clock,
+		Instance:    n,
+		Logf:        f.t.Logf,
+		Destination: destination,
 	})
 	if err != nil {
 		f.t.Fatalf("build instance %d: %v", n, err)
@@ -180,8 +222,8 @@ func event(ns, id, payload string) adapters.Event {
 }
 
 func TestAdaptersAreRegisteredWithTheirDeclarations(t *testing.T) {
-	want := adapters.Declaration{ConflictPolicy: adapters.RejectConflicts, RedeliveryWindow: 24 * time.Hour, AcceptsClock: true}
 	for _, alt := range alternatives {
+		want := adapters.Declaration{ConflictPolicy: adapters.RejectConflicts, RedeliveryWindow: 24 * time.Hour, AcceptsClock: true, ExternalEffects: alt.external}
 		a := alt.adapter()
 		if a.Name != alt.name || a.Declares != want || a.Validate() != nil {
 			t.Errorf("%s: Adapter() = %q declaring %+v (Validate: %v); want %q declaring %+v", alt.name, a.Name, a.Declares, a.Validate(), alt.name, want)
@@ -268,6 +310,8 @@ func TestAFailedEffectLeavesTheEventClaimable(t *testing.T) {
 				if n := len(f.effects(ev)); n != 0 {
 					t.Fatalf("%d effects after the failed attempt; want 0", n)
 				}
+				// A lease or a claim the failure left must be waited out.
+				f.clock.Set(f.clock.Now().Add(f.alt.stuck))
 				f.expect(w1, ev, 2, adapters.Applied)
 				f.expect(f.instance(2), ev, 3, adapters.Duplicate)
 				f.expectOneEffect(ev, 2)
@@ -338,8 +382,10 @@ const contenders = 16
 
 // race releases contenders deliveries of ev together over w1 and w2 and
 // checks that exactly one was Applied, the rest Duplicate, with one effect.
-// Each contender is delivered once: an error fails the test. If whileBlocked
-// is not nil, it runs once every contender was released.
+// Each contender is delivered once, and an error fails the test, except
+// the busy error of an adapter that returns one: that contender is
+// redelivered once every contender has returned, as a broker would. If
+// whileBlocked is not nil, it runs once every contender was released.
 func (f *fixture) race(w1, w2 adapters.Implementation, ev adapters.Event, whileBlocked func(returned *atomic.Int64)) {
 	f.t.Helper()
 	type result struct {
@@ -369,6 +415,16 @@ func (f *fixture) race(w1, w2 adapters.Implementation, ev adapters.Event, whileB
 		whileBlocked(&returned)
 	}
 	done.Wait()
+	for i, r := range results {
+		if f.alt.busy != nil && errors.Is(r.err, f.alt.busy) {
+			impl := []adapters.Implementation{w1, w2}[i%2]
+			o, err := impl.Deliver(context.Background(), adapters.Delivery{Event: ev, Attempt: contenders + i + 1})
+			if err != nil || o != adapters.Duplicate {
+				f.t.Fatalf("%s: contender %d was busy (%v); its redelivery = %v, %v; want Duplicate", ev, i+1, r.err, o, err)
+			}
+			results[i] = result{o, nil}
+		}
+	}
 
 	winner := 0
 	var applied, duplicate int
@@ -403,9 +459,10 @@ func TestConcurrentDeliveriesApplyOnce(t *testing.T) {
 	// The first delivery to reach the effect holds its transaction open
 	// until every other contender has either returned or is waiting on a
 	// lock in the database, so all of them overlap the winner's
-	// uncommitted claim.
+	// uncommitted claim. Pollers do neither: TestPollersWaitForTheClaimant
+	// holds them.
 	t.Run("while the first claim is uncommitted", func(t *testing.T) {
-		forEach(t, func(t *testing.T, f *fixture) {
+		forEachWhere(t, func(alt alternative) bool { return !alt.polls }, func(t *testing.T, f *fixture) {
 			w1, w2 := f.instance(1), f.instance(2)
 			for round := range 3 {
 				ev := event("held", fmt.Sprint(round), "p")

@@ -36,16 +36,48 @@
 //     start of every delivery. It is not another technique but another
 //     kind of implementation: a slow one, which the harness must certify
 //     all the same.
+//   - alt-fail-fast (package failfast): the reference pattern on
+//     connections whose lock_timeout is 10 ms. A claim that meets another
+//     delivery's uncommitted claim fails with SQLSTATE 55P03 and is returned
+//     as an error, never as a Duplicate: the broker redelivers it once the
+//     event is decided. Costs: a redelivery per busy copy; it needs a
+//     patient broker.
+//   - alt-lease (package lease): a one-second lease taken in statements of
+//     its own (insert, or take over an expired lease with a guarded
+//     UPDATE), then the effect and done = true in one transaction guarded
+//     by the lease's owner. A live lease is an error for the broker to
+//     redeliver; a failed delivery's lease is waited out, as a crashed
+//     worker's would be. Costs: two transactions per event, and a second of
+//     patience after any failure.
+//   - alt-polling (package polling): the same two steps, but a delivery
+//     that finds the event claimed polls the row every 20 ms until it is
+//     done (Duplicate or Rejected) or its claim has been unfinished for a
+//     second (then takes it over); it neither blocks on a lock nor errors.
+//     Costs: a SELECT per poller every 20 ms, a second stuck after a failed
+//     claimant.
+//   - alt-slow-relay (package slowrelay): the reference's claim with an
+//     outbox whose relay polls every 3 s, is never woken by a commit,
+//     retries a failed send only at its next poll, and offers no Drain.
+//     Costs: seconds of latency, and whoever waits for the effects can only
+//     wait for the destination's silence.
+//
+// The last four lean on a real broker's patience, as users' code does: an
+// unacknowledged delivery comes back after a backoff, for seconds, and a
+// lease or a stale claim measured on [adapters.Env.Clock] expires in real
+// time. A harness that redelivered a few times back to back, or stopped
+// listening for external effects after a second of quiet, would fail them
+// for being correct.
 //
 // All of them declare the conflict policy reject, a 24-hour redelivery window
-// and AcceptsClock (every stored time comes from [adapters.Env.Clock]); all
-// refuse an empty id, invalid UTF-8 and NUL bytes with an error wrapping
-// [adapters.ErrInvalidInput]; all compare payload digests on conflict
-// (Duplicate or Rejected), purge markers older than a cutoff, and create
-// their own tables in the play's schema. The first three share the built-in adapters'
-// package kit (pool, identity check, digest comparison) and, among
-// themselves, internal/marker (declaration, marker table, and the pgx
-// plumbing of the first two).
+// and AcceptsClock (every stored or compared time, leases included, comes
+// from [adapters.Env.Clock]); all refuse an empty id, invalid UTF-8 and NUL
+// bytes with an error wrapping [adapters.ErrInvalidInput]; all compare
+// payload digests on conflict (Duplicate or Rejected), purge markers older
+// than a cutoff, and create their own tables in the play's schema. All but
+// alt-slow share the built-in adapters' package kit (pool, identity check,
+// digest comparison); alt-serializable and alt-advisory-lock also share
+// internal/marker's marker table and pgx plumbing, and alt-database-sql,
+// alt-fail-fast, alt-lease and alt-polling its declaration.
 //
 // Their broken counterparts are the broken-* adapters: broken-check-then-insert
 // is alt-serializable or alt-advisory-lock without the mechanism that makes

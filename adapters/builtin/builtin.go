@@ -11,8 +11,12 @@ import (
 	"github.com/harmless-dev/harmless/adapters/alternatives/advisorylock"
 	"github.com/harmless-dev/harmless/adapters/alternatives/databasesql"
 	"github.com/harmless-dev/harmless/adapters/alternatives/destinationkey"
+	"github.com/harmless-dev/harmless/adapters/alternatives/failfast"
+	"github.com/harmless-dev/harmless/adapters/alternatives/lease"
+	"github.com/harmless-dev/harmless/adapters/alternatives/polling"
 	"github.com/harmless-dev/harmless/adapters/alternatives/serializable"
 	"github.com/harmless-dev/harmless/adapters/alternatives/slow"
+	"github.com/harmless-dev/harmless/adapters/alternatives/slowrelay"
 	"github.com/harmless-dev/harmless/adapters/broken/alwayserrors"
 	"github.com/harmless-dev/harmless/adapters/broken/busyisduplicate"
 	"github.com/harmless-dev/harmless/adapters/broken/casefolded"
@@ -41,8 +45,12 @@ func All() []adapters.Adapter {
 		advisorylock.Adapter(),
 		databasesql.Adapter(),
 		destinationkey.Adapter(),
+		failfast.Adapter(),
+		lease.Adapter(),
+		polling.Adapter(),
 		serializable.Adapter(),
 		slow.Adapter(),
+		slowrelay.Adapter(),
 		alwayserrors.Adapter(),      // broken-always-errors
 		busyisduplicate.Adapter(),   // broken-busy-is-duplicate
 		casefolded.Adapter(),        // broken-case-folded
