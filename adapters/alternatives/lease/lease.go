@@ -8,7 +8,7 @@
 // primary key) with the payload's digest, the lease's owner (a random token
 // per delivery), when it was claimed, lease_until and done. A delivery:
 //
-//  1. claims, in statements that each commit on their own (no BEGIN):
+//  1. claims, in a transaction of its own that commits the lease:
 //     INSERT ... (owner = me, lease_until = now + 1 s, done = false)
 //     ON CONFLICT DO NOTHING. If the row was there: done means the event
 //     was applied (Duplicate, or Rejected for another payload); a live
@@ -43,9 +43,10 @@
 // same row. A live lease is not an answer (its owner may still fail), so a
 // busy delivery is never acknowledged.
 //
-// The claim is statements, not a BEGIN ... COMMIT transaction, because each
-// is atomic on its own and nothing needs them to commit together: the
-// takeover's WHERE re-checks what the SELECT before it saw.
+// The claim is a transaction of its own, as most leases are written; its
+// statements need not commit together (the takeover's WHERE re-checks what
+// the SELECT before it saw), but a COMMIT that is not the effect's is
+// exactly what a harness aiming at "the" COMMIT must not mistake for it.
 //
 // # Costs
 //
@@ -54,9 +55,9 @@
 //     connection, a server crash) the event is stuck until the lease
 //     expires, a second at least. A broker that gives up after a few quick
 //     retries dead-letters it.
-//   - A new event costs the claim's statement and a second transaction,
-//     five round trips against the reference's four; the claim commits on
-//     its own, so a crash leaves leases behind, which expire.
+//   - A new event costs two transactions, seven round trips against the
+//     reference's four; the claim commits on its own, so a crash leaves
+//     leases behind, which expire.
 //   - The lease must be longer than a normal delivery takes, or slow
 //     deliveries lose their lease to redeliveries and roll back: correct,
 //     but wasted work. One second is short for that; it is what the broker
@@ -155,11 +156,21 @@ func (l *leases) Deliver(ctx context.Context, d adapters.Delivery) (adapters.Out
 }
 
 // claim takes the lease for owner (leased) or answers the delivery from the
-// done row (outcome). Each statement commits on its own.
+// done row (outcome), in a transaction of its own that commits the lease.
 func (l *leases) claim(ctx context.Context, d adapters.Delivery, digest []byte, owner string) (outcome adapters.Outcome, leased bool, err error) {
+	err = pgx.BeginFunc(ctx, l.pool, func(tx pgx.Tx) error {
+		var err error
+		outcome, leased, err = l.claimIn(ctx, tx, d, digest, owner)
+		return err
+	})
+	return outcome, leased, err
+}
+
+// claimIn is claim's work, in tx.
+func (l *leases) claimIn(ctx context.Context, tx pgx.Tx, d adapters.Delivery, digest []byte, owner string) (outcome adapters.Outcome, leased bool, err error) {
 	now := l.clock.Now()
 	until := now.Add(Lease)
-	tag, err := l.pool.Exec(ctx, `INSERT INTO `+l.table+` (namespace, event_id, payload_digest, owner, claimed_at, lease_until, done)
+	tag, err := tx.Exec(ctx, `INSERT INTO `+l.table+` (namespace, event_id, payload_digest, owner, claimed_at, lease_until, done)
 VALUES ($1, $2, $3, $4, $5, $6, false) ON CONFLICT (namespace, event_id) DO NOTHING`,
 		d.Namespace, d.ID, digest, owner, now, until)
 	if err != nil {
@@ -173,7 +184,7 @@ VALUES ($1, $2, $3, $4, $5, $6, false) ON CONFLICT (namespace, event_id) DO NOTH
 	var stored []byte
 	var done, live bool
 	var leaseUntil time.Time
-	err = l.pool.QueryRow(ctx, `SELECT payload_digest, done, lease_until > $3, lease_until FROM `+l.table+`
+	err = tx.QueryRow(ctx, `SELECT payload_digest, done, lease_until > $3, lease_until FROM `+l.table+`
 WHERE namespace = $1 AND event_id = $2`, d.Namespace, d.ID, now).Scan(&stored, &done, &live, &leaseUntil)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
@@ -189,7 +200,7 @@ WHERE namespace = $1 AND event_id = $2`, d.Namespace, d.ID, now).Scan(&stored, &
 	// Expired: take it over, unless another delivery did first or the
 	// owner finished meanwhile. This delivery's payload is the one it will
 	// apply, so its digest replaces the previous owner's.
-	tag, err = l.pool.Exec(ctx, `UPDATE `+l.table+` SET owner = $3, payload_digest = $4, claimed_at = $5, lease_until = $6
+	tag, err = tx.Exec(ctx, `UPDATE `+l.table+` SET owner = $3, payload_digest = $4, claimed_at = $5, lease_until = $6
 WHERE namespace = $1 AND event_id = $2 AND NOT done AND lease_until <= $5`,
 		d.Namespace, d.ID, owner, digest, now, until)
 	switch {
