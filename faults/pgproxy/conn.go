@@ -277,9 +277,9 @@ func (c *conn) clientToServer(r *bufio.Reader, w *bufio.Writer) {
 			if err != nil {
 				return
 			}
-			portal := string(cstring(head))
-			c.sent(nil, c.portalWithin[portal])
-			if c.commitPortals[portal] && c.committing() && c.at(BeforeCommit, 0, w) {
+			portal := cstring(head)
+			c.sent(nil, c.portalWithin[string(portal)])
+			if c.commitPortals[string(portal)] && c.committing() && c.at(BeforeCommit, 0, w) {
 				return
 			}
 		case 'C': // Close: 'S' or 'P', name
