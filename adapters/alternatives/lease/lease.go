@@ -115,7 +115,7 @@ func open(ctx context.Context, env adapters.Env) (adapters.Implementation, error
 		return nil, fmt.Errorf("%s: %w", Name, err)
 	}
 	l := &leases{pool: pool, table: kit.Table(env.Schema, "alt_lease_claims"), effect: env.Effect, clock: env.Clock}
-	for _, stmt := range []string{
+	err = kit.Setup(ctx, pool,
 		kit.CreateIfMissing(l.table, `CREATE TABLE `+l.table+` (
 	namespace      text        NOT NULL,
 	event_id       text        NOT NULL,
@@ -128,12 +128,9 @@ func open(ctx context.Context, env adapters.Env) (adapters.Implementation, error
 )`),
 		// Purge finds old claims by claimed_at.
 		kit.CreateIfMissing(kit.Table(env.Schema, "alt_lease_claims_claimed_at"),
-			`CREATE INDEX alt_lease_claims_claimed_at ON `+l.table+` (claimed_at)`),
-	} {
-		if _, err := pool.Exec(ctx, stmt); err != nil {
-			pool.Close()
-			return nil, fmt.Errorf("%s: create %s: %w", Name, l.table, err)
-		}
+			`CREATE INDEX alt_lease_claims_claimed_at ON `+l.table+` (claimed_at)`))
+	if err != nil {
+		return nil, fmt.Errorf("%s: create %s: %w", Name, l.table, err)
 	}
 	return l, nil
 }

@@ -114,7 +114,7 @@ func open(ctx context.Context, env adapters.Env) (adapters.Implementation, error
 		return nil, fmt.Errorf("%s: %w", Name, err)
 	}
 	p := &pollers{pool: pool, table: kit.Table(env.Schema, "alt_polling_claims"), effect: env.Effect, clock: env.Clock}
-	for _, stmt := range []string{
+	err = kit.Setup(ctx, pool,
 		kit.CreateIfMissing(p.table, `CREATE TABLE `+p.table+` (
 	namespace      text        NOT NULL,
 	event_id       text        NOT NULL,
@@ -126,12 +126,9 @@ func open(ctx context.Context, env adapters.Env) (adapters.Implementation, error
 )`),
 		// Purge finds old claims by claimed_at.
 		kit.CreateIfMissing(kit.Table(env.Schema, "alt_polling_claims_claimed_at"),
-			`CREATE INDEX alt_polling_claims_claimed_at ON `+p.table+` (claimed_at)`),
-	} {
-		if _, err := pool.Exec(ctx, stmt); err != nil {
-			pool.Close()
-			return nil, fmt.Errorf("%s: create %s: %w", Name, p.table, err)
-		}
+			`CREATE INDEX alt_polling_claims_claimed_at ON `+p.table+` (claimed_at)`))
+	if err != nil {
+		return nil, fmt.Errorf("%s: create %s: %w", Name, p.table, err)
 	}
 	return p, nil
 }

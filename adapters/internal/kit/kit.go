@@ -34,6 +34,19 @@ func Pool(ctx context.Context, dsn string) (*pgxpool.Pool, error) {
 	return pool, nil
 }
 
+// Setup runs an adapter's setup statements (see [CreateIfMissing]) on
+// pool, one after another, and closes the pool if one fails: a factory
+// that could not set up returns no instance, and must leak no connection.
+func Setup(ctx context.Context, pool *pgxpool.Pool, statements ...string) error {
+	for _, stmt := range statements {
+		if _, err := pool.Exec(ctx, stmt); err != nil {
+			pool.Close()
+			return fmt.Errorf("set up: %w", err)
+		}
+	}
+	return nil
+}
+
 // Table is the quoted name of table name in schema.
 func Table(schema, name string) string { return pgx.Identifier{schema, name}.Sanitize() }
 
