@@ -137,7 +137,7 @@ func (s *Play) Deliver(ctx context.Context, n int, ev adapters.Event) Attempt {
 // patience (Options.RedeliveryPatience) has passed in which events of the
 // play awaited redelivery and none of the play's deliveries was terminal;
 // the last attempt then says why in [Attempt.GaveUp]. It gives up at once,
-// too, when the run has had no terminal attempt at all and an earlier
+// too, when no delivery of the run has been acknowledged and an earlier
 // play's patience ran out, when ctx ends, or when the play's budget runs
 // out.
 func (s *Play) DeliverUntilTerminal(ctx context.Context, n int, ev adapters.Event) []Attempt {
