@@ -65,8 +65,12 @@ func (s *state) cutDelivery(ctx context.Context, play *harness.Play, ev adapters
 func (c proxyCut) check(want adapters.Outcome) []string {
 	describe := harness.DescribeEvent(c.ev, c.effects, c.history)
 	if c.fired == 0 {
-		return []string{fmt.Sprintf("the planned fault (%s) did not fire: attempt 1 ended %s without a transaction reaching that point\n%s",
-			c.fault, c.first.Result(), describe)}
+		last := c.tries[len(c.tries)-1]
+		seen := fmt.Sprintf("attempt 1 ended %s without a statement that applies the effect reaching that point", c.first.Result())
+		if !last.Terminal() {
+			seen = fmt.Sprintf("no delivery of the event was acknowledged (the last of %d ended %s), and none applied the effect", len(c.tries), last.Result())
+		}
+		return []string{fmt.Sprintf("the planned fault (%s) did not fire: %s\n%s", c.fault, seen, describe)}
 	}
 	last := c.tries[len(c.tries)-1]
 	if len(c.tries) > 1 && last.Acked() && last.Outcome == want && len(c.effects) == 1 {

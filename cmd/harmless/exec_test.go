@@ -437,3 +437,43 @@ func TestAChildThatDiesOnAKilledConnectionIsCertified(t *testing.T) {
 		t.Logf("stdout:\n%s\nstderr:\n%s", stdout, stderr)
 	}
 }
+
+// TestAChildInAutocommitIsCertified certifies a Go child that claims the
+// event and applies its effect in one statement that commits on its own,
+// with no transaction block, on a throwaway cluster: a consumer that does
+// not look like the reference. The cuts at COMMIT hit its statement (the
+// wire proxy fires them on the statement that applies the effect, outside
+// a block too), so ambiguous-commit judges it; the cut after a
+// transaction's first statement has no transaction to cut, and that
+// variant alone is inconclusive, saying so: every rule passes.
+func TestAChildInAutocommitIsCertified(t *testing.T) {
+	bin := binary(t)
+	path := filepath.Join(t.TempDir(), "c.json")
+	code, stdout, stderr := runCertify(t, bin, []string{"HARMLESS_DSN=", "DATABASE_URL="},
+		"--exec", execchild.Command(execchild.OneStatement), "--provision", string(provision.KindCluster), "--json", path)
+	if code == exitUsage && strings.Contains(stderr, provision.ErrNoDatabase.Error()) && strings.Contains(stderr, ": not found") {
+		t.Skipf("no PostgreSQL server binaries for a throwaway cluster:\n%s", stderr)
+	}
+	cert := readCertificate(t, path)
+	for _, r := range cert.Rules {
+		want := certificate.VerdictPass
+		if r.Fixture == fixtures.ExternalEffect && cert.Declared.ExternalEffects == adapters.NoExternalEffects {
+			want = certificate.VerdictNotApplicable
+		}
+		if r.Verdict != want {
+			t.Errorf("rule %s: %s; want %s\n%s", r.ID, r.Verdict, want, r.Message)
+		}
+		if r.ID == fixtures.FailureAfterMarkerNotAcknowledged && !strings.Contains(r.Message, "no transaction was ever opened") {
+			t.Errorf("%s does not say why the cut after a transaction's first statement proved nothing:\n%s", r.ID, r.Message)
+		}
+	}
+	if cert.Faults["proxy:cut@after-commit-complete"] == 0 || cert.Faults["proxy:cut@before-commit"] == 0 {
+		t.Errorf("faults fired: %v; want the cuts at the statement's implicit COMMIT", cert.Faults)
+	}
+	if code != exitCertified {
+		t.Errorf("exit code %d; want %d", code, exitCertified)
+	}
+	if t.Failed() {
+		t.Logf("stdout:\n%s\nstderr:\n%s", stdout, stderr)
+	}
+}

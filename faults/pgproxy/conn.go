@@ -53,8 +53,14 @@ type conn struct {
 	// within is what the open transaction block has sent of the armed
 	// rules' Within texts, and commitWithin what the transaction whose
 	// COMMIT was sent last had: clientToServer writes them, serverToClient
-	// reads them at the points it watches. Guarded by mu.
-	within, commitWithin []string
+	// reads them at the points it watches. implicitWithin is what the
+	// statements sent outside a block have mentioned since the server was
+	// last ready: each runs in a transaction of its own, which commits
+	// before the server is ready again. inBlock is whether the client has
+	// opened a transaction block (with a BEGIN sent as a simple query) and
+	// not ended it. Guarded by mu.
+	within, commitWithin, implicitWithin []string
+	inBlock                              bool
 }
 
 func (c *conn) info() connInfo {
@@ -236,7 +242,9 @@ func (c *conn) clientToServer(r *bufio.Reader, w *bufio.Writer) {
 				return
 			}
 			text := cstring(head)
-			c.sent(text, c.mentions(text))
+			if c.sent(text, c.mentions(text)) && c.atImplicit(BeforeCommit, w) {
+				return
+			}
 			if len(head) == n && isCommit(text) && c.committing() && c.at(BeforeCommit, 0, w) {
 				return
 			}
@@ -278,7 +286,9 @@ func (c *conn) clientToServer(r *bufio.Reader, w *bufio.Writer) {
 				return
 			}
 			portal := cstring(head)
-			c.sent(nil, c.portalWithin[string(portal)])
+			if c.sent(nil, c.portalWithin[string(portal)]) && c.atImplicit(BeforeCommit, w) {
+				return
+			}
 			if c.commitPortals[string(portal)] && c.committing() && c.at(BeforeCommit, 0, w) {
 				return
 			}
@@ -325,18 +335,76 @@ func (c *conn) mentions(text []byte) []string {
 // sent notes a statement the client sent (its text, when it came as a
 // simple Query) that mentions the Within texts within: a BEGIN starts a
 // transaction block, which has mentioned nothing yet, and a ROLLBACK ends
-// one.
-func (c *conn) sent(text []byte, within []string) {
+// one. It reports whether the statement mentions one of them outside a
+// block: it then commits on its own (autocommit), and is where the points
+// of its implicit COMMIT are.
+func (c *conn) sent(text []byte, within []string) (implicit bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if isBegin(text) || isRollback(text) {
+	switch {
+	case isBegin(text):
+		c.within, c.inBlock = nil, true
+	case isRollback(text), isCommit(text):
+		c.inBlock = false
+	}
+	if isRollback(text) {
 		c.within = nil
 	}
+	list := &c.within
+	if !c.inBlock {
+		list = &c.implicitWithin
+	}
 	for _, w := range within {
-		if !slices.Contains(c.within, w) {
-			c.within = append(c.within, w)
+		if !slices.Contains(*list, w) {
+			*list = append(*list, w)
 		}
 	}
+	return !c.inBlock && len(within) > 0
+}
+
+// readyAgain notes that the server is ready for a query outside a
+// transaction block: the statements sent outside one have committed, or
+// failed, and it returns what they mentioned when they committed.
+func (c *conn) readyAgain(failed bool) []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	mentioned := c.implicitWithin
+	c.implicitWithin = nil
+	if failed {
+		return nil
+	}
+	return mentioned
+}
+
+// atImplicit fires, at point pt of an implicit transaction (a statement
+// that ran outside a transaction block), the rules confined to the
+// transactions that mention a text, when this one did: an implementation
+// that claims and applies the effect in one autocommitted statement has
+// its ambiguous commit there. It reports whether the connection was cut.
+// For BeforeCommit it checks what the statement being sent mentions; for
+// AfterCommitComplete, what mentioned holds.
+func (c *conn) atImplicit(pt Point, w *bufio.Writer, mentioned ...string) bool {
+	if pt == BeforeCommit {
+		c.mu.Lock()
+		mentioned = slices.Clone(c.implicitWithin)
+		c.mu.Unlock()
+	}
+	rules := c.p.rules.Load()
+	if rules == nil || len(mentioned) == 0 {
+		return false
+	}
+	info := c.info()
+	for _, f := range *rules {
+		r := f.rule
+		if r.At != pt || r.Within == "" || !slices.Contains(mentioned, r.Within) || !r.Scope.matches(info) || !f.reserve() {
+			continue
+		}
+		f.record(info.PID)
+		_ = w.Flush()
+		c.cut()
+		return true
+	}
+	return false
 }
 
 // committing notes that the client sends COMMIT: what its transaction
@@ -345,7 +413,7 @@ func (c *conn) sent(text []byte, within []string) {
 func (c *conn) committing() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.commitWithin, c.within = c.within, nil
+	c.commitWithin, c.within, c.inBlock = c.within, nil, false
 	return true
 }
 
@@ -418,6 +486,7 @@ func remember(set map[string]bool, name []byte, commit bool) map[string]bool {
 // serverToClient relays the server's messages, tracking the transaction
 // status and watching the CommandCompletes.
 func (c *conn) serverToClient(r *bufio.Reader, w *bufio.Writer) {
+	implicitFailed := false // an error since the server was last ready, outside a block
 	for {
 		typ, n, err := readHeader(r)
 		if err != nil {
@@ -441,11 +510,19 @@ func (c *conn) serverToClient(r *bufio.Reader, w *bufio.Writer) {
 				c.status = head[0]
 				if c.status == 'I' {
 					c.stmts = 0
+					// Before the client hears it: the statements it sent
+					// outside a block have committed.
+					if mentioned := c.readyAgain(implicitFailed); len(mentioned) > 0 && c.atImplicit(AfterCommitComplete, w, mentioned...) {
+						return
+					}
 				}
+				implicitFailed = false
 			}
 		case 'E': // ErrorResponse: an open transaction has failed
 			if c.status == 'T' {
 				c.status = 'E'
+			} else {
+				implicitFailed = true // an implicit one rolled back
 			}
 		case 'K': // BackendKeyData
 			head, err := peekHead(r, n)

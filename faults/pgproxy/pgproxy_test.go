@@ -775,3 +775,45 @@ func TestWithinCutsOnlyTheTransactionThatMentionsIt(t *testing.T) {
 		})
 	}
 }
+
+// TestWithinFiresOnAnAutocommittedStatement: a statement that mentions the
+// rule's text outside a transaction block commits on its own; the rule
+// cuts before it reaches the server (nothing committed), or after the
+// server committed it and before the client hears so (the ambiguous
+// commit of a one-statement claim and effect). A statement that failed
+// committed nothing, and is not cut after.
+func TestWithinFiresOnAnAutocommittedStatement(t *testing.T) {
+	for _, tc := range []struct {
+		at        pgproxy.Point
+		committed bool
+	}{{pgproxy.BeforeCommit, false}, {pgproxy.AfterCommitComplete, true}} {
+		t.Run(string(tc.at), func(t *testing.T) {
+			e := setup(t)
+			e.exec(t, "CREATE TABLE "+e.schema+".effects_here (id int PRIMARY KEY)")
+			f := e.arm(t, pgproxy.Rule{Scope: pgproxy.Scope{ApplicationNamePrefix: e.appPrefix}, At: tc.at, Action: pgproxy.Cut, Times: 1, Within: "effects_here"})
+			conn := e.connect(t, "")
+			ctx := t.Context()
+			if _, err := conn.Exec(ctx, "SELECT 1"); err != nil || fired(t, f) != 0 {
+				t.Fatalf("a statement that does not mention the text: %v, fired %d; want it through", err, fired(t, f))
+			}
+			if tc.at == pgproxy.AfterCommitComplete {
+				e.exec(t, "INSERT INTO "+e.schema+".effects_here VALUES (2)")
+				if _, err := conn.Exec(ctx, "INSERT INTO "+e.schema+".effects_here VALUES ($1)", 2); err == nil || fired(t, f) != 0 {
+					t.Fatalf("a statement that failed: %v, fired %d; want its error, not a cut", err, fired(t, f))
+				}
+			}
+			_, err := conn.Exec(ctx, "INSERT INTO "+e.schema+".effects_here VALUES ($1)", 1)
+			if err == nil || fired(t, f) != 1 {
+				t.Fatalf("the autocommitted effect: %v, fired %d; want it cut", err, fired(t, f))
+			}
+			e.waitGone(t, f)
+			var n int
+			if err := e.direct.QueryRow(ctx, "SELECT count(*) FROM "+e.schema+".effects_here WHERE id = 1").Scan(&n); err != nil {
+				t.Fatal(err)
+			}
+			if committed := n == 1; committed != tc.committed {
+				t.Errorf("the statement cut %s committed: %t; want %t", tc.at, committed, tc.committed)
+			}
+		})
+	}
+}

@@ -75,11 +75,20 @@ type Rule struct {
 	N int
 	// Times is how many times the rule fires at most; 0 means no limit.
 	Times int
-	// Within, when set, confines the rule to transaction blocks that have
-	// sent a statement whose text contains it: the harness gives its
-	// ledger's table name, so that a cut at COMMIT hits the transaction
-	// that applies the effect, not one that commits a claim or a lease
-	// before it.
+	// Within, when set, confines the rule to transactions that have sent
+	// a statement whose text contains it: the harness gives its ledger's
+	// table name, so that a cut at COMMIT hits the transaction that
+	// applies the effect, not one that commits a claim or a lease before
+	// it. Such a rule at BeforeCommit or AfterCommitComplete also fires
+	// for a statement sent outside a transaction block that contains it,
+	// which commits on its own: before the proxy forwards the statement,
+	// and before it relays the server's ReadyForQuery after it (the
+	// implicit transaction has committed by then). An implementation that
+	// claims and applies the effect in one statement in autocommit meets
+	// its ambiguous commit there. A transaction block is opened by BEGIN or
+	// START TRANSACTION sent as a simple query, as pgx, psycopg and
+	// node-postgres send it; statements are assumed not pipelined across
+	// transactions.
 	Within string
 }
 

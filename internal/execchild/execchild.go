@@ -15,7 +15,9 @@
 package execchild
 
 import (
+	"bytes"
 	"context"
+	"crypto/sha256"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -55,10 +57,18 @@ const EnvMaxInFlight = "HARMLESS_EXECCHILD_MAX_IN_FLIGHT"
 // EnvMaxInFlight says otherwise.
 const DefaultMaxInFlight = 8
 
-// Modes of the child. Every mode but Reference misbehaves on purpose.
+// Modes of the child. Every mode but Reference and OneStatement misbehaves
+// on purpose.
 const (
 	// Reference serves reference.Store through the protocol: correct.
 	Reference = "reference"
+	// OneStatement claims the event and applies its effect in one
+	// statement that commits on its own (autocommit, no BEGIN): a
+	// data-modifying CTE inserts the marker and, only when it claimed the
+	// event, the effect. Correct, and unlike the reference it opens no
+	// transaction block, as a consumer whose driver runs in autocommit
+	// (SQLAlchemy's AUTOCOMMIT engine, say).
+	OneStatement = "one-statement"
 	// CrashOnDeliver writes a last word to stderr and exits with status 3
 	// at its first delivery.
 	CrashOnDeliver = "crash-on-deliver"
@@ -200,6 +210,7 @@ type child struct {
 
 	mu     sync.Mutex
 	dsn    string // the DSN setup gave
+	schema string // the play's schema
 	store  *reference.Store
 	pool   *pgxpool.Pool
 	effect protocol.EffectSpec
@@ -347,7 +358,7 @@ func (c *child) setup(p protocol.SetupParams) error {
 		return err
 	}
 	c.mu.Lock()
-	c.pool, c.store, c.effect, c.dsn = pool, store, p.Effect, p.DSN
+	c.pool, c.store, c.effect, c.dsn, c.schema = pool, store, p.Effect, p.DSN, p.Schema
 	c.mu.Unlock()
 	return nil
 }
@@ -414,17 +425,22 @@ func (c *child) deliver(req protocol.IncomingRequest) {
 	c.advance(p.Now)
 	ev := adapters.Event{Namespace: string(p.Namespace), ID: string(p.EventID), Payload: p.Payload}
 	c.mu.Lock()
-	store, effect := c.store, c.effect
+	store, effect, pool, schema := c.store, c.effect, c.pool, c.schema
 	c.mu.Unlock()
 	args, err := effectArgs(effect, p.EffectArgs)
 	if err != nil {
 		c.answer(protocol.EncodeError(req.ID, protocol.Transient, err.Error()))
 		return
 	}
-	outcome, err := store.Process(context.Background(), ev, func(ctx context.Context, tx pgx.Tx) error {
-		_, err := tx.Exec(ctx, effect.SQL, args...)
-		return err
-	})
+	var outcome adapters.Outcome
+	if c.mode == OneStatement {
+		outcome, err = oneStatement(context.Background(), pool, schema, effect, ev, time.Unix(0, c.now.Load()).UTC(), args)
+	} else {
+		outcome, err = store.Process(context.Background(), ev, func(ctx context.Context, tx pgx.Tx) error {
+			_, err := tx.Exec(ctx, effect.SQL, args...)
+			return err
+		})
+	}
 	if c.mode == ExitOnLostConnection && lostConnection(err) {
 		fmt.Fprintf(os.Stderr, "execchild: the connection of the delivery of %q was lost: %v\n", p.EventID, err)
 		c.die(nodeLostConnection)
@@ -437,6 +453,52 @@ func (c *child) deliver(req protocol.IncomingRequest) {
 	default:
 		c.answer(protocol.EncodeError(req.ID, protocol.Transient, err.Error()))
 	}
+}
+
+// oneStatement claims ev and applies its effect in one autocommitted
+// statement: the effect's INSERT ... VALUES becomes an INSERT ... SELECT
+// from a CTE that inserts the marker, so the effect is inserted exactly
+// when the marker is. An event claimed already is compared by digest, in a
+// second statement that only reads.
+func oneStatement(ctx context.Context, pool *pgxpool.Pool, schema string, effect protocol.EffectSpec, ev adapters.Event, now time.Time, args []any) (adapters.Outcome, error) {
+	if err := adapters.CheckIdentity(ev); err != nil {
+		return 0, err
+	}
+	head, _, ok := strings.Cut(effect.SQL, " VALUES (")
+	if !ok {
+		return 0, fmt.Errorf("the effect's statement %q is not an INSERT ... VALUES", effect.SQL)
+	}
+	n := len(effect.Params)
+	casts := make([]string, n)
+	for i, p := range effect.Params {
+		casts[i] = fmt.Sprintf("$%d::%s", i+1, p.Type)
+	}
+	markers := pgx.Identifier{schema, reference.DefaultTable}.Sanitize()
+	sum := sha256.Sum256(ev.Payload)
+	digest := sum[:]
+	sql := fmt.Sprintf(`WITH claim AS (
+	INSERT INTO %s (namespace, event_id, payload_digest, processed_at) VALUES ($%d, $%d, $%d, $%d)
+	ON CONFLICT (namespace, event_id) DO NOTHING RETURNING 1
+)
+%s SELECT %s FROM claim`, markers, n+1, n+2, n+3, n+4, head, strings.Join(casts, ", "))
+	tag, err := pool.Exec(ctx, sql, append(args, ev.Namespace, ev.ID, digest, now)...)
+	switch {
+	case err != nil:
+		return 0, fmt.Errorf("claim and apply %s: %w", ev, err)
+	case tag.RowsAffected() == 1:
+		return adapters.Applied, nil
+	}
+	var stored []byte
+	err = pool.QueryRow(ctx, `SELECT payload_digest FROM `+markers+` WHERE namespace = $1 AND event_id = $2`, ev.Namespace, ev.ID).Scan(&stored)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return 0, fmt.Errorf("the marker of %s vanished (purged) after the claim found it; redeliver", ev)
+	case err != nil:
+		return 0, fmt.Errorf("read the marker of %s: %w", ev, err)
+	case bytes.Equal(stored, digest):
+		return adapters.Duplicate, nil
+	}
+	return adapters.Rejected, nil
 }
 
 // effectArgs decodes the effect's arguments by their declared types.
