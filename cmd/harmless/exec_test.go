@@ -59,6 +59,31 @@ func needPsycopg(t *testing.T) string {
 	return ""
 }
 
+// needNodePg returns the command that runs the Node.js example,
+// examples/node-pg/impl.js, and skips the test, saying why, when node is
+// not on PATH or the example's packages are not installed (npm ci in
+// examples/node-pg), unless HARMLESS_REQUIRE_NODE=1 (as .ci/run sets,
+// having installed both) makes that a failure. Extra arguments follow
+// the script.
+func needNodePg(t *testing.T, args ...string) string {
+	t.Helper()
+	skip := t.Skipf
+	if os.Getenv("HARMLESS_REQUIRE_NODE") == "1" {
+		skip = t.Fatalf
+	}
+	dir := filepath.Join(repoRoot(t), "examples", "node-pg")
+	node, err := exec.LookPath("node")
+	if err != nil {
+		skip("the Node.js example needs node (Debian: apt-get install nodejs npm): %v", err)
+	}
+	check := exec.Command(node, "-e", "require('pg')")
+	check.Dir = dir
+	if out, err := check.CombinedOutput(); err != nil {
+		skip("the Node.js example's packages are not installed (run npm ci in %s): %v\n%s", dir, err, out)
+	}
+	return strings.Join(append([]string{node, filepath.Join(dir, "impl.js")}, args...), " ")
+}
+
 // workflowCertifyStep returns the run line of the Certify step in the
 // GitHub Actions workflow that users copy.
 func workflowCertifyStep(t *testing.T) string {
@@ -278,11 +303,14 @@ func TestOneAtATimeChildrenAreCertified(t *testing.T) {
 	}
 }
 
-// TestChildSetupDoesNotWaitForDeliveriesInFlight: a new process of either
-// one-at-a-time child, as its pool starts one while others are busy, sets
-// up while deliveries in flight hold its tables.
+// TestChildSetupDoesNotWaitForDeliveriesInFlight: a new process of each
+// one-at-a-time child (and of the Node.js example declaring max_in_flight
+// 1), as its pool starts one while others are busy, sets up while
+// deliveries in flight hold its tables.
 func TestChildSetupDoesNotWaitForDeliveriesInFlight(t *testing.T) {
-	for _, child := range oneAtATimeChildren {
+	children := append(oneAtATimeChildren[:len(oneAtATimeChildren):len(oneAtATimeChildren)],
+		oneAtATimeChild{"node", func(t *testing.T) string { return needNodePg(t, "--max-in-flight", "1") }})
+	for _, child := range children {
 		t.Run(child.name, func(t *testing.T) {
 			t.Parallel()
 			adapter, _, err := harmlessexec.Probe(t.Context(), harmlessexec.Config{Command: child.command(t)})
@@ -302,7 +330,22 @@ func TestChildSetupDoesNotWaitForDeliveriesInFlight(t *testing.T) {
 // next instance on the same schema; and drain answers only once all of it
 // is acknowledged.
 func TestPythonOutboxSurvivesAKillBetweenCommitAndSend(t *testing.T) {
-	command := needPsycopg(t) + " " + filepath.Join(repoRoot(t), "examples", "python-psycopg", "impl.py")
+	outboxSurvivesAKillBetweenCommitAndSend(t, needPsycopg(t)+" "+filepath.Join(repoRoot(t), "examples", "python-psycopg", "impl.py"))
+}
+
+// TestNodeOutboxSurvivesAKillBetweenCommitAndSend is the same test for
+// the Node.js example's outbox.
+func TestNodeOutboxSurvivesAKillBetweenCommitAndSend(t *testing.T) {
+	outboxSurvivesAKillBetweenCommitAndSend(t, needNodePg(t))
+}
+
+// outboxSurvivesAKillBetweenCommitAndSend runs the outbox of the child
+// command (an example declaring external_effects outbox) against a real
+// destination: each applied event reaches the destination once, with
+// external.Key, through a 503 and a dropped answer; an event whose send
+// is held when the instance is killed is sent by the next instance; drain
+// answers only once all of it is acknowledged.
+func outboxSurvivesAKillBetweenCommitAndSend(t *testing.T, command string) {
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
 	adapter, info, err := harmlessexec.Probe(ctx, harmlessexec.Config{Command: command})
@@ -310,7 +353,7 @@ func TestPythonOutboxSurvivesAKillBetweenCommitAndSend(t *testing.T) {
 		t.Fatal(err)
 	}
 	if info.Declares.ExternalEffects != adapters.Outbox {
-		t.Fatalf("the Python example declares external effects %q, want %q", info.Declares.ExternalEffects, adapters.Outbox)
+		t.Fatalf("%s declares external effects %q, want %q", command, info.Declares.ExternalEffects, adapters.Outbox)
 	}
 	dest, err := destination.Start(ctx, t.Logf)
 	if err != nil {
@@ -394,6 +437,50 @@ func TestPythonOutboxSurvivesAKillBetweenCommitAndSend(t *testing.T) {
 		}
 	}
 	t.Logf("the destination saw %d requests", len(dest.Requests()))
+}
+
+// TestNodeExampleIsCertified certifies the Node.js example as CI does,
+// with the real command on a throwaway cluster of its own, declaring its
+// default max_in_flight (16 requests at once on one process, one pool):
+// every rule must pass, crash-recovery and external-effect included, and
+// the process must never crash (its pool and clients handle 'error'). It
+// is skipped when node, the example's packages or PostgreSQL's server
+// binaries are missing.
+func TestNodeExampleIsCertified(t *testing.T) {
+	command := needNodePg(t)
+	bin := binary(t)
+	path := filepath.Join(t.TempDir(), "c.json")
+	started := time.Now()
+	code, stdout, stderr := runCertify(t, bin, []string{"HARMLESS_DSN=", "DATABASE_URL="},
+		"--exec", command, "--provision", string(provision.KindCluster), "--json", path)
+	if code == exitUsage && strings.Contains(stderr, provision.ErrNoDatabase.Error()) && strings.Contains(stderr, ": not found") {
+		t.Skipf("no PostgreSQL server binaries for a throwaway cluster:\n%s", stderr)
+	}
+	cert := readCertificate(t, path)
+	t.Logf("the Node.js example was certified on a throwaway cluster in %.1f s (the command %s)", cert.Duration, time.Since(started).Round(100*time.Millisecond))
+	if cert.DatabaseKind != string(provision.KindCluster) || cert.Protocol == nil || cert.Protocol.MaxInFlight != 16 || !strings.HasPrefix(cert.Protocol.Implementation, "node-pg ") {
+		t.Errorf("the run was on a %q server with protocol %+v; want a throwaway cluster, node-pg and max_in_flight 16", cert.DatabaseKind, cert.Protocol)
+	}
+	if cert.Declared.ExternalEffects != adapters.Outbox {
+		t.Errorf("declared external effects %q, want %q", cert.Declared.ExternalEffects, adapters.Outbox)
+	}
+	for _, r := range cert.Rules {
+		if r.Verdict != certificate.VerdictPass {
+			t.Errorf("rule %s: %s; want pass\n%s", r.ID, r.Verdict, r.Message)
+		}
+	}
+	if cert.Faults["server:crash"] < 2 || cert.Faults["dest:hold"] == 0 {
+		t.Errorf("faults fired: %v; want the crashes of crash-recovery and the kill between commit and send", cert.Faults)
+	}
+	if n := cert.CrashCount(); n != 0 {
+		t.Errorf("the example's processes crashed %d times: %+v", n, cert.Crashes)
+	}
+	if code != exitCertified || !cert.Certified {
+		t.Errorf("exit code %d, certified %t; want %d and certified", code, cert.Certified, exitCertified)
+	}
+	if t.Failed() {
+		t.Logf("stdout:\n%s\nstderr:\n%s", stdout, stderr)
+	}
 }
 
 // TestAChildThatDiesOnAKilledConnectionIsCertified certifies a Go child

@@ -3,8 +3,12 @@ package effect_test
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
+	"reflect"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -112,5 +116,77 @@ func TestOfRecognisesOnlyTheHarnessEffect(t *testing.T) {
 	args := eff.Args(adapters.Delivery{Event: adapters.Event{ID: "x"}, Attempt: 1})
 	if len(args) != len(effect.Params()) {
 		t.Errorf("%d arguments, %d described parameters", len(args), len(effect.Params()))
+	}
+}
+
+// TestSQLSurvivesOtherPlaceholderStyles checks what docs/protocol.md
+// promises of the statement an exec child gets, for the schema names a run
+// uses: each placeholder $1..$N appears once, in order, one per parameter
+// (a repeat would be a $ between or after them);
+// there is no other $, no % or ? (so that $N can be rewritten to %s or ?
+// by text substitution), and no : at all (so that SQLAlchemy's text(),
+// which reads :name as a bind parameter, finds none, and no :: cast).
+func TestSQLSurvivesOtherPlaceholderStyles(t *testing.T) {
+	for _, schema := range []string{"harmless_1a2b3c4d_s3", "harmless_0123456789abcdef_s1234"} {
+		sql := ledger.Effect(schema, nil).SQL()
+		rest := sql
+		for i := range effect.Params() {
+			placeholder := fmt.Sprintf("$%d", i+1)
+			before, after, ok := strings.Cut(rest, placeholder)
+			if !ok {
+				t.Errorf("%s: placeholder %s missing or out of order", sql, placeholder)
+				break
+			}
+			if strings.ContainsAny(before, "$%?:") {
+				t.Errorf("%s: %q holds $, %%, ? or :", sql, before)
+			}
+			if after != "" && after[0] >= '0' && after[0] <= '9' {
+				t.Errorf("%s: a placeholder beyond $%d", sql, len(effect.Params()))
+			}
+			rest = after
+		}
+		if strings.ContainsAny(rest, "$%?:") {
+			t.Errorf("%s: %q, after the last placeholder, holds $, %%, ? or :", sql, rest)
+		}
+	}
+}
+
+// TestProtocolPageShowsTheEffect: the setup request that docs/protocol.md
+// shows carries the effect a run sends, for the schema it shows.
+func TestProtocolPageShowsTheEffect(t *testing.T) {
+	page, err := os.ReadFile("../../docs/protocol.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var setup struct {
+		Method string
+		Params struct {
+			Schema string
+			Effect struct {
+				SQL    string
+				Params []effect.Param
+			}
+		}
+	}
+	found := false
+	for i, block := range strings.Split(string(page), "```") {
+		body, ok := strings.CutPrefix(block, "json\n")
+		if i%2 == 0 || !ok || !strings.Contains(body, `"method": "setup"`) {
+			continue
+		}
+		if err := json.Unmarshal([]byte(body), &setup); err != nil {
+			t.Fatalf("docs/protocol.md's setup request is not JSON: %v\n%s", err, body)
+		}
+		found = true
+		break
+	}
+	if !found || setup.Method != "setup" {
+		t.Fatal(`docs/protocol.md shows no setup request (a json block with "method": "setup")`)
+	}
+	if want := ledger.Effect(setup.Params.Schema, nil).SQL(); setup.Params.Effect.SQL != want {
+		t.Errorf("docs/protocol.md's setup shows the effect\n%s\nwhere a run sends\n%s", setup.Params.Effect.SQL, want)
+	}
+	if !reflect.DeepEqual(setup.Params.Effect.Params, effect.Params()) {
+		t.Errorf("docs/protocol.md's setup shows the params %+v; a run sends %+v", setup.Params.Effect.Params, effect.Params())
 	}
 }

@@ -2,6 +2,9 @@
 // module does: from a module of its own that requires
 // github.com/harmless-dev/harmless (replaced by this checkout), with
 // suite.Run in its tests, on a throwaway cluster so that every rule runs.
+// The module gets harmless by the README's recipe (go mod edit -replace,
+// then go mod tidy), run as written; another test installs the command
+// from the checkout with the README's go install.
 //
 // Its test certifies the Go example of the README, extracted from README.md
 // as written, so that the example cannot drift from what works, and two

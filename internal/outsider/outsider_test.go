@@ -51,12 +51,10 @@ func TestGoConsumersFromAnotherModule(t *testing.T) {
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "go", "test", "-count=1", "-json", "-p", fmt.Sprint(len(implementations)), "-timeout", limit.String(), "./...")
 	cmd.Dir = dir
-	cmd.Env = append(os.Environ(),
-		// go adds the requirements the imports need to go.mod, from the
-		// module cache; it reaches the module proxy only for go.mod files
-		// of versions this module's build never needed but the module
-		// graph of another module does (go.sum is this module's).
-		"GOFLAGS=-mod=mod", "GOWORK=off",
+	cmd.Env = append(goEnv(),
+		// go.mod and go.sum are what the README's recipe made of them:
+		// the test must build without changing them.
+		"GOFLAGS=-mod=readonly",
 		// The README's example names no database: every rule runs on a
 		// throwaway cluster, none on a DSN.
 		"HARMLESS_DSN=", "DATABASE_URL=", "HARMLESS_PROVISION=cluster",
@@ -105,12 +103,16 @@ func TestGoConsumersFromAnotherModule(t *testing.T) {
 	}
 }
 
-// writeModule writes the temporary module into dir: a go.mod that requires
-// harmless, replaced with the checkout at root; root's go.sum; the README's
-// example in readme/ and the testdata implementations.
+// writeModule writes the temporary module into dir, a consumer's module
+// that already uses pgx: the README's example in readme/ and the testdata
+// implementations, all importing harmless's packages; a go.mod that
+// requires pgx, at the version harmless does, and root's go.sum, so that
+// the sums of the dependencies both modules share are there and no
+// command below needs the network. It then adds harmless the way the
+// README's Install section says, with the checkout at root.
 func writeModule(t *testing.T, root, dir string) {
 	t.Helper()
-	gomod := fmt.Sprintf("module %s\n\ngo 1.26\n\nrequire github.com/harmless-dev/harmless v0.0.0-00010101000000-000000000000\n\nreplace github.com/harmless-dev/harmless => %s\n", modulePath, root)
+	gomod := fmt.Sprintf("module %s\n\ngo 1.26\n\nrequire github.com/jackc/pgx/v5 %s\n", modulePath, requiredVersion(t, root, "github.com/jackc/pgx/v5"))
 	files := map[string][]byte{"go.mod": []byte(gomod)}
 	sum, err := os.ReadFile(filepath.Join(root, "go.sum"))
 	if err != nil {
@@ -145,6 +147,129 @@ func writeModule(t *testing.T, root, dir string) {
 			t.Fatal(err)
 		}
 	}
+	readmeRecipe(t, string(readme), root, dir)
+}
+
+// placeholder stands for the checkout's path in the README's recipe.
+const placeholder = "/path/to/harmless"
+
+// readmeRecipe runs, in the module at dir, the go commands of the README's
+// recipe for using harmless from a checkout (a replace directive, then go
+// mod tidy), with root for the checkout's path, and checks that go.mod
+// then requires harmless, taken from root.
+func readmeRecipe(t *testing.T, readme, root, dir string) {
+	t.Helper()
+	block, err := codeBlock(readme, installSection, "go mod edit -replace")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ran []string
+	for _, line := range strings.Split(block, "\n") {
+		args := strings.Fields(strings.ReplaceAll(line, placeholder, root))
+		if len(args) == 0 || args[0] != "go" {
+			continue
+		}
+		cmd := exec.Command("go", args[1:]...)
+		cmd.Dir = dir
+		// The README's commands, as a user runs them: no -mod flag.
+		cmd.Env = append(goEnv(), "GOFLAGS=")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("the README's %q in a consumer's module: %v\n%s", line, err, out)
+		}
+		ran = append(ran, strings.Join(args[:3], " "))
+	}
+	if want := []string{"go mod edit", "go mod tidy"}; strings.Join(ran, ", ") != strings.Join(want, ", ") {
+		t.Fatalf("the README's recipe ran %q; want %q:\n%s", ran, want, block)
+	}
+	gomod, err := os.ReadFile(filepath.Join(dir, "go.mod"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"github.com/harmless-dev/harmless v0.0.0-00010101000000-000000000000\n",
+		"replace github.com/harmless-dev/harmless => " + root + "\n",
+	} {
+		if !strings.Contains(string(gomod), want) {
+			t.Errorf("after the README's recipe, go.mod lacks %q:\n%s", want, gomod)
+		}
+	}
+}
+
+// goEnv is the environment of the go commands run in the temporary module:
+// this one, outside any workspace.
+func goEnv() []string { return append(os.Environ(), "GOWORK=off") }
+
+// requiredVersion returns the version of module path that root's go.mod
+// requires.
+func requiredVersion(t *testing.T, root, path string) string {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(root, "go.mod"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		// "require path version", or "path version" in a require block.
+		if f := strings.Fields(strings.TrimPrefix(strings.TrimSpace(line), "require ")); len(f) >= 2 && f[0] == path {
+			return f[1]
+		}
+	}
+	t.Fatalf("%s/go.mod does not require %s", root, path)
+	return ""
+}
+
+// installSection is the README section that says how to install harmless.
+const installSection = "### Install"
+
+// codeBlock returns the fenced code block of the README's section heading
+// (up to the next heading of any level) that contains marker.
+func codeBlock(readme, heading, marker string) (string, error) {
+	_, section, ok := strings.Cut(readme, "\n"+heading+"\n")
+	if !ok {
+		return "", fmt.Errorf("README.md has no section %q", heading)
+	}
+	if end := strings.Index(section, "\n#"); end >= 0 {
+		section = section[:end]
+	}
+	parts := strings.Split(section, "```")
+	for i := 1; i < len(parts); i += 2 {
+		if strings.Contains(parts[i], marker) {
+			return parts[i], nil
+		}
+	}
+	return "", fmt.Errorf("README.md's section %q has no code block with %q", heading, marker)
+}
+
+// TestInstallFromACheckout runs the README's command that installs harmless
+// from a checkout, at the checkout's root with GOBIN set to a directory of
+// its own, and runs the command it installed.
+func TestInstallFromACheckout(t *testing.T) {
+	root, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	readme, err := os.ReadFile(filepath.Join(root, "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	block, err := codeBlock(string(readme), installSection, "go install ./cmd/harmless")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := t.TempDir()
+	line := strings.TrimSpace(block[strings.Index(block, "go install"):])
+	line, _, _ = strings.Cut(line, "\n")
+	args := strings.Fields(line)
+	cmd := exec.Command("go", args[1:]...)
+	cmd.Dir = root
+	cmd.Env = append(os.Environ(), "GOBIN="+bin)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("the README's %q at the checkout's root: %v\n%s", line, err, out)
+	}
+	out, err := exec.Command(filepath.Join(bin, "harmless"), "version").CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "harmless") {
+		t.Fatalf("the installed harmless version: %v\n%s", err, out)
+	}
+	t.Logf("%q installed harmless, whose version says: %s", line, strings.TrimSpace(string(out)))
 }
 
 // exampleSection is the README section whose Go code block is the example.
