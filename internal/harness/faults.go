@@ -127,7 +127,7 @@ func countByKind(ctx context.Context, armed []faults.Armed) (map[string]int64, e
 	for _, f := range armed {
 		n, err := f.Fired(ctx)
 		if err != nil {
-			return nil, fmt.Errorf("count the firings of fault %s: %w", f, err)
+			return nil, fmt.Errorf("count the firings of fault %s: %w", f.Kind(), err)
 		}
 		counts[f.Kind()] += n
 	}

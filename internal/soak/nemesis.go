@@ -234,9 +234,15 @@ func (n *nemesis) inject(ctx context.Context, kind string, hold time.Duration) (
 		return fmt.Sprintf("%s of %s; %d of %d fired", what, strings.Join(names, ", "), fired, len(armed)), disarm(heal, s.play, armed)
 
 	case NemesisCrash:
-		c, err := s.run.CrashServer(ctx)
+		// The crash runs under heal, not ctx: a crash that the end of the
+		// load interrupts (pg_ctl killed after its signal was sent) would
+		// leave the server down with nobody to restart it.
+		if ctx.Err() != nil {
+			return "", nil
+		}
+		c, err := s.run.CrashServer(heal)
 		if err != nil {
-			return "", err
+			return "", fmt.Errorf("%w: crash the server: %w", errFatal, err)
 		}
 		wait(ctx, hold)
 		rec, err := s.run.RestartServer(heal, c)
