@@ -125,6 +125,16 @@ type certifyFlags struct {
 	quiet    bool
 }
 
+// outputs are the report files certify writes, to check before it runs.
+func (f certifyFlags) outputs(getenv func(string) string) []outputPath {
+	return []outputPath{
+		{"--json", f.jsonPath},
+		{"--junit", f.junitPath},
+		{"--markdown", f.markdownPath},
+		{"$" + stepSummaryEnv, getenv(stepSummaryEnv)},
+	}
+}
+
 // addDatabaseFlags adds the flags that choose the database, which certify
 // and soak share.
 func addDatabaseFlags(fs *flag.FlagSet, f *certifyFlags) {
@@ -344,6 +354,10 @@ func (m *masker) certify(args []string) int {
 		fmt.Fprintf(stderr, "harmless certify: %v\n", err)
 		return exitUsage
 	}
+	if err := checkOutputPaths(f.outputs(os.Getenv)...); err != nil {
+		fmt.Fprintf(stderr, "harmless certify: %v\n", err)
+		return exitUsage
+	}
 	adapter, opts, err := implementation(context.Background(), f)
 	if err != nil {
 		fmt.Fprintf(stderr, "harmless certify: %v\n", err)
@@ -411,11 +425,13 @@ func (m *masker) certify(args []string) int {
 		fmt.Fprintf(stderr, "harmless certify: %s\n", cert.Error)
 		return exitUsage
 	}
+	// The verdicts first: a report that cannot be written after all (the
+	// disk filled up) must not hide what the run found.
+	out.result(cert)
 	if err := writeReports(f, cert, os.Getenv); err != nil {
 		fmt.Fprintf(stderr, "harmless certify: %v\n", err)
 		return exitUsage
 	}
-	out.result(cert)
 	if cert.Status == certificate.StatusInterrupted {
 		return exitInterrupted(sig)
 	}

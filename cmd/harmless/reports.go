@@ -16,19 +16,19 @@ const stepSummaryEnv = "GITHUB_STEP_SUMMARY"
 // and appends the Markdown summary to $GITHUB_STEP_SUMMARY when it is set.
 func writeReports(f certifyFlags, cert certificate.Certificate, getenv func(string) string) error {
 	for _, out := range []struct {
-		path  string
-		write func(string) error
+		flag, path string
+		write      func(string) error
 	}{
-		{f.jsonPath, cert.WriteJSON},
-		{f.junitPath, cert.WriteJUnit},
-		{f.markdownPath, func(path string) error { return writeMarkdown(cert, path, false) }},
-		{getenv(stepSummaryEnv), func(path string) error { return writeMarkdown(cert, path, true) }},
+		{"--json", f.jsonPath, cert.WriteJSON},
+		{"--junit", f.junitPath, cert.WriteJUnit},
+		{"--markdown", f.markdownPath, func(path string) error { return writeMarkdown(cert, path, false) }},
+		{"$" + stepSummaryEnv, getenv(stepSummaryEnv), func(path string) error { return writeMarkdown(cert, path, true) }},
 	} {
 		if out.path == "" {
 			continue
 		}
 		if err := out.write(out.path); err != nil {
-			return err
+			return fmt.Errorf("%s %s: %w", out.flag, out.path, err)
 		}
 	}
 	return nil

@@ -102,6 +102,10 @@ func soakCommand(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(m.stderr, "harmless soak: %v\n", err)
 		return exitUsage
 	}
+	if err := checkOutputPaths(outputPath{"--json", f.jsonPath}, outputPath{"--html", f.htmlPath}); err != nil {
+		fmt.Fprintf(m.stderr, "harmless soak: %v\n", err)
+		return exitUsage
+	}
 	if !f.seedSet {
 		f.cfg.Seed = time.Now().UnixNano()
 	}
@@ -197,11 +201,13 @@ func (m *masker) soak(ctx context.Context, f soakFlags, stop <-chan struct{}) (*
 	if err != nil {
 		fmt.Fprintf(m.stderr, "harmless soak: %v\n", err)
 	}
+	// The summary first: a report that cannot be written after all must
+	// not hide what the run found.
+	printSoakSummary(m.stdout, rep)
 	if werr := writeSoakReports(f, rep); werr != nil {
 		fmt.Fprintf(m.stderr, "harmless soak: %v\n", werr)
 		return &rep, exitUsage
 	}
-	printSoakSummary(m.stdout, rep)
 	if !rep.Clean() {
 		return &rep, exitAnomalies
 	}

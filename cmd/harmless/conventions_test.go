@@ -1,0 +1,89 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/harmless-dev/harmless/internal/pgtest"
+)
+
+// TestABadOutputPathStartsNothing: a report path that cannot be written is
+// a usage error before anything runs, naming the flag and the path. With
+// no database to be had, a run that started anyway would fail on the
+// database instead, without naming the flag.
+func TestABadOutputPathStartsNothing(t *testing.T) {
+	t.Setenv("HARMLESS_DSN", "")
+	t.Setenv("DATABASE_URL", "")
+	t.Setenv(stepSummaryEnv, "")
+	missing := filepath.Join(t.TempDir(), "no-such-dir", "report")
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		command, flag, path string
+	}{
+		{"certify", "--json", missing},
+		{"certify", "--junit", missing},
+		{"certify", "--markdown", missing},
+		{"certify", "--json", dir},
+		{"soak", "--json", missing},
+		{"soak", "--html", missing},
+	} {
+		t.Run(tc.command+" "+tc.flag+" "+filepath.Base(tc.path), func(t *testing.T) {
+			var stdout, stderr bytes.Buffer
+			code := run([]string{tc.command, "--adapter", "reference", "--provision", "dsn", tc.flag, tc.path}, &stdout, &stderr)
+			if code != exitUsage {
+				t.Errorf("exit code %d; want %d", code, exitUsage)
+			}
+			if want := tc.flag + " " + tc.path + ": cannot be written"; !strings.Contains(stderr.String(), want) {
+				t.Errorf("stderr does not say %q:\n%s", want, stderr.String())
+			}
+			if stdout.Len() > 0 {
+				t.Errorf("something ran; stdout:\n%s", stdout.String())
+			}
+		})
+	}
+}
+
+// TestCheckWritableChangesNothing: checking a path leaves an existing
+// file's content as it was, and no file where there was none.
+func TestCheckWritableChangesNothing(t *testing.T) {
+	dir := t.TempDir()
+	existing := filepath.Join(dir, "old.json")
+	if err := os.WriteFile(existing, []byte("kept"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	fresh := filepath.Join(dir, "new.json")
+	if err := checkOutputPaths(outputPath{"--json", existing}, outputPath{"--junit", fresh}); err != nil {
+		t.Fatalf("writable paths refused: %v", err)
+	}
+	if b, err := os.ReadFile(existing); err != nil || string(b) != "kept" {
+		t.Errorf("the existing file holds %q (%v) after the check; want it unchanged", b, err)
+	}
+	if _, err := os.Stat(fresh); !os.IsNotExist(err) {
+		t.Errorf("the check left %s behind (%v)", fresh, err)
+	}
+}
+
+// TestAReportThatFailsAtTheEndFollowsTheVerdicts: a report that passes the
+// check before the run and cannot be written after it (/dev/full opens,
+// and every write to it fails) costs the run its exit code, not its
+// verdicts: they are printed first.
+func TestAReportThatFailsAtTheEndFollowsTheVerdicts(t *testing.T) {
+	if _, err := os.Stat("/dev/full"); err != nil {
+		t.Skipf("no /dev/full to fail a write: %v", err)
+	}
+	bin := binary(t)
+	dsn := pgtest.DSN(t)
+	code, stdout, stderr := runCertify(t, bin, nil, "--adapter", "reference", "--dsn", dsn, "--label-filter", "fixture:double-delivery", "--json", "/dev/full")
+	if code != exitUsage {
+		t.Errorf("exit code %d; want %d", code, exitUsage)
+	}
+	if !strings.Contains(stdout, "\nPARTIAL: reference\n") || !strings.Contains(stdout, "double-delivery.one-effect") {
+		t.Errorf("stdout lacks the verdicts:\n%s", stdout)
+	}
+	if !strings.Contains(stderr, "--json /dev/full: ") {
+		t.Errorf("stderr does not name the report that could not be written:\n%s", stderr)
+	}
+}
