@@ -110,6 +110,9 @@ type certifyFlags struct {
 	image           string
 	provision       string
 	labelFilter     string
+	fixtureList     string // --fixture, comma-separated
+	ruleList        string // --rule, comma-separated
+	selection       selection
 	jsonPath        string
 	junitPath       string
 	markdownPath    string
@@ -150,7 +153,9 @@ func parseCertify(args []string, stderr io.Writer) (certifyFlags, error) {
 	fs.StringVar(&f.adapter, "adapter", "", "built-in adapter to certify (see 'harmless list')")
 	fs.StringVar(&f.exec, "exec", "", "certify the program this shell command runs, over the exec protocol (docs/protocol.md)")
 	addDatabaseFlags(fs, &f)
-	fs.StringVar(&f.labelFilter, "label-filter", "", "run only specs matching this Ginkgo label filter, e.g. 'fixture:double-delivery'")
+	fs.StringVar(&f.labelFilter, "label-filter", "", "run only specs matching this Ginkgo label filter, e.g. 'fixture:double-delivery' (labels: fixture:ID, rule:ID, level:MUST, level:SHOULD)")
+	fs.StringVar(&f.fixtureList, "fixture", "", "run only these fixtures, comma-separated ids (see 'harmless list'); with --rule, the rules of either")
+	fs.StringVar(&f.ruleList, "rule", "", "run only these rules, comma-separated ids (see 'harmless list'); with --fixture, the rules of either")
 	fs.StringVar(&f.jsonPath, "json", "", "write the certificate as JSON to this file")
 	fs.StringVar(&f.junitPath, "junit", "", "write a JUnit XML report (one testcase per rule) to this file")
 	fs.StringVar(&f.markdownPath, "markdown", "", "write a Markdown summary to this file (also appended to $"+stepSummaryEnv+" when that is set)")
@@ -178,10 +183,20 @@ func parseCertify(args []string, stderr io.Writer) (certifyFlags, error) {
 	if err := checkImplementationFlags(f); err != nil {
 		return f, err
 	}
-	if f.labelFilter != "" {
-		if _, err := types.ParseLabelFilter(f.labelFilter); err != nil {
-			return f, fmt.Errorf("--label-filter %q: %w", f.labelFilter, err)
+	f.selection.labelFilter = f.labelFilter
+	var err error
+	if f.fixtureList != "" {
+		if f.selection.fixtures, err = unknownIDs("--fixture", f.fixtureList, fixtureIDs()); err != nil {
+			return f, err
 		}
+	}
+	if f.ruleList != "" {
+		if f.selection.rules, err = unknownIDs("--rule", f.ruleList, ruleIDs()); err != nil {
+			return f, err
+		}
+	}
+	if err := f.selection.check(); err != nil {
+		return f, err
 	}
 	return f, nil
 }
@@ -378,7 +393,7 @@ func (m *masker) certify(args []string) int {
 		suite.WithFixtureProgress(out.fixture),
 		suite.WithSecrets(m.add),
 		suite.WithGinkgoConfig(func(suiteConfig *types.SuiteConfig, reporterConfig *types.ReporterConfig) {
-			suiteConfig.LabelFilter = f.labelFilter
+			suiteConfig.LabelFilter = f.selection.filter()
 			suiteConfig.RandomSeed = int64(f.seed)
 			// Every scenario has a budget that follows from
 			// --delivery-timeout; a suite-wide cap would only cut a slow

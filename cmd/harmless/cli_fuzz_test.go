@@ -7,13 +7,16 @@ import (
 	"testing"
 
 	"github.com/onsi/ginkgo/v2/types"
+
+	"github.com/harmless-dev/harmless/fixtures"
 )
 
 // FuzzParseCertify feeds certify's parser the flags a user types freely:
 // a label filter and a way to provision. Whatever they hold, the parser
 // returns (never panics); it accepts a filter only if Ginkgo can run it
 // and a provisioning only if harmless knows it, and keeps both exactly as
-// typed. A filter Ginkgo cannot parse is a usage error naming the flag.
+// typed. A filter Ginkgo cannot parse, or one that selects no rule, is a
+// usage error naming the flag.
 func FuzzParseCertify(f *testing.F) {
 	for _, seed := range [][2]string{
 		{"fixture:double-delivery", ""},
@@ -30,18 +33,25 @@ func FuzzParseCertify(f *testing.F) {
 	f.Fuzz(func(t *testing.T, filter, provision string) {
 		args := []string{"--adapter", "reference", "--label-filter", filter, "--provision", provision}
 		flags, err := parseCertify(args, io.Discard)
-		_, filterErr := types.ParseLabelFilter(filter)
+		match, filterErr := types.ParseLabelFilter(filter)
+		selects := filter == ""
+		for _, r := range fixtures.Rules() {
+			selects = selects || filterErr == nil && match(ruleLabels(r))
+		}
 		if err != nil {
 			if msg := err.Error(); !strings.HasPrefix(msg, "--label-filter") && !strings.HasPrefix(msg, "--provision") {
 				t.Fatalf("the error %q does not name the flag at fault", msg)
 			}
-			if strings.HasPrefix(err.Error(), "--label-filter") && (filter == "" || filterErr == nil) {
-				t.Fatalf("refused the label filter %q, which Ginkgo accepts: %v", filter, err)
+			if strings.HasPrefix(err.Error(), "--label-filter") && (filter == "" || filterErr == nil && selects) {
+				t.Fatalf("refused the label filter %q, which Ginkgo accepts and which selects rules: %v", filter, err)
 			}
 			return
 		}
 		if filter != "" && filterErr != nil {
 			t.Fatalf("accepted the label filter %q, which Ginkgo refuses: %v", filter, filterErr)
+		}
+		if !selects {
+			t.Fatalf("accepted the label filter %q, which selects no rule", filter)
 		}
 		if !slices.Contains([]string{"", "dsn", "container", "cluster"}, provision) {
 			t.Fatalf("accepted --provision %q", provision)

@@ -2,11 +2,15 @@ package main
 
 import (
 	"bytes"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/onsi/ginkgo/v2/types"
+
+	"github.com/harmless-dev/harmless/fixtures"
 	"github.com/harmless-dev/harmless/internal/pgtest"
 )
 
@@ -85,5 +89,41 @@ func TestAReportThatFailsAtTheEndFollowsTheVerdicts(t *testing.T) {
 	}
 	if !strings.Contains(stderr, "--json /dev/full: ") {
 		t.Errorf("stderr does not name the report that could not be written:\n%s", stderr)
+	}
+}
+
+// TestFixtureAndRuleSelectTheirRules: --fixture and --rule select the
+// rules of the fixtures and the rules they name, and --label-filter
+// narrows that.
+func TestFixtureAndRuleSelectTheirRules(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want func(fixtures.Rule) bool
+	}{
+		{[]string{"--fixture", "double-delivery, bad-input"}, func(r fixtures.Rule) bool {
+			return r.Fixture == fixtures.DoubleDelivery || r.Fixture == fixtures.BadInput
+		}},
+		{[]string{"--fixture", "bad-input", "--rule", fixtures.CrashRecoveryAppliedSurvives}, func(r fixtures.Rule) bool {
+			return r.Fixture == fixtures.BadInput || r.ID == fixtures.CrashRecoveryAppliedSurvives
+		}},
+		{[]string{"--fixture", "failure-after-marker", "--label-filter", "level:SHOULD"}, func(r fixtures.Rule) bool {
+			return r.Fixture == fixtures.FailureAfterMarker && r.Level == fixtures.Should
+		}},
+	} {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			f, err := parseCertify(append([]string{"--adapter", "reference"}, tc.args...), io.Discard)
+			if err != nil {
+				t.Fatal(err)
+			}
+			match, err := types.ParseLabelFilter(f.selection.filter())
+			if err != nil {
+				t.Fatalf("filter %q: %v", f.selection.filter(), err)
+			}
+			for _, r := range fixtures.Rules() {
+				if got := match(ruleLabels(r)); got != tc.want(r) {
+					t.Errorf("rule %s selected: %t; want %t (filter %q)", r.ID, got, !got, f.selection.filter())
+				}
+			}
+		})
 	}
 }

@@ -1,0 +1,120 @@
+package main
+
+import (
+	"fmt"
+	"regexp"
+	"strings"
+
+	"github.com/onsi/ginkgo/v2/types"
+
+	"github.com/harmless-dev/harmless/fixtures"
+)
+
+// selection is which rules a certify run is asked to run: a Ginkgo label
+// filter, fixture ids and rule ids. The ids are plain alternatives to the
+// filter's syntax: a run selects the rules of the fixtures and the rules
+// they name, and of those, the ones the filter matches.
+type selection struct {
+	labelFilter string // as typed
+	fixtures    []string
+	rules       []string
+}
+
+// filter is the Ginkgo label filter that selects s, "" to run everything.
+func (s selection) filter() string {
+	var ids []string
+	for _, id := range s.fixtures {
+		ids = append(ids, "fixture:"+id)
+	}
+	for _, id := range s.rules {
+		ids = append(ids, "rule:"+id)
+	}
+	var parts []string
+	if s.labelFilter != "" {
+		parts = append(parts, "("+s.labelFilter+")")
+	}
+	if len(ids) > 0 {
+		parts = append(parts, "("+strings.Join(ids, " || ")+")")
+	}
+	return strings.Join(parts, " && ")
+}
+
+// ruleLabels are the Ginkgo labels of the spec that checks r: its
+// fixture's, its own and its level's (see package suite).
+func ruleLabels(r fixtures.Rule) []string {
+	return []string{"fixture:" + r.Fixture, r.Label(), "level:" + string(r.Level)}
+}
+
+// check refuses a selection that runs no rule. Ginkgo would skip every
+// spec and the run would be PARTIAL with no warning, which hides a typo in
+// a CI job's filter for as long as nobody reads the counts.
+func (s selection) check() error {
+	if s.labelFilter != "" {
+		if _, err := types.ParseLabelFilter(s.labelFilter); err != nil {
+			return fmt.Errorf("--label-filter %q: %w", s.labelFilter, err)
+		}
+	}
+	filter := s.filter()
+	if filter == "" {
+		return nil
+	}
+	match, err := types.ParseLabelFilter(filter)
+	if err != nil {
+		return fmt.Errorf("--fixture and --rule with --label-filter %q: %w", s.labelFilter, err)
+	}
+	for _, r := range fixtures.Rules() {
+		if match(ruleLabels(r)) {
+			return nil
+		}
+	}
+	what := fmt.Sprintf("--label-filter %q", s.labelFilter)
+	switch {
+	case s.labelFilter == "":
+		what = "--fixture and --rule"
+	case len(s.fixtures)+len(s.rules) > 0:
+		what += " with --fixture and --rule"
+	}
+	return fmt.Errorf("%s selects no rule, so nothing would run%s (known fixtures: %s; labels: fixture:ID, rule:ID, level:MUST, level:SHOULD; see 'harmless list')",
+		what, labelHints(s.labelFilter), strings.Join(fixtureIDs(), ", "))
+}
+
+// labelToken is a label a filter names, e.g. fixture:double-delivery.
+var labelToken = regexp.MustCompile(`(?:fixture|rule|level):[^\s&|!,()/{}]+`)
+
+// labelHints is "; did you mean X?", X naming, for each label of filter
+// that no rule carries, one that a rule carries and that is nearly the
+// same.
+func labelHints(filter string) string {
+	var known []string
+	for _, r := range fixtures.Rules() {
+		known = append(known, ruleLabels(r)...)
+	}
+	var hints []string
+	for _, label := range labelToken.FindAllString(filter, -1) {
+		if c := closest(label, known); c != "" {
+			hints = append(hints, c)
+		}
+	}
+	if len(hints) == 0 {
+		return ""
+	}
+	return "; did you mean " + strings.Join(hints, ", ") + "?"
+}
+
+// fixtureIDs are the ids of the fixtures, in the catalogue's order.
+func fixtureIDs() []string {
+	var ids []string
+	for _, f := range fixtures.Catalog() {
+		ids = append(ids, f.ID)
+	}
+	return ids
+}
+
+// ruleIDs are the ids of the rules, in the catalogue's order.
+func ruleIDs() []string {
+	var ids []string
+	for _, r := range fixtures.Rules() {
+		ids = append(ids, r.ID)
+	}
+	return ids
+}
