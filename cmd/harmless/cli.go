@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -49,23 +50,31 @@ func exitCode(st certificate.Status) int {
 	return exitNotCertified
 }
 
+// usage is the command's help. Its synopses are the commands' own, and
+// README's "Using the command" lists the same commands and flags
+// (TestUsageMatchesTheReadme).
 const usage = `harmless certifies that an implementation makes duplicate event delivery harmless.
 
 Usage:
-  harmless certify --adapter NAME [flags]   certify a built-in adapter: run the suite, print a verdict per rule
-  harmless certify --exec COMMAND [flags]   certify a program in any language that speaks the exec protocol
-  harmless soak --adapter NAME [flags]      run a long, faulty, concurrent load and check its history
-  harmless soak --exec COMMAND [flags]      the same for a program that speaks the exec protocol
-  harmless list                             print the known adapters and rules
-  harmless list --adapter NAME [--json]     say which rules a certify run will run, and why the others cannot
-  harmless matrix                           print the verdict matrix: which fixture each built-in adapter must pass or fail
-  harmless version                          print the suite version
+  ` + certifySynopsis + `
+      certify a built-in adapter, or a program in any language that speaks the exec
+      protocol: run the suite, print a verdict per rule
+  ` + soakSynopsis + `
+      run a long, faulty, concurrent load and check its history
+  ` + listSynopsis + `
+      print the known adapters and rules; with an implementation, say which rules
+      a certify run will run, and why the others cannot
+  harmless matrix
+      print the verdict matrix: which fixture each built-in adapter must pass or fail
+  harmless version
+      print the suite version (also: harmless --version)
+  harmless help [COMMAND]
+      print this, or a command's help with all its flags (also: harmless COMMAND -h)
 
 Exit codes: 0 certified (every MUST rule ran and passed), 1 not certified (a rule
 failed), 2 usage or environment error, 3 partial (no rule failed, but some MUST
 rules did not run; the last lines say which and why), 130 or 143 interrupted by
 SIGINT or SIGTERM (everything the run created is removed first).
-Run 'harmless certify -h' for the certify flags.
 `
 
 // run is the whole command; main only exits with its result.
@@ -85,22 +94,64 @@ func run(args []string, stdout, stderr io.Writer) int {
 		defer m.flush()
 		return list(args[1:], m.stdout, m.stderr)
 	case "matrix":
-		if len(args) > 1 {
-			fmt.Fprintf(stderr, "harmless matrix: unexpected arguments: %s\n", strings.Join(args[1:], " "))
-			return exitUsage
-		}
-		fmt.Fprint(stdout, docgen.MatrixTable())
-		return exitCertified
-	case "version":
-		fmt.Fprintf(stdout, "harmless suite %s\n", suite.Version)
-		return exitCertified
-	case "-h", "-help", "--help", "help":
+		return noFlags("harmless matrix", "harmless matrix", args[1:], stdout, stderr, func() {
+			fmt.Fprint(stdout, docgen.MatrixTable())
+		})
+	case "version", "--version", "-version":
+		return noFlags("harmless version", "harmless version  (or harmless --version)", args[1:], stdout, stderr, func() {
+			fmt.Fprintf(stdout, "harmless suite %s\n", suite.Version)
+		})
+	case "help":
+		return help(args[1:], stdout, stderr)
+	case "-h", "-help", "--help":
 		fmt.Fprint(stdout, usage)
 		return exitCertified
 	default:
-		fmt.Fprintf(stderr, "harmless: unknown command %q\n\n%s", args[0], usage)
+		fmt.Fprintf(stderr, "harmless: unknown command %q%s\n\n%s", args[0], didYouMean(args[0], commands, "%s"), usage)
 		return exitUsage
 	}
+}
+
+// commands are the commands run knows, for help and its did-you-mean.
+var commands = []string{"certify", "soak", "list", "matrix", "version", "help"}
+
+// help prints the usage, or with a command's name, that command's help.
+func help(args []string, stdout, stderr io.Writer) int {
+	switch {
+	case len(args) == 0:
+		fmt.Fprint(stdout, usage)
+		return exitCertified
+	case len(args) > 1:
+		fmt.Fprintf(stderr, "harmless help: unexpected arguments: %s (usage: harmless help [COMMAND])\n", strings.Join(args[1:], " "))
+		return exitUsage
+	case args[0] == "help" || args[0] == "-h" || args[0] == "-help" || args[0] == "--help":
+		fmt.Fprintf(stdout, "Usage:\n  harmless help [COMMAND]\n\nprints the usage, or a command's help: one of %s\n", strings.Join(commands, ", "))
+		return exitCertified
+	case !slices.Contains(commands, args[0]):
+		fmt.Fprintf(stderr, "harmless help: unknown command %q%s (known: %s)\n", args[0], didYouMean(args[0], commands, "%s"), strings.Join(commands, ", "))
+		return exitUsage
+	}
+	return run([]string{args[0], "-h"}, stdout, stderr)
+}
+
+// noFlags runs a command that takes no flags nor arguments: do, or its
+// help for -h, or a usage error.
+func noFlags(name, synopsis string, args []string, stdout, stderr io.Writer, do func()) int {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	setUsage(fs, synopsis)
+	err := parseFlags(fs, args, stdout)
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		return exitCertified
+	case err != nil:
+		fmt.Fprintf(stderr, "%s: %v\n", name, err)
+		return exitUsage
+	case fs.NArg() > 0:
+		fmt.Fprintf(stderr, "%s: unexpected arguments: %s\n", name, strings.Join(fs.Args(), " "))
+		return exitUsage
+	}
+	do()
+	return exitCertified
 }
 
 type certifyFlags struct {
@@ -146,13 +197,17 @@ func addDatabaseFlags(fs *flag.FlagSet, f *certifyFlags) {
 	fs.StringVar(&f.provision, "provision", "", "force one way to get a database: dsn, container or cluster")
 }
 
-func parseCertify(args []string, stderr io.Writer) (certifyFlags, error) {
-	var f certifyFlags
+// certifySynopsis is certify's line of the usage.
+const certifySynopsis = `harmless certify (--adapter NAME | --exec COMMAND) [--dsn DSN] [--label-filter EXPR] [--fixture ID[,ID]]
+                   [--rule ID[,ID]] [--seed N] [--redelivery-patience 10s] [--json FILE] [--junit FILE] [--markdown FILE] [-q | -v]`
+
+// certifyFlagSet is certify's flags, parsed into f.
+func certifyFlagSet(f *certifyFlags) *flag.FlagSet {
 	fs := flag.NewFlagSet("harmless certify", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	setUsage(fs, certifySynopsis)
 	fs.StringVar(&f.adapter, "adapter", "", "built-in adapter to certify (see 'harmless list')")
 	fs.StringVar(&f.exec, "exec", "", "certify the program this shell command runs, over the exec protocol (docs/protocol.md)")
-	addDatabaseFlags(fs, &f)
+	addDatabaseFlags(fs, f)
 	fs.StringVar(&f.labelFilter, "label-filter", "", "run only specs matching this Ginkgo label filter, e.g. 'fixture:double-delivery' (labels: fixture:ID, rule:ID, level:MUST, level:SHOULD)")
 	fs.StringVar(&f.fixtureList, "fixture", "", "run only these fixtures, comma-separated ids (see 'harmless list'); with --rule, the rules of either")
 	fs.StringVar(&f.ruleList, "rule", "", "run only these rules, comma-separated ids (see 'harmless list'); with --fixture, the rules of either")
@@ -164,14 +219,20 @@ func parseCertify(args []string, stderr io.Writer) (certifyFlags, error) {
 	fs.IntVar(&f.overlapRounds, "overlap-rounds", suite.DefaultOverlapRounds, "concurrent-delivery rounds with a database-side sleep after the claim")
 	fs.DurationVar(&f.deliveryTimeout, "delivery-timeout", suite.DefaultDeliveryTimeout, "how long one delivery may take before it counts as hung; every fixture's time budget follows from it")
 	fs.DurationVar(&f.patience, "redelivery-patience", suite.DefaultRedeliveryPatience, "how long the broker harmless plays goes on redelivering, after pauses growing from 10ms to 1s, while none of a play's deliveries is acknowledged; it models a real broker's redelivery (SQS's visibility timeout, RabbitMQ's requeue, Kafka's retries): raise it for an implementation that leans on the broker for longer (a lease, a slow restart)")
-	fs.Uint64Var(&f.seed, "seed", 0, "seed of the run's random choices, to repeat a run (default: random; the certificate records it)")
+	addSeedFlag(fs, f, "seed of the run's random choices, to repeat a run (default: random; the certificate records it)")
 	fs.BoolVar(&f.verbose, "v", false, "verbose: a line per spec and the suite's log on stderr, Ginkgo's verbose report on stdout")
 	fs.BoolVar(&f.quiet, "quiet", false, "print only the final verdict lines and errors")
 	fs.BoolVar(&f.quiet, "q", false, "short for --quiet")
-	if err := fs.Parse(args); err != nil {
+	return fs
+}
+
+// parseCertify parses certify's args; help goes to stdout.
+func parseCertify(args []string, stdout io.Writer) (certifyFlags, error) {
+	var f certifyFlags
+	fs := certifyFlagSet(&f)
+	if err := parseFlags(fs, args, stdout); err != nil {
 		return f, err
 	}
-	fs.Visit(func(fl *flag.Flag) { f.seedSet = f.seedSet || fl.Name == "seed" })
 	switch {
 	case fs.NArg() > 0:
 		return f, fmt.Errorf("unexpected arguments: %s", strings.Join(fs.Args(), " "))
@@ -361,7 +422,7 @@ func (m *masker) flush() {
 
 func (m *masker) certify(args []string) int {
 	stdout, stderr := m.stdout, m.stderr
-	f, err := parseCertify(args, stderr)
+	f, err := parseCertify(args, stdout)
 	if errors.Is(err, flag.ErrHelp) {
 		return exitCertified
 	}

@@ -38,32 +38,49 @@ func infoOf(a adapters.Adapter) adapterInfo {
 // --exec, which rules a run of certify with the same flags will run.
 func list(args []string, stdout, stderr io.Writer) int {
 	var f certifyFlags
+	var asJSON bool
+	fs := listFlagSet(&f, &asJSON)
+	if err := parseFlags(fs, args, stdout); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return exitCertified
+		}
+		fmt.Fprintf(stderr, "harmless list: %v\n", err)
+		return exitUsage
+	}
+	return listWith(f, asJSON, fs.Args(), stdout, stderr)
+}
+
+// listSynopsis is list's lines of the usage.
+const listSynopsis = `harmless list [--json]
+  harmless list (--adapter NAME | --exec COMMAND) [--dsn DSN] [--provision dsn|container|cluster] [--json]`
+
+// listFlagSet is list's flags, parsed into f and asJSON.
+func listFlagSet(f *certifyFlags, asJSON *bool) *flag.FlagSet {
 	fs := flag.NewFlagSet("harmless list", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	asJSON := fs.Bool("json", false, "print as JSON")
+	setUsage(fs, listSynopsis)
+	fs.BoolVar(asJSON, "json", false, "print as JSON")
 	fs.StringVar(&f.adapter, "adapter", "", "say which rules a certify run of this built-in adapter will run, and why the others cannot")
 	fs.StringVar(&f.exec, "exec", "", "the same for the program this shell command runs (started once, to read what it declares)")
 	fs.StringVar(&f.dsn, "dsn", "", "as for certify: the database the run would use (default: $HARMLESS_DSN, else $DATABASE_URL, else a server harmless starts); nothing connects to it")
 	fs.StringVar(&f.provision, "provision", "", "as for certify: force one way to get a database: dsn, container or cluster")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return exitCertified
-		}
-		return exitUsage
-	}
-	if err := checkListFlags(f, fs.Args()); err != nil {
+	return fs
+}
+
+// listWith is list once its flags are parsed.
+func listWith(f certifyFlags, asJSON bool, rest []string, stdout, stderr io.Writer) int {
+	if err := checkListFlags(f, rest); err != nil {
 		fmt.Fprintf(stderr, "harmless list: %v\n", err)
 		return exitUsage
 	}
 	if f.adapter == "" && f.exec == "" {
-		return listAll(*asJSON, stdout, stderr)
+		return listAll(asJSON, stdout, stderr)
 	}
 	plan, err := planOf(context.Background(), f)
 	if err != nil {
 		fmt.Fprintf(stderr, "harmless list: %v\n", err)
 		return exitUsage
 	}
-	if *asJSON {
+	if asJSON {
 		return printJSON(stdout, stderr, plan)
 	}
 	if err := plan.print(stdout); err != nil {

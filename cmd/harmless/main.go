@@ -3,11 +3,17 @@
 //
 // Usage:
 //
-//	harmless certify (--adapter NAME | --exec COMMAND) [--dsn DSN] [--label-filter EXPR] [--seed N]
-//	                 [--json FILE] [--junit FILE] [--markdown FILE] [-q | -v]
+//	harmless certify (--adapter NAME | --exec COMMAND) [--dsn DSN] [--label-filter EXPR] [--fixture ID[,ID]]
+//	                 [--rule ID[,ID]] [--seed N] [--json FILE] [--junit FILE] [--markdown FILE] [-q | -v]
+//	harmless soak (--adapter NAME | --exec COMMAND) [--duration 60s | --events N] [--seed N] [--json FILE] [--html FILE]
 //	harmless list [--json]
+//	harmless list (--adapter NAME | --exec COMMAND) [--dsn DSN] [--provision dsn|container|cluster] [--json]
 //	harmless matrix
 //	harmless version
+//	harmless help [COMMAND]
+//
+// 'harmless help' (or -h) prints the whole usage, 'harmless COMMAND -h' a
+// command's flags.
 //
 // certify runs the conformance suite of package suite against a built-in
 // adapter, or against a program in any language that speaks the exec

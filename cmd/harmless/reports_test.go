@@ -274,11 +274,11 @@ func TestJUnitOfEveryVerdict(t *testing.T) {
 
 func TestParseCertifyReportFlags(t *testing.T) {
 	var stderr bytes.Buffer
-	f, err := parseCertify([]string{"--adapter", "reference", "--markdown", "m.md", "--seed", "18446744073709551615", "-q"}, &stderr)
+	f, err := parseCertify([]string{"--adapter", "reference", "--markdown", "m.md", "--seed", "9223372036854775807", "-q"}, &stderr)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if f.markdownPath != "m.md" || f.seed != 1<<64-1 || !f.seedSet || f.level() != quiet {
+	if f.markdownPath != "m.md" || f.seed != 1<<63-1 || !f.seedSet || f.level() != quiet {
 		t.Errorf("flags %+v", f)
 	}
 	f, err = parseCertify([]string{"--adapter", "reference"}, &stderr)

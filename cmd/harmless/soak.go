@@ -39,10 +39,15 @@ type soakFlags struct {
 	seedSet      bool
 }
 
-func parseSoak(args []string, stderr io.Writer) (soakFlags, error) {
-	var f soakFlags
+// soakSynopsis is soak's line of the usage.
+const soakSynopsis = `harmless soak (--adapter NAME | --exec COMMAND) [--duration 60s | --events N] [--workers N]
+                [--duplicates 0.3] [--conflicts 0.01] [--nemesis LIST] [--seed N]
+                [--redelivery-patience 10s] [--json FILE] [--html FILE]`
+
+// soakFlagSet is soak's flags, parsed into f.
+func soakFlagSet(f *soakFlags) *flag.FlagSet {
 	fs := flag.NewFlagSet("harmless soak", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	setUsage(fs, soakSynopsis)
 	fs.StringVar(&f.adapter, "adapter", "", "built-in adapter to soak (see 'harmless list')")
 	fs.StringVar(&f.exec, "exec", "", "soak the program this shell command runs, over the exec protocol (docs/protocol.md); each worker is one process")
 	addDatabaseFlags(fs, &f.certifyFlags)
@@ -52,16 +57,24 @@ func parseSoak(args []string, stderr io.Writer) (soakFlags, error) {
 	fs.Float64Var(&f.cfg.Duplicates, "duplicates", soak.DefaultDuplicates, "share of events delivered more than once: at once, later, or to two workers at the same time")
 	fs.Float64Var(&f.cfg.Conflicts, "conflicts", soak.DefaultConflicts, "share of events that also get a conflicting copy (same identity, another payload)")
 	fs.StringVar(&f.nemesis, "nemesis", "all", "faults to inject, comma-separated: "+strings.Join(soak.Nemeses(), ", ")+"; all (those the environment allows) or none")
-	fs.Int64Var(&f.cfg.Seed, "seed", 0, "seed of the event stream and the fault schedule, to repeat a run (default: random; the report records it)")
+	addSeedFlag(fs, &f.certifyFlags, "seed of the event stream and the fault schedule, to repeat a run (default: random; the report records it)")
 	fs.StringVar(&f.jsonPath, "json", "", "write the report as JSON to this file")
 	fs.StringVar(&f.htmlPath, "html", "", "write the report as one self-contained HTML page to this file")
 	fs.DurationVar(&f.deliveryTimeout, "delivery-timeout", suite.DefaultDeliveryTimeout, "how long one delivery may take before it counts as hung (an unknown outcome)")
 	fs.DurationVar(&f.cfg.RedeliveryPatience, "redelivery-patience", suite.DefaultRedeliveryPatience, "how long the broker goes on redelivering a copy whose deliveries end unknown, after pauses growing from 10ms to 1s; one that runs out of it while faults are injected gets a whole patience again once they are healed")
 	fs.BoolVar(&f.verbose, "v", false, "verbose: the harness's and the implementation's log lines on stderr")
-	if err := fs.Parse(args); err != nil {
+	return fs
+}
+
+// parseSoak parses soak's args; help goes to stdout.
+func parseSoak(args []string, stdout io.Writer) (soakFlags, error) {
+	var f soakFlags
+	fs := soakFlagSet(&f)
+	if err := parseFlags(fs, args, stdout); err != nil {
 		return f, err
 	}
-	fs.Visit(func(fl *flag.Flag) { f.seedSet = f.seedSet || fl.Name == "seed" })
+	// The seed is certify's type (see seedValue), below 2^63.
+	f.cfg.Seed, f.seedSet = int64(f.certifyFlags.seed), f.certifyFlags.seedSet
 	if rest := fs.Args(); len(rest) > 0 {
 		return f, fmt.Errorf("unexpected arguments: %s", strings.Join(rest, " "))
 	}
@@ -94,7 +107,7 @@ func parseSoak(args []string, stderr io.Writer) (soakFlags, error) {
 func soakCommand(args []string, stdout, stderr io.Writer) int {
 	m := maskArgs("harmless soak", stdout, stderr, args)
 	defer m.flush()
-	f, err := parseSoak(args, m.stderr)
+	f, err := parseSoak(args, m.stdout)
 	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return exitClean

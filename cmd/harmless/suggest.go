@@ -23,7 +23,9 @@ func closest(word string, known []string) string {
 		if len(word) >= 3 && strings.HasPrefix(k, word) {
 			d = min(d, 1)
 		}
-		if d < bestDist {
+		// On a tie, the name sharing the longer beginning: --jsn is --json
+		// rather than --dsn.
+		if d < bestDist || d == bestDist && commonPrefix(word, k) > commonPrefix(word, best) {
 			best, bestDist = k, d
 		}
 	}
@@ -88,4 +90,13 @@ func unknownIDs(flag, list string, known []string) ([]string, error) {
 		return nil, fmt.Errorf("%s %q names no id (known: %s)", flag, list, strings.Join(known, ", "))
 	}
 	return ids, nil
+}
+
+// commonPrefix is the length in bytes of the beginning a and b share.
+func commonPrefix(a, b string) int {
+	n := 0
+	for n < len(a) && n < len(b) && a[n] == b[n] {
+		n++
+	}
+	return n
 }
