@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/signal"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -175,6 +176,8 @@ type certifyFlags struct {
 	patience time.Duration
 	seed     uint64
 	seedSet  bool // whether --seed was given
+	// repeat is how many runs --repeat asks for, each with a fresh seed.
+	repeat int
 	verbose  bool
 	quiet    bool
 }
@@ -199,7 +202,7 @@ func addDatabaseFlags(fs *flag.FlagSet, f *certifyFlags) {
 
 // certifySynopsis is certify's line of the usage.
 const certifySynopsis = `harmless certify (--adapter NAME | --exec COMMAND) [--dsn DSN] [--label-filter EXPR] [--fixture ID[,ID]]
-                   [--rule ID[,ID]] [--seed N] [--redelivery-patience 10s] [--json FILE] [--junit FILE] [--markdown FILE] [-q | -v]`
+                   [--rule ID[,ID]] [--seed N] [--repeat N] [--redelivery-patience 10s] [--json FILE] [--junit FILE] [--markdown FILE] [-q | -v]`
 
 // certifyFlagSet is certify's flags, parsed into f.
 func certifyFlagSet(f *certifyFlags) *flag.FlagSet {
@@ -220,6 +223,7 @@ func certifyFlagSet(f *certifyFlags) *flag.FlagSet {
 	fs.DurationVar(&f.deliveryTimeout, "delivery-timeout", suite.DefaultDeliveryTimeout, "how long one delivery may take before it counts as hung; every fixture's time budget follows from it")
 	fs.DurationVar(&f.patience, "redelivery-patience", suite.DefaultRedeliveryPatience, "how long the broker harmless plays goes on redelivering, after pauses growing from 10ms to 1s, while none of a play's deliveries is acknowledged; it models a real broker's redelivery (SQS's visibility timeout, RabbitMQ's requeue, Kafka's retries): raise it for an implementation that leans on the broker for longer (a lease, a slow restart)")
 	addSeedFlag(fs, f, "seed of the run's random choices, to repeat a run (default: random; the certificate records it)")
+	fs.IntVar(&f.repeat, "repeat", 1, "run the selected rules up to this many times, each with a fresh seed, to find a rare race: stop at the first run with a failed rule and print the --seed that replays it")
 	fs.BoolVar(&f.verbose, "v", false, "verbose: a line per spec and the suite's log on stderr, Ginkgo's verbose report on stdout")
 	fs.BoolVar(&f.quiet, "quiet", false, "print only the final verdict lines and errors")
 	fs.BoolVar(&f.quiet, "q", false, "short for --quiet")
@@ -240,6 +244,10 @@ func parseCertify(args []string, stdout io.Writer) (certifyFlags, error) {
 		return f, errors.New("-v and --quiet contradict each other: choose one")
 	case f.patience <= 0:
 		return f, fmt.Errorf("--redelivery-patience must be positive, not %s", f.patience)
+	case f.repeat < 1:
+		return f, fmt.Errorf("--repeat must be at least 1, not %d", f.repeat)
+	case f.repeat > 1 && f.seedSet:
+		return f, errors.New("--repeat draws a fresh seed for each run: to replay one run, give its --seed without --repeat")
 	}
 	if err := checkImplementationFlags(f); err != nil {
 		return f, err
@@ -439,16 +447,54 @@ func (m *masker) certify(args []string) int {
 		fmt.Fprintf(stderr, "harmless certify: %v\n", err)
 		return exitUsage
 	}
-	if !f.seedSet {
-		f.seed = randomSeed()
+	if f.repeat <= 1 {
+		if !f.seedSet {
+			f.seed = randomSeed()
+		}
+		return m.finish(f, m.certifyOnce(f, adapter, opts))
 	}
+	// A rare race shows in one run of many: each run draws a fresh seed,
+	// and the first that fails is the one reported, with the seed that
+	// replays its random choices.
+	var seeds []string
+	for i := 1; ; i++ {
+		f.seed = randomSeed()
+		seeds = append(seeds, strconv.FormatUint(f.seed, 10))
+		r := m.certifyOnce(f, adapter, opts)
+		failed := r.cert.Count(certificate.VerdictFail) > 0
+		if !failed && i < f.repeat && r.sig == nil && r.cert.Error == "" {
+			fmt.Fprintf(stderr, "harmless certify: run %d of %d (seed %d): %s\n", i, f.repeat, f.seed, r.cert.Summary())
+			continue
+		}
+		code := m.finish(f, r)
+		switch {
+		case failed:
+			fmt.Fprintf(stdout, "run %d of %d failed; replay it with --seed %d\n", i, f.repeat, f.seed)
+		case i == f.repeat && code != exitUsage:
+			fmt.Fprintf(stdout, "%d runs, none failed (seeds %s)\n", f.repeat, strings.Join(seeds, ", "))
+		}
+		return code
+	}
+}
 
+// certified is what one run of the suite left: its certificate, the
+// error that did not stop it judging, and the signal that stopped it.
+type certified struct {
+	cert certificate.Certificate
+	err  error
+	sig  os.Signal
+	out  *printer
+}
+
+// certifyOnce runs the suite once with f's seed.
+func (m *masker) certifyOnce(f certifyFlags, adapter adapters.Adapter, implOpts []suite.Option) certified {
+	stdout, stderr := m.stdout, m.stderr
 	// Colour depends on the streams themselves, which the masking writers
 	// hide.
 	out := newPrinter(m.rawStdout, m.rawStderr, f.level(), os.Getenv)
 	out.stdout, out.stderr = stdout, stderr
 	out.jsonPath = f.jsonPath
-	opts = append(opts, suiteOptions(f)...)
+	opts := append(slices.Clip(implOpts), suiteOptions(f)...)
 	opts = append(opts,
 		suite.WithLogf(out.logf),
 		suite.WithFixtureProgress(out.fixture),
@@ -485,17 +531,23 @@ func (m *masker) certify(args []string) int {
 	case sig = <-signals:
 	default:
 	}
-	if err != nil && cert.Error == "" {
-		// The run judged, but could not release its database: say so; the
-		// verdict stands.
-		fmt.Fprintf(stderr, "harmless certify: %v\n", err)
-	}
-
 	if sig != nil {
 		// Ginkgo says "Interrupted by User" for either signal; name it. A
 		// run stopped while it set up, or in the moment after its last
 		// spec, is interrupted too.
 		cert.Status, cert.Certified, cert.Interrupted = certificate.StatusInterrupted, false, "interrupted by "+signalName(sig)
+	}
+	return certified{cert: cert, err: err, sig: sig, out: out}
+}
+
+// finish prints a run's verdicts, writes its reports and returns its exit
+// code.
+func (m *masker) finish(f certifyFlags, r certified) int {
+	stderr, cert := m.stderr, r.cert
+	if r.err != nil && cert.Error == "" {
+		// The run judged, but could not release its database: say so; the
+		// verdict stands.
+		fmt.Fprintf(stderr, "harmless certify: %v\n", r.err)
 	}
 	if cert.Error != "" && cert.Status != certificate.StatusInterrupted {
 		fmt.Fprintf(stderr, "harmless certify: %s\n", cert.Error)
@@ -503,13 +555,13 @@ func (m *masker) certify(args []string) int {
 	}
 	// The verdicts first: a report that cannot be written after all (the
 	// disk filled up) must not hide what the run found.
-	out.result(cert)
+	r.out.result(cert)
 	if err := writeReports(f, cert, os.Getenv); err != nil {
 		fmt.Fprintf(stderr, "harmless certify: %v\n", err)
 		return exitUsage
 	}
 	if cert.Status == certificate.StatusInterrupted {
-		return exitInterrupted(sig)
+		return exitInterrupted(r.sig)
 	}
 	return exitCode(cert.Status)
 }

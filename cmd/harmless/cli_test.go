@@ -33,6 +33,8 @@ func TestUsageErrorsExit2(t *testing.T) {
 		{"bad provision", []string{"certify", "--adapter", "reference", "--provision", "cloud"}, "--provision must be dsn, container or cluster"},
 		{"bad label filter", []string{"certify", "--adapter", "reference", "--label-filter", "fixture:(("}, "--label-filter"},
 		{"stray argument", []string{"certify", "--adapter", "reference", "extra"}, "unexpected arguments: extra"},
+		{"repeat with a seed", []string{"certify", "--adapter", "reference", "--repeat", "3", "--seed", "7"}, "--repeat draws a fresh seed for each run"},
+		{"repeat zero", []string{"certify", "--adapter", "reference", "--repeat", "0"}, "--repeat must be at least 1, not 0"},
 		{"mistyped label filter", []string{"certify", "--adapter", "reference", "--label-filter", "fixture:double-delivry"}, `--label-filter "fixture:double-delivry" selects no rule, so nothing would run; did you mean fixture:double-delivery? (known fixtures: double-delivery, concurrent-delivery, `},
 		{"a label filter no rule matches", []string{"certify", "--adapter", "reference", "--label-filter", "level:MAY"}, `--label-filter "level:MAY" selects no rule`},
 		{"fixture and filter exclude each other", []string{"certify", "--adapter", "reference", "--fixture", "bad-input", "--label-filter", "fixture:double-delivery"}, `--label-filter "fixture:double-delivery" with --fixture and --rule selects no rule`},

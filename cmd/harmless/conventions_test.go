@@ -2,9 +2,12 @@ package main
 
 import (
 	"bytes"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -125,5 +128,70 @@ func TestFixtureAndRuleSelectTheirRules(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// replayLine is the line a repeat prints about the run that failed.
+var replayLine = regexp.MustCompile(`(?m)^run (\d+) of (\d+) failed; replay it with --seed (\d+)$`)
+
+// TestRepeatStopsAtTheFirstFailureAndNamesItsSeed: --repeat over an
+// adapter that fails stops at the first failed run and prints its seed;
+// the certificate of that run records that seed, and --seed with it makes
+// a run with the same seed that fails the same rules. Over one that
+// passes, every run has a seed of its own.
+func TestRepeatStopsAtTheFirstFailureAndNamesItsSeed(t *testing.T) {
+	bin := binary(t)
+	dsn := pgtest.DSN(t)
+
+	path := filepath.Join(t.TempDir(), "c.json")
+	code, stdout, stderr := runCertify(t, bin, nil, "--adapter", "broken-in-memory", "--dsn", dsn, "--fixture", "double-delivery", "--repeat", "3", "--json", path, "-q")
+	if code != exitNotCertified {
+		t.Fatalf("exit code %d; want %d\nstdout:\n%s\nstderr:\n%s", code, exitNotCertified, stdout, stderr)
+	}
+	m := replayLine.FindStringSubmatch(stdout)
+	if m == nil || m[1] != "1" || m[2] != "3" {
+		t.Fatalf("stdout does not say run 1 of 3 failed, with its seed:\n%s", stdout)
+	}
+	if strings.Contains(stderr, "run 2 of 3") {
+		t.Errorf("the repeat went on after the failed run:\n%s", stderr)
+	}
+	seed, err := strconv.ParseUint(m[3], 10, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	failed := readCertificate(t, path)
+	if failed.Seed != seed {
+		t.Errorf("the failed run's certificate records seed %d; the replay line says %d", failed.Seed, seed)
+	}
+
+	replay := filepath.Join(t.TempDir(), "replay.json")
+	code, stdout, stderr = runCertify(t, bin, nil, "--adapter", "broken-in-memory", "--dsn", dsn, "--fixture", "double-delivery", "--seed", m[3], "--json", replay)
+	if code != exitNotCertified {
+		t.Fatalf("replay: exit code %d; want %d\nstdout:\n%s\nstderr:\n%s", code, exitNotCertified, stdout, stderr)
+	}
+	replayed := readCertificate(t, replay)
+	if replayed.Seed != seed || !strings.Contains(stdout, fmt.Sprintf(", seed %d\n", seed)) {
+		t.Errorf("the replay ran with seed %d; want %d\n%s", replayed.Seed, seed, stdout)
+	}
+	for i, r := range replayed.Rules {
+		if i < len(failed.Rules) && r.Verdict != failed.Rules[i].Verdict {
+			t.Errorf("rule %s: %s in the replay, %s in the failed run", r.ID, r.Verdict, failed.Rules[i].Verdict)
+		}
+	}
+
+	passing := filepath.Join(t.TempDir(), "pass.json")
+	code, stdout, stderr = runCertify(t, bin, nil, "--adapter", "reference", "--dsn", dsn, "--fixture", "double-delivery", "--repeat", "2", "--json", passing, "-q")
+	if code != exitPartial {
+		t.Fatalf("a passing repeat: exit code %d; want %d\nstdout:\n%s\nstderr:\n%s", code, exitPartial, stdout, stderr)
+	}
+	none := regexp.MustCompile(`(?m)^2 runs, none failed \(seeds (\d+), (\d+)\)$`).FindStringSubmatch(stdout)
+	if none == nil || none[1] == none[2] {
+		t.Fatalf("stdout does not name two runs with seeds of their own:\n%s", stdout)
+	}
+	if !strings.Contains(stderr, "run 1 of 2 (seed "+none[1]+"): ") {
+		t.Errorf("stderr does not report the first run and its seed:\n%s", stderr)
+	}
+	if last := readCertificate(t, passing); strconv.FormatUint(last.Seed, 10) != none[2] {
+		t.Errorf("the certificate records seed %d; want the last run's, %s", last.Seed, none[2])
 	}
 }
