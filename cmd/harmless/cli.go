@@ -177,9 +177,9 @@ type certifyFlags struct {
 	seed     uint64
 	seedSet  bool // whether --seed was given
 	// repeat is how many runs --repeat asks for, each with a fresh seed.
-	repeat int
-	verbose  bool
-	quiet    bool
+	repeat  int
+	verbose bool
+	quiet   bool
 }
 
 // outputs are the report files certify writes, to check before it runs.
