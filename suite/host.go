@@ -41,7 +41,10 @@ func Run(t *testing.T, adapters ...adapters.Adapter) {
 // for each other): each hosts a Ginkgo suite of its own, after resetting
 // Ginkgo's global suite. That is why they cannot share a test binary with
 // Ginkgo specs registered at package level (a suite of your own run with
-// RunSpecs): embed the specs there with [Register] instead. Nor may they
+// RunSpecs): embed the specs there with [Register] instead. Ginkgo keeps
+// one suite per process and offers no way to set it aside, so the reset
+// removes those specs; a suite of the binary's own that runs after Run
+// then fails, saying so, rather than passing with no spec. Nor may they
 // be called from inside a running Ginkgo spec.
 func RunWith(t *testing.T, opts []Option, adapters ...adapters.Adapter) {
 	t.Helper()
@@ -132,8 +135,9 @@ func host(t ginkgo.GinkgoTestingT, description string, states []*state, opts []O
 		fn(&suiteConfig, &reporterConfig)
 	}
 	globals.Reset()
-	// Leave no spec behind for the next suite of the process.
-	defer globals.Reset()
+	// Leave no spec behind for the next suite of the process, only the
+	// guard that stops a suite of the binary's own from passing empty.
+	defer leaveGuard()
 	gomega.RegisterFailHandler(ginkgo.Fail)
 	for _, s := range states {
 		s.hosted = true
@@ -157,6 +161,31 @@ func host(t ginkgo.GinkgoTestingT, description string, states []*state, opts []O
 		s.deliver()
 	}
 	return errors.Join(errs...)
+}
+
+// discardedSpecs is the failure of a Ginkgo suite that runs after Run or
+// Certify in one process and has no spec left.
+const discardedSpecs = "harmless: suite.Run or suite.Certify ran earlier in this process and reset Ginkgo's global suite, " +
+	"which removed the specs this test binary registered at package level, so this suite has none left to run. " +
+	"Ginkgo keeps one suite per process and cannot set it aside: in a test binary with Ginkgo specs of its own, " +
+	"embed harmless in that suite with suite.Register (var _ = suite.Register(adapter)) instead of calling suite.Run, " +
+	"or call suite.Run from a test package of its own"
+
+// leaveGuard resets Ginkgo's global suite once a hosted suite has run, and
+// registers in the fresh one a ReportBeforeSuite that fails it when it has
+// no spec. Ginkgo's own suite of the test binary, run after Run, would
+// otherwise find its package-level specs gone with the reset, print "Will
+// run 0 of 0 specs" and pass; a ReportBeforeSuite runs whatever the
+// filters, so it fails that suite loudly instead, saying what to do. A
+// suite with specs registered after the reset is left alone, and the next
+// Run or Certify resets the guard away.
+func leaveGuard() {
+	globals.Reset()
+	ginkgo.ReportBeforeSuite(func(r ginkgo.Report) {
+		if r.PreRunStats.TotalSpecs == 0 {
+			ginkgo.Fail(discardedSpecs)
+		}
+	})
 }
 
 // goTestEvidence says, in a Go test's output, where the evidence left out
