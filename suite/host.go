@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -53,7 +54,9 @@ func RunWith(t *testing.T, opts []Option, adapters ...adapters.Adapter) {
 	}
 	var states []*state
 	for _, a := range adapters {
-		states = append(states, newState(t.Context(), a, opts))
+		s := newState(t.Context(), a, opts)
+		s.subtests = true
+		states = append(states, s)
 	}
 	name := "harmless"
 	for _, a := range adapters {
@@ -131,6 +134,14 @@ func host(t ginkgo.GinkgoTestingT, description string, states []*state, opts []O
 	hosting.Lock()
 	defer hosting.Unlock()
 	suiteConfig, reporterConfig := ginkgoDefaults()
+	// Ginkgo's reporter knows only -ginkgo.no-color and GINKGO_NO_COLOR;
+	// a hosted suite's output is the test's or the program's, which
+	// follows the convention of NO_COLOR (https://no-color.org): set and
+	// not empty, it asks for no ANSI colour. WithGinkgoConfig may still
+	// turn colour back on.
+	if os.Getenv("NO_COLOR") != "" {
+		reporterConfig.NoColor = true
+	}
 	for _, fn := range newConfig(opts).ginkgo {
 		fn(&suiteConfig, &reporterConfig)
 	}
