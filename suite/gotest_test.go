@@ -1,8 +1,11 @@
 package suite
 
 import (
+	"fmt"
 	"os"
+	"os/exec"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
@@ -83,5 +86,57 @@ func TestRunPrintsEvidenceOnce(t *testing.T) {
 	}
 	if t.Failed() {
 		t.Logf("the child's output:\n%s", tail(output, 120))
+	}
+}
+
+// TestRunSelectsRulesWithRun: go test's -run selects rules: -run
+// TestX/<fixture> plays that fixture's specs only and reports its rules,
+// and -run TestX/<rule> one rule; the child passes, no rule left out
+// failing. A pattern that names no rule fails, saying how to name one.
+func TestRunSelectsRulesWithRun(t *testing.T) {
+	env := []string{"HARMLESS_DSN=" + pgtest.DSN(t), runChildEnv + "=" + reference.Name}
+	t.Run("no rule", func(t *testing.T) {
+		cmd := exec.Command(os.Args[0], "-test.run=^TestRunChild$/no-such-rule", "-test.v", "-test.count=1")
+		cmd.Env = append(os.Environ(), env...)
+		out, err := cmd.CombinedOutput()
+		if err == nil || !strings.Contains(string(out), "selects no rule's subtest") || strings.Contains(string(out), "Running Suite") {
+			t.Errorf("the child ran a suite or passed (%v); want it failed at once, saying -run selects no rule:\n%s", err, tail(string(out), 30))
+		}
+	})
+	for _, c := range []struct {
+		run   string
+		rules []string // the rules played and reported, in catalogue order
+		code  int
+	}{
+		{"^TestRunChild$/" + fixtures.DoubleDelivery, []string{fixtures.DoubleDeliveryFirstApplied, fixtures.DoubleDeliveryRedeliveryDuplicate, fixtures.DoubleDeliveryOneEffect}, 0},
+		{"^TestRunChild$/" + fixtures.DoubleDeliveryOneEffect, []string{fixtures.DoubleDeliveryOneEffect}, 0},
+	} {
+		t.Run(c.run, func(t *testing.T) {
+			cert, output, _ := runTestChild(t, "TestRunChild", []string{"-test.run=" + c.run}, env, c.code)
+			if want := fmt.Sprintf("Will run %d of", len(c.rules)); !strings.Contains(output, want) {
+				t.Errorf("the output lacks %q", want)
+			}
+			reported := 0
+			for _, r := range fixtures.Rules() {
+				line := "--- PASS: TestRunChild/" + r.ID + " "
+				if slices.Contains(c.rules, r.ID) != strings.Contains(output, line) {
+					t.Errorf("rule %s: %q in the output: %t; want %t", r.ID, line, !slices.Contains(c.rules, r.ID), slices.Contains(c.rules, r.ID))
+				}
+				if strings.Contains(output, "TestRunChild/"+r.ID+" ") {
+					reported++
+				}
+			}
+			for _, r := range cert.Rules {
+				if slices.Contains(c.rules, r.ID) && r.Verdict != certificate.VerdictPass {
+					t.Errorf("rule %s: %s; want pass", r.ID, r.Verdict)
+				}
+			}
+			if reported != len(c.rules) {
+				t.Errorf("%d rules reported as subtests; want %d", reported, len(c.rules))
+			}
+			if t.Failed() {
+				t.Logf("the child's output:\n%s", tail(output, 60))
+			}
+		})
 	}
 }

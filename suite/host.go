@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -35,7 +36,10 @@ func Run(t *testing.T, adapters ...adapters.Adapter) {
 // filter matching nothing cannot pass; a rule that could not run here
 // (not-supported) is skipped, with the reason, as Go reports a skipped
 // test. Ginkgo's configuration is that of the test binary's -ginkgo.*
-// flags, changed by [WithGinkgoConfig].
+// flags, changed by [WithGinkgoConfig]. go test's -run (and -skip) select
+// rules too: the suite plays only the rules whose subtests they let run
+// (-run TestX/double-delivery, one fixture), and fails t when they select
+// none; NO_COLOR, set, turns Ginkgo's colours off.
 //
 // Run and RunWith may be called any number of times in one test binary,
 // from several tests, one call at a time (calls from parallel tests wait
@@ -62,7 +66,32 @@ func RunWith(t *testing.T, opts []Option, adapters ...adapters.Adapter) {
 	for _, a := range adapters {
 		name += ": " + a.Name
 	}
-	if err := host(t, name, states, opts); err != nil {
+	// Play only the rules whose subtests -run lets go test report.
+	var selected []string
+	all := true
+	for _, a := range adapters {
+		sub := ""
+		if len(adapters) > 1 {
+			sub = a.Name
+		}
+		ids, every := selectedRules(t.Name(), sub)
+		all = all && every
+		for _, id := range ids {
+			if !slices.Contains(selected, id) {
+				selected = append(selected, id)
+			}
+		}
+	}
+	if len(selected) == 0 {
+		t.Errorf("harmless: -test.run %q (or -test.skip %q) selects no rule's subtest below %s: name a fixture or a rule, as in -run '%s/double-delivery' or -run '%s/double-delivery.one-effect'",
+			flagValue("test.run"), flagValue("test.skip"), t.Name(), t.Name(), t.Name())
+		return
+	}
+	only := ""
+	if !all {
+		only = ruleFilter(selected)
+	}
+	if err := host(t, name, states, opts, only); err != nil {
 		t.Error(err)
 	}
 	for _, s := range states {
@@ -100,7 +129,7 @@ func RunWith(t *testing.T, opts []Option, adapters ...adapters.Adapter) {
 // itself (see os/signal) rather than rely on their default action.
 func Certify(ctx context.Context, adapter adapters.Adapter, opts ...Option) (certificate.Certificate, error) {
 	s := newState(ctx, adapter, opts)
-	err := host(certifyT{}, "harmless certify "+adapter.Name, []*state{s}, opts)
+	err := host(certifyT{}, "harmless certify "+adapter.Name, []*state{s}, opts, "")
 	cert := *s.cert
 	switch {
 	case s.setupErr != nil:
@@ -127,10 +156,11 @@ var hosting sync.Mutex
 var ginkgoDefaults = sync.OnceValues(ginkgo.GinkgoConfiguration)
 
 // host runs states in a Ginkgo suite of their own, described as
-// description, with Ginkgo configured by opts, and leaves each state's
-// certificate in it, interrupted when the suite was. Its error is a
+// description, with Ginkgo configured by opts and, when only is set,
+// restricted to the specs that label filter selects as well, and leaves
+// each state's certificate in it, interrupted when the suite was. Its error is a
 // failure to release a database.
-func host(t ginkgo.GinkgoTestingT, description string, states []*state, opts []Option) error {
+func host(t ginkgo.GinkgoTestingT, description string, states []*state, opts []Option, only string) error {
 	hosting.Lock()
 	defer hosting.Unlock()
 	suiteConfig, reporterConfig := ginkgoDefaults()
@@ -144,6 +174,13 @@ func host(t ginkgo.GinkgoTestingT, description string, states []*state, opts []O
 	}
 	for _, fn := range newConfig(opts).ginkgo {
 		fn(&suiteConfig, &reporterConfig)
+	}
+	switch {
+	case only == "":
+	case suiteConfig.LabelFilter == "":
+		suiteConfig.LabelFilter = only
+	default:
+		suiteConfig.LabelFilter = "(" + suiteConfig.LabelFilter + ") && (" + only + ")"
 	}
 	globals.Reset()
 	// Leave no spec behind for the next suite of the process, only the
