@@ -30,7 +30,8 @@
 //
 // Run, RunWith and Certify host a Ginkgo suite of their own: they may be
 // called any number of times in one process, one at a time, but not in a
-// test binary that has Ginkgo specs of its own (use Register there).
+// test binary that has Ginkgo specs of its own (use Register there): the
+// reset removes them, and that suite, run afterwards, fails saying so.
 //
 // Each rule's verdict is recorded, as the rule's spec runs, in a typed
 // record of the registration; Ginkgo's report adds only whether a spec ran

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -34,14 +36,20 @@ func Run(t *testing.T, adapters ...adapters.Adapter) {
 // filter matching nothing cannot pass; a rule that could not run here
 // (not-supported) is skipped, with the reason, as Go reports a skipped
 // test. Ginkgo's configuration is that of the test binary's -ginkgo.*
-// flags, changed by [WithGinkgoConfig].
+// flags, changed by [WithGinkgoConfig]. go test's -run (and -skip) select
+// rules too: the suite plays only the rules whose subtests they let run
+// (-run TestX/double-delivery, one fixture), and fails t when they select
+// none; NO_COLOR, set, turns Ginkgo's colours off.
 //
 // Run and RunWith may be called any number of times in one test binary,
 // from several tests, one call at a time (calls from parallel tests wait
 // for each other): each hosts a Ginkgo suite of its own, after resetting
 // Ginkgo's global suite. That is why they cannot share a test binary with
 // Ginkgo specs registered at package level (a suite of your own run with
-// RunSpecs): embed the specs there with [Register] instead. Nor may they
+// RunSpecs): embed the specs there with [Register] instead. Ginkgo keeps
+// one suite per process and offers no way to set it aside, so the reset
+// removes those specs; a suite of the binary's own that runs after Run
+// then fails, saying so, rather than passing with no spec. Nor may they
 // be called from inside a running Ginkgo spec.
 func RunWith(t *testing.T, opts []Option, adapters ...adapters.Adapter) {
 	t.Helper()
@@ -50,13 +58,40 @@ func RunWith(t *testing.T, opts []Option, adapters ...adapters.Adapter) {
 	}
 	var states []*state
 	for _, a := range adapters {
-		states = append(states, newState(t.Context(), a, opts))
+		s := newState(t.Context(), a, opts)
+		s.subtests = true
+		states = append(states, s)
 	}
 	name := "harmless"
 	for _, a := range adapters {
 		name += ": " + a.Name
 	}
-	if err := host(t, name, states, opts); err != nil {
+	// Play only the rules whose subtests -run lets go test report.
+	var selected []string
+	all := true
+	for _, a := range adapters {
+		sub := ""
+		if len(adapters) > 1 {
+			sub = a.Name
+		}
+		ids, every := selectedRules(t.Name(), sub)
+		all = all && every
+		for _, id := range ids {
+			if !slices.Contains(selected, id) {
+				selected = append(selected, id)
+			}
+		}
+	}
+	if len(selected) == 0 {
+		t.Errorf("harmless: -test.run %q (or -test.skip %q) selects no rule's subtest below %s: name a fixture or a rule, as in -run '%s/double-delivery' or -run '%s/double-delivery.one-effect'",
+			flagValue("test.run"), flagValue("test.skip"), t.Name(), t.Name(), t.Name())
+		return
+	}
+	only := ""
+	if !all {
+		only = ruleFilter(selected)
+	}
+	if err := host(t, name, states, opts, only); err != nil {
 		t.Error(err)
 	}
 	for _, s := range states {
@@ -94,7 +129,7 @@ func RunWith(t *testing.T, opts []Option, adapters ...adapters.Adapter) {
 // itself (see os/signal) rather than rely on their default action.
 func Certify(ctx context.Context, adapter adapters.Adapter, opts ...Option) (certificate.Certificate, error) {
 	s := newState(ctx, adapter, opts)
-	err := host(certifyT{}, "harmless certify "+adapter.Name, []*state{s}, opts)
+	err := host(certifyT{}, "harmless certify "+adapter.Name, []*state{s}, opts, "")
 	cert := *s.cert
 	switch {
 	case s.setupErr != nil:
@@ -121,19 +156,36 @@ var hosting sync.Mutex
 var ginkgoDefaults = sync.OnceValues(ginkgo.GinkgoConfiguration)
 
 // host runs states in a Ginkgo suite of their own, described as
-// description, with Ginkgo configured by opts, and leaves each state's
-// certificate in it, interrupted when the suite was. Its error is a
+// description, with Ginkgo configured by opts and, when only is set,
+// restricted to the specs that label filter selects as well, and leaves
+// each state's certificate in it, interrupted when the suite was. Its error is a
 // failure to release a database.
-func host(t ginkgo.GinkgoTestingT, description string, states []*state, opts []Option) error {
+func host(t ginkgo.GinkgoTestingT, description string, states []*state, opts []Option, only string) error {
 	hosting.Lock()
 	defer hosting.Unlock()
 	suiteConfig, reporterConfig := ginkgoDefaults()
+	// Ginkgo's reporter knows only -ginkgo.no-color and GINKGO_NO_COLOR;
+	// a hosted suite's output is the test's or the program's, which
+	// follows the convention of NO_COLOR (https://no-color.org): set and
+	// not empty, it asks for no ANSI colour. WithGinkgoConfig may still
+	// turn colour back on.
+	if os.Getenv("NO_COLOR") != "" {
+		reporterConfig.NoColor = true
+	}
 	for _, fn := range newConfig(opts).ginkgo {
 		fn(&suiteConfig, &reporterConfig)
 	}
+	switch {
+	case only == "":
+	case suiteConfig.LabelFilter == "":
+		suiteConfig.LabelFilter = only
+	default:
+		suiteConfig.LabelFilter = "(" + suiteConfig.LabelFilter + ") && (" + only + ")"
+	}
 	globals.Reset()
-	// Leave no spec behind for the next suite of the process.
-	defer globals.Reset()
+	// Leave no spec behind for the next suite of the process, only the
+	// guard that stops a suite of the binary's own from passing empty.
+	defer leaveGuard()
 	gomega.RegisterFailHandler(ginkgo.Fail)
 	for _, s := range states {
 		s.hosted = true
@@ -157,6 +209,31 @@ func host(t ginkgo.GinkgoTestingT, description string, states []*state, opts []O
 		s.deliver()
 	}
 	return errors.Join(errs...)
+}
+
+// discardedSpecs is the failure of a Ginkgo suite that runs after Run or
+// Certify in one process and has no spec left.
+const discardedSpecs = "harmless: suite.Run or suite.Certify ran earlier in this process and reset Ginkgo's global suite, " +
+	"which removed the specs this test binary registered at package level, so this suite has none left to run. " +
+	"Ginkgo keeps one suite per process and cannot set it aside: in a test binary with Ginkgo specs of its own, " +
+	"embed harmless in that suite with suite.Register (var _ = suite.Register(adapter)) instead of calling suite.Run, " +
+	"or call suite.Run from a test package of its own"
+
+// leaveGuard resets Ginkgo's global suite once a hosted suite has run, and
+// registers in the fresh one a ReportBeforeSuite that fails it when it has
+// no spec. Ginkgo's own suite of the test binary, run after Run, would
+// otherwise find its package-level specs gone with the reset, print "Will
+// run 0 of 0 specs" and pass; a ReportBeforeSuite runs whatever the
+// filters, so it fails that suite loudly instead, saying what to do. A
+// suite with specs registered after the reset is left alone, and the next
+// Run or Certify resets the guard away.
+func leaveGuard() {
+	globals.Reset()
+	ginkgo.ReportBeforeSuite(func(r ginkgo.Report) {
+		if r.PreRunStats.TotalSpecs == 0 {
+			ginkgo.Fail(discardedSpecs)
+		}
+	})
 }
 
 // goTestEvidence says, in a Go test's output, where the evidence left out

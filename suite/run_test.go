@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/harmless-dev/harmless/adapters"
+	"github.com/harmless-dev/harmless/adapters/broken/checktheninsert"
 	"github.com/harmless-dev/harmless/adapters/reference"
 	"github.com/harmless-dev/harmless/fixtures"
 	"github.com/harmless-dev/harmless/internal/pgtest"
@@ -16,11 +17,18 @@ import (
 // passes.
 const runChildEnv = "HARMLESS_TEST_RUN"
 
-// TestRunChild runs the suite against the reference. It runs only in a
-// child process started by TestRunReportsEveryRule.
+// TestRunChild runs the suite against the adapter runChildEnv names: the
+// reference or broken-check-then-insert. It runs only in a child process
+// started by TestRunReportsEveryRule and the tests of gotest_test.go.
 func TestRunChild(t *testing.T) {
-	runChildSuite(t, runChildEnv, "TestRunReportsEveryRule", func(string) (adapters.Adapter, []Option, bool) {
-		return reference.Adapter(), nil, true
+	runChildSuite(t, runChildEnv, "TestRunReportsEveryRule", func(name string) (adapters.Adapter, []Option, bool) {
+		switch name {
+		case reference.Name:
+			return reference.Adapter(), nil, true
+		case checktheninsert.Name:
+			return checktheninsert.Adapter(), nil, true
+		}
+		return adapters.Adapter{}, nil, false
 	})
 }
 
@@ -31,7 +39,7 @@ func TestRunChild(t *testing.T) {
 // are skipped with the reason, as Go reports a skipped test.
 func TestRunReportsEveryRule(t *testing.T) {
 	dsn := pgtest.DSN(t)
-	env := []string{"HARMLESS_DSN=" + dsn, runChildEnv + "=reference"}
+	env := []string{"HARMLESS_DSN=" + dsn, runChildEnv + "=" + reference.Name}
 	t.Run("a filter that matches nothing fails", func(t *testing.T) {
 		cert, output, _ := runTestChild(t, "TestRunChild", []string{"-ginkgo.label-filter=fixture:no-such-fixture"}, env, 1)
 		if cert.Count(certificate.VerdictSkipped) != len(fixtures.Rules()) {

@@ -90,6 +90,10 @@ type state struct {
 	// certificate on itself, once RunSpecs returned; cert holds it then.
 	hosted bool
 	cert   *certificate.Certificate
+	// subtests says RunWith hosts the run and reports each rule as a
+	// subtest with its evidence: Ginkgo's report of a failed spec then
+	// only names the rule, so that the evidence is printed once.
+	subtests bool
 	// crashes are the crashes of the implementation, by play and
 	// instance, and redelivery what the plays needed of the broker, as
 	// the plays closed.
@@ -463,9 +467,21 @@ const noteEntry = "harmless-note"
 // a failure's excerpt is.
 const ginkgoEvidence = "all in the harmless certificate"
 
+// ginkgoFailure is the message a rule's spec fails with in Ginkgo's
+// report, msg being the rule's whole violation: an excerpt of it, or,
+// when the run's subtests report the evidence (see state.subtests), only
+// its first line, the rule, and where the evidence is.
+func (s *state) ginkgoFailure(r fixtures.Rule, msg string) string {
+	if s.subtests {
+		line, _, _ := strings.Cut(msg, "\n")
+		return line + "\nThe evidence is in the failure of the go test subtest for " + r.ID + ", below."
+	}
+	return certificate.RuleResult{Message: msg}.Excerpt(ginkgoExcerptLines, ginkgoEvidence)
+}
+
 // ginkgoExcerptLines bounds the excerpt a spec fails with: Ginkgo prints
-// it where the spec fails and again in its summary, and suite.Run then
-// reports the rule with an excerpt of its own.
+// it where the spec fails (Run's suite prints only the rule there; see
+// ginkgoFailure).
 const ginkgoExcerptLines = 12
 
 // judgement is what a rule's check found.

@@ -160,7 +160,7 @@ func (s *state) registerRule(id string, judge func() judgement) {
 		case len(j.problems) > 0:
 			msg := failureMessage(r, j)
 			rec.outcome, rec.message, rec.judged = outcomeFail, msg, j
-			ginkgo.Fail(certificate.RuleResult{Message: msg}.Excerpt(ginkgoExcerptLines, ginkgoEvidence))
+			ginkgo.Fail(s.ginkgoFailure(r, msg))
 		default:
 			rec.outcome, rec.message = outcomePass, j.note
 			if j.note != "" {

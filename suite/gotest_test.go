@@ -1,0 +1,142 @@
+package suite
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/harmless-dev/harmless/adapters/broken/checktheninsert"
+	"github.com/harmless-dev/harmless/adapters/reference"
+	"github.com/harmless-dev/harmless/fixtures"
+	"github.com/harmless-dev/harmless/internal/pgtest"
+	"github.com/harmless-dev/harmless/suite/certificate"
+)
+
+// The tests of this file hold suite.Run to go test's conventions, each in
+// a child process (TestRunChild) that plays one fixture.
+
+// ansi matches an ANSI colour sequence, as Ginkgo writes them.
+var ansi = regexp.MustCompile("\x1b\\[[0-9;]*m")
+
+// TestRunHonoursNoColor: with NO_COLOR set, and no -ginkgo.no-color,
+// suite.Run's output (Ginkgo's report included) has no ANSI escape; with
+// NO_COLOR empty, which the convention ignores, Ginkgo's report has its
+// colours, which shows the child can print them.
+func TestRunHonoursNoColor(t *testing.T) {
+	if _, ok := os.LookupEnv("GINKGO_NO_COLOR"); ok {
+		t.Skip("GINKGO_NO_COLOR is set, which turns Ginkgo's colours off in the child too")
+	}
+	dsn := pgtest.DSN(t)
+	for _, c := range []struct {
+		noColor string
+		escapes bool
+	}{{"1", false}, {"", true}} {
+		t.Run("NO_COLOR="+c.noColor, func(t *testing.T) {
+			env := []string{"HARMLESS_DSN=" + dsn, runChildEnv + "=" + reference.Name, "NO_COLOR=" + c.noColor}
+			// The filter leaves rules out, whose subtests fail.
+			_, output, _ := runTestChild(t, "TestRunChild", []string{"-ginkgo.no-color=false", "-ginkgo.label-filter=fixture:" + fixtures.DoubleDelivery}, env, 1)
+			if !strings.Contains(ansi.ReplaceAllString(output, ""), "Will run 3 of") {
+				t.Fatalf("the child did not run double-delivery's specs:\n%s", tail(output, 40))
+			}
+			lines := 0
+			for _, l := range strings.Split(output, "\n") {
+				if strings.Contains(l, "\x1b") {
+					lines++
+				}
+			}
+			if (lines > 0) != c.escapes {
+				t.Errorf("with NO_COLOR=%q the output has ANSI escapes on %d lines; want them %s:\n%q", c.noColor, lines, map[bool]string{true: "on some", false: "on none"}[c.escapes], tail(output, 20))
+			}
+		})
+	}
+}
+
+// TestRunPrintsEvidenceOnce: a rule that fails under suite.Run shows its
+// evidence once, in its subtest's failure; Ginkgo's report of the failed
+// spec names the rule only.
+func TestRunPrintsEvidenceOnce(t *testing.T) {
+	env := []string{"HARMLESS_DSN=" + pgtest.DSN(t), runChildEnv + "=" + checktheninsert.Name}
+	cert, output, _ := runTestChild(t, "TestRunChild", []string{"-ginkgo.label-filter=fixture:" + fixtures.ConflictingPayload}, env, 1)
+	failed := 0
+	for _, r := range cert.Rules {
+		if r.Verdict != certificate.VerdictFail {
+			continue
+		}
+		failed++
+		// The first problem of each failure, as the certificate has it.
+		_, rest, _ := strings.Cut(r.Message, "\n- ")
+		evidence, _, _ := strings.Cut(rest, "\n")
+		if evidence == "" {
+			t.Errorf("rule %s failed without a problem line: %s", r.ID, r.Message)
+			continue
+		}
+		if n := strings.Count(output, evidence); n != 1 {
+			t.Errorf("rule %s: its evidence %q is in the output %d times; want once", r.ID, evidence, n)
+		}
+		if want := "--- FAIL: TestRunChild/" + r.ID + " "; !strings.Contains(output, want) {
+			t.Errorf("the output lacks %q", want)
+		}
+	}
+	if failed == 0 {
+		t.Fatalf("no rule of %s failed against %s; the verdict matrix says some must:\n%s", fixtures.ConflictingPayload, checktheninsert.Name, tail(output, 40))
+	}
+	if t.Failed() {
+		t.Logf("the child's output:\n%s", tail(output, 120))
+	}
+}
+
+// TestRunSelectsRulesWithRun: go test's -run selects rules: -run
+// TestX/<fixture> plays that fixture's specs only and reports its rules,
+// and -run TestX/<rule> one rule; the child passes, no rule left out
+// failing. A pattern that names no rule fails, saying how to name one.
+func TestRunSelectsRulesWithRun(t *testing.T) {
+	env := []string{"HARMLESS_DSN=" + pgtest.DSN(t), runChildEnv + "=" + reference.Name}
+	t.Run("no rule", func(t *testing.T) {
+		cmd := exec.Command(os.Args[0], "-test.run=^TestRunChild$/no-such-rule", "-test.v", "-test.count=1")
+		cmd.Env = append(os.Environ(), env...)
+		out, err := cmd.CombinedOutput()
+		if err == nil || !strings.Contains(string(out), "selects no rule's subtest") || strings.Contains(string(out), "Running Suite") {
+			t.Errorf("the child ran a suite or passed (%v); want it failed at once, saying -run selects no rule:\n%s", err, tail(string(out), 30))
+		}
+	})
+	for _, c := range []struct {
+		run   string
+		rules []string // the rules played and reported, in catalogue order
+		code  int
+	}{
+		{"^TestRunChild$/" + fixtures.DoubleDelivery, []string{fixtures.DoubleDeliveryFirstApplied, fixtures.DoubleDeliveryRedeliveryDuplicate, fixtures.DoubleDeliveryOneEffect}, 0},
+		{"^TestRunChild$/" + fixtures.DoubleDeliveryOneEffect, []string{fixtures.DoubleDeliveryOneEffect}, 0},
+	} {
+		t.Run(c.run, func(t *testing.T) {
+			cert, output, _ := runTestChild(t, "TestRunChild", []string{"-test.run=" + c.run}, env, c.code)
+			if want := fmt.Sprintf("Will run %d of", len(c.rules)); !strings.Contains(output, want) {
+				t.Errorf("the output lacks %q", want)
+			}
+			reported := 0
+			for _, r := range fixtures.Rules() {
+				line := "--- PASS: TestRunChild/" + r.ID + " "
+				if slices.Contains(c.rules, r.ID) != strings.Contains(output, line) {
+					t.Errorf("rule %s: %q in the output: %t; want %t", r.ID, line, !slices.Contains(c.rules, r.ID), slices.Contains(c.rules, r.ID))
+				}
+				if strings.Contains(output, "TestRunChild/"+r.ID+" ") {
+					reported++
+				}
+			}
+			for _, r := range cert.Rules {
+				if slices.Contains(c.rules, r.ID) && r.Verdict != certificate.VerdictPass {
+					t.Errorf("rule %s: %s; want pass", r.ID, r.Verdict)
+				}
+			}
+			if reported != len(c.rules) {
+				t.Errorf("%d rules reported as subtests; want %d", reported, len(c.rules))
+			}
+			if t.Failed() {
+				t.Logf("the child's output:\n%s", tail(output, 60))
+			}
+		})
+	}
+}
