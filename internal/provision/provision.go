@@ -406,7 +406,13 @@ func Open(ctx context.Context, opts Options) (*Server, error) {
 			return nil, fmt.Errorf("provision: %w", err)
 		}
 		why[i+1] = oneLine(err.Error())
-		st.logf("no %s: %s", w.kind, why[i+1])
+		next := ""
+		if w.kind == KindContainer && st.only == "" {
+			// Said here, once, so that the reason does not read as the
+			// end of the run.
+			next = "; starting a throwaway cluster instead"
+		}
+		st.logf("no %s: %s%s", w.kind, why[i+1], next)
 	}
 
 	return nil, fmt.Errorf("%w: 1) --dsn / HARMLESS_DSN / DATABASE_URL: %s; 2) container engine: %s; 3) %s: %s",
