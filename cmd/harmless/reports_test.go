@@ -109,7 +109,7 @@ func checkJUnit(t *testing.T, path string, cert certificate.Certificate) {
 			break
 		}
 		rule := cert.Rules[i]
-		if !strings.Contains(tc.Name, rule.ID) || tc.Classname != rule.Fixture {
+		if tc.Name != rule.ID || tc.Classname != rule.Fixture {
 			t.Errorf("testcase %d: %q (%s); want rule %s of %s", i, tc.Name, tc.Classname, rule.ID, rule.Fixture)
 		}
 		failed := tc.Failure != nil
