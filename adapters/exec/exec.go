@@ -4,8 +4,8 @@
 // protocol).
 //
 // [Probe] starts the command once to learn what the implementation declares
-// and returns an [adapters.Adapter] named "exec" that the suite certifies like
-// any other. Each implementation instance the suite builds is a pool of child
+// and returns an [adapters.Adapter] that the suite certifies like any other,
+// named with the name the child declares in its hello (see [AdapterName]). Each implementation instance the suite builds is a pool of child
 // processes: requests go to a process with a free slot (each process declares
 // how many requests it handles at once), and the pool starts another process
 // when every slot is taken.
@@ -39,13 +39,16 @@ import (
 	"os"
 	"strconv"
 	"time"
+	"unicode"
 
 	"github.com/harmless-dev/harmless/adapters"
 	"github.com/harmless-dev/harmless/adapters/exec/protocol"
 	"github.com/harmless-dev/harmless/internal/redact"
 )
 
-// Name is the adapter's name in reports.
+// Name names this way of running an implementation, as the command's --exec
+// flag does; the harmless command shows it after the implementation's own
+// name, as in "CERTIFIED: node-pg (exec)".
 const Name = "exec"
 
 // ProtocolName names the protocol in certificates.
@@ -192,13 +195,29 @@ func Probe(ctx context.Context, cfg Config) (adapters.Adapter, Info, error) {
 	}
 	info.Command = cfg.Command
 	adapter := adapters.Adapter{
-		Name:     Name,
+		Name:     AdapterName(info.Implementation),
 		Declares: info.Declares,
 		New: func(ctx context.Context, env adapters.Env) (adapters.Implementation, error) {
 			return newPool(ctx, cfg, info, env)
 		},
 	}
 	return adapter, info, nil
+}
+
+// AdapterName is the name of the adapter [Probe] returns for an
+// implementation: the name it declares in hello, since that, not the way
+// it was run, is what a certificate certifies; every report and verdict
+// line then names it as a Go adapter's is named. A name that holds
+// anything but printable characters (a newline, an escape sequence) is
+// quoted, so that it cannot forge or garble the lines that show it.
+func AdapterName(impl protocol.Implementation) string {
+	name := impl.Name
+	for _, r := range name {
+		if !unicode.IsPrint(r) {
+			return strconv.Quote(name)
+		}
+	}
+	return name
 }
 
 // launch starts one child process of cfg; the quotes of its stderr mask

@@ -103,8 +103,9 @@ func deliver(t *testing.T, impl adapters.Implementation, id string, timeout time
 
 func TestProbeReportsTheHandshake(t *testing.T) {
 	adapter, info := probe(t, execchild.Reference, Config{HarnessVersion: "test"})
-	if adapter.Name != Name {
-		t.Errorf("adapter %q, want %q", adapter.Name, Name)
+	// The adapter is named by the child, not by the way it is run.
+	if adapter.Name != "execchild-reference" {
+		t.Errorf("adapter %q, want the name the child declares, %q", adapter.Name, "execchild-reference")
 	}
 	want := adapters.Declaration{ConflictPolicy: adapters.RejectConflicts, RedeliveryWindow: 24 * time.Hour, AcceptsClock: true}
 	if adapter.Declares != want || info.Declares != want {
@@ -112,6 +113,19 @@ func TestProbeReportsTheHandshake(t *testing.T) {
 	}
 	if info.Protocol != protocol.Version || info.MaxInFlight != 8 || info.Implementation.Name != "execchild-reference" || info.Command == "" {
 		t.Errorf("info %+v", info)
+	}
+}
+
+func TestAdapterNameIsPrintable(t *testing.T) {
+	for name, want := range map[string]string{
+		"node-pg":         "node-pg",
+		"python psycopg":  "python psycopg",
+		"x\nCERTIFIED: y": `"x\nCERTIFIED: y"`,
+		"red\x1b[31m":     `"red\x1b[31m"`,
+	} {
+		if got := AdapterName(protocol.Implementation{Name: name, Version: "1"}); got != want {
+			t.Errorf("AdapterName(%q) = %q, want %q", name, got, want)
+		}
 	}
 }
 

@@ -166,7 +166,7 @@ func TestWorkflowCertifiesThePythonExample(t *testing.T) {
 	}
 
 	cert := readCertificate(t, filepath.Join(dir, "harmless.json"))
-	if !cert.Certified || cert.Adapter != "exec" || cert.DatabaseKind != "cluster" {
+	if !cert.Certified || cert.Adapter != "python-psycopg" || cert.DatabaseKind != "cluster" {
 		t.Errorf("certificate: adapter %s on a %s, certified %t\n%s", cert.Adapter, cert.DatabaseKind, cert.Certified, cert.Table())
 	}
 	for _, r := range cert.Rules {
@@ -210,6 +210,34 @@ func TestBrokenPythonExampleFailsConcurrentDelivery(t *testing.T) {
 			t.Errorf("%s: %s, want pass (the implementation is broken only under concurrency): %s", r.ID, r.Verdict, r.Message)
 		}
 	}
+}
+
+// TestExecVerdictNamesTheImplementation certifies a Go child over the
+// protocol: the verdict line, the certificate and the reports name it as
+// it names itself in hello, with "(exec)" after it on the verdict line to
+// say how it was run, never as "exec".
+func TestExecVerdictNamesTheImplementation(t *testing.T) {
+	bin := binary(t)
+	dir := t.TempDir()
+	jsonPath, junitPath := filepath.Join(dir, "c.json"), filepath.Join(dir, "c.xml")
+	code, stdout, stderr := runCertify(t, bin, nil, "--exec", execchild.Command(execchild.Reference), "--dsn", pgtest.DSN(t),
+		"--label-filter", "fixture:"+fixtures.DoubleDelivery, "--json", jsonPath, "--junit", junitPath)
+	// Only double-delivery runs: the run is partial.
+	if code != exitPartial {
+		t.Fatalf("exit code %d, want %d\nstdout:\n%s\nstderr:\n%s", code, exitPartial, stdout, stderr)
+	}
+	const name = "execchild-" + execchild.Reference
+	if want := "\nPARTIAL: " + name + " (exec)\n"; !strings.Contains(stdout, want) {
+		t.Errorf("the verdict line is not %q:\n%s", strings.TrimSpace(want), stdout)
+	}
+	if !strings.Contains(stdout, ": "+name+" on PostgreSQL") {
+		t.Errorf("the header does not name %s:\n%s", name, stdout)
+	}
+	cert := readCertificate(t, jsonPath)
+	if cert.Adapter != name || cert.Protocol == nil || cert.Protocol.Implementation != name+" 1" {
+		t.Errorf("certificate: adapter %q, protocol %+v; want %q", cert.Adapter, cert.Protocol, name)
+	}
+	checkJUnit(t, junitPath, cert)
 }
 
 // TestExecFailuresAreReported runs children that misbehave: a crash fails

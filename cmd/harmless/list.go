@@ -162,9 +162,16 @@ type runPlan struct {
 	Adapter adapterInfo `json:"adapter"`
 	// OutOfProcess is set for a program run with --exec.
 	OutOfProcess bool `json:"out_of_process"`
-	// Database is the way the run would get its database: dsn, container,
-	// cluster, or "container or cluster" (a container, else a cluster).
+	// Database is the way the run would get its database: dsn, container
+	// or cluster, resolved as certify would (a daemon that answers, else
+	// server binaries found), or "none" when no way would work.
 	Database string `json:"database"`
+	// Where says which server that is, e.g. "a throwaway cluster
+	// (binaries: /usr/lib/postgresql/15/bin)".
+	Where string `json:"where"`
+	// Note says why a container was passed over, or why the way would
+	// fail.
+	Note string `json:"note,omitempty"`
 	// OwnedServer is set when that is a server harmless starts, which it
 	// may crash.
 	OwnedServer bool       `json:"owned_server"`
@@ -195,15 +202,17 @@ func planOf(ctx context.Context, f certifyFlags) (runPlan, error) {
 	if err != nil {
 		return runPlan{}, err
 	}
-	kind, err := provision.Options{DSN: f.dsn, Only: provision.Kind(f.provision), Container: provision.Engine(container.Start)}.Planned()
+	// Choose probes the Docker daemon and looks for server binaries, as
+	// certify's Open would try them, but starts neither.
+	choice, err := provision.Options{DSN: f.dsn, Image: f.image, Only: provision.Kind(f.provision), Container: provision.Engine(container.Start)}.Choose(ctx)
 	if err != nil {
 		return runPlan{}, err
 	}
 	// Every built-in adapter is Go code in this process; a program run
 	// with --exec is another process.
-	p := runPlan{Adapter: infoOf(adapter), OutOfProcess: f.exec != "", Database: string(kind), OwnedServer: kind != provision.KindDSN}
-	if kind == "" {
-		p.Database = string(provision.KindContainer) + " or " + string(provision.KindCluster)
+	p := runPlan{Adapter: infoOf(adapter), OutOfProcess: f.exec != "", Database: string(choice.Kind), Where: choice.Where, Note: choice.Note, OwnedServer: choice.Kind != provision.KindDSN}
+	if choice.Kind == "" {
+		p.Database = "none"
 	}
 	target := fixtures.Target{
 		RedeliveryWindow: adapter.Declares.RedeliveryWindow,
@@ -231,10 +240,17 @@ func (p runPlan) print(out io.Writer) error {
 		where = "in another process"
 	}
 	owned := "a server harmless starts, which it may crash"
-	if !p.OwnedServer {
+	switch {
+	case p.Database == "none":
+		owned = "certify would stop with exit code 2: no way to get a database works"
+	case !p.OwnedServer:
 		owned = "a server named by a DSN, which harmless does not own"
 	}
-	fmt.Fprintf(w, "adapter %s (%s); database: %s (%s)\n\n", p.Adapter.Name, where, p.Database, owned)
+	fmt.Fprintf(w, "adapter %s (%s); database: %s (%s)\n", p.Adapter.Name, where, p.Where, owned)
+	if p.Note != "" {
+		fmt.Fprintf(w, "  (%s)\n", p.Note)
+	}
+	fmt.Fprintln(w)
 	fmt.Fprintln(w, "RULE\tLEVEL\tWILL RUN")
 	var notRun, mustNotRun, notApplicable int
 	seen := map[string]bool{}

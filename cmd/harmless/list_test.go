@@ -3,7 +3,10 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"net"
+	"net/http"
 	"os"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
@@ -91,8 +94,71 @@ func TestListAdapter(t *testing.T) {
 		t.Errorf("with $HARMLESS_DSN: database %q, owned %t; want a DSN", p.Database, p.OwnedServer)
 	}
 	t.Setenv("HARMLESS_DSN", "")
-	if p := listPlan(t, "--adapter", "reference"); p.Database != "container or cluster" || !p.OwnedServer {
+	if p := listPlan(t, "--adapter", "reference"); (p.Database != "container" && p.Database != "cluster" && p.Database != "none") || !p.OwnedServer {
 		t.Errorf("with no DSN: database %q, owned %t; want a container or a cluster, owned", p.Database, p.OwnedServer)
+	}
+}
+
+// TestListSaysWhichDatabase: without a DSN, list resolves the choice as
+// certify would, and says which server that is: a throwaway cluster from
+// the binaries it found when the Docker daemon is down (saying so), a
+// container when a daemon answers, the DSN's host when one is given.
+func TestListSaysWhichDatabase(t *testing.T) {
+	t.Setenv("HARMLESS_PROVISION", "")
+	t.Setenv("DATABASE_URL", "")
+	t.Setenv("HARMLESS_DSN", "")
+	bin := t.TempDir()
+	for _, name := range []string{"initdb", "pg_ctl"} {
+		if err := os.WriteFile(filepath.Join(bin, name), []byte("#!/bin/sh\nexit 1\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Setenv("HARMLESS_PG_BINDIR", bin)
+
+	// A daemon that died: its socket is there, nothing listens on it.
+	dead := filepath.Join(t.TempDir(), "docker.sock")
+	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: dead, Net: "unix"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.SetUnlinkOnClose(false)
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("DOCKER_HOST", "unix://"+dead)
+	p := listPlan(t, "--adapter", "reference")
+	if p.Database != "cluster" || p.Where != "a throwaway cluster (binaries: "+bin+")" ||
+		!strings.Contains(p.Note, "but its daemon is not running at "+dead+" (the socket is there, but nothing listens on it)") {
+		t.Errorf("with the daemon down: database %q, where %q, note %q; want a throwaway cluster from %s, saying the daemon is down", p.Database, p.Where, p.Note, bin)
+	}
+	var stdout, stderr bytes.Buffer
+	if code := run([]string{"list", "--adapter", "reference"}, &stdout, &stderr); code != exitCertified ||
+		!strings.HasPrefix(stdout.String(), "adapter reference (in this process); database: a throwaway cluster (binaries: "+bin+")") {
+		t.Errorf("exit code %d; the first line does not name the cluster's binaries:\n%s%s", code, stdout.String(), stderr.String())
+	}
+
+	// A daemon that answers its ping, on a socket of the test's.
+	alive := filepath.Join(t.TempDir(), "docker.sock")
+	al, err := net.Listen("unix", alive)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{ReadHeaderTimeout: time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/_ping" {
+			_, _ = w.Write([]byte("OK"))
+			return
+		}
+		http.NotFound(w, r)
+	})}
+	go func() { _ = srv.Serve(al) }()
+	defer srv.Close()
+	t.Setenv("DOCKER_HOST", "unix://"+alive)
+	if p := listPlan(t, "--adapter", "reference"); p.Database != "container" || !strings.HasPrefix(p.Where, "a container (Docker at unix://"+alive) || p.Note != "" {
+		t.Errorf("with a daemon that answers: database %q, where %q, note %q; want a container at %s", p.Database, p.Where, p.Note, alive)
+	}
+
+	if p := listPlan(t, "--adapter", "reference", "--dsn", "postgres://nobody:s3cretpassword@db.example:6543/app"); p.Database != "dsn" || p.Where != "the server at db.example:6543/app named by --dsn" {
+		t.Errorf("with --dsn: database %q, where %q; want the DSN's host", p.Database, p.Where)
 	}
 }
 
@@ -117,7 +183,7 @@ func TestListAdapterText(t *testing.T) {
 			t.Errorf("the line of %s says %q; want it to run", r.ID, line)
 		}
 	}
-	if !strings.Contains(out, "adapter reference (in this process); database: dsn") || strings.Contains(out, "s3cret") {
+	if !strings.Contains(out, "adapter reference (in this process); database: the server at 127.0.0.1:1/none named by --dsn") || strings.Contains(out, "s3cret") {
 		t.Errorf("the first line does not name the adapter and the database, or shows the DSN:\n%s", out)
 	}
 	if want := "MUST rules cannot, so the run can at best be PARTIAL."; crashing == 0 || !strings.Contains(out, want) {

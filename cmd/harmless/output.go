@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	harmlessexec "github.com/harmless-dev/harmless/adapters/exec"
 	"github.com/harmless-dev/harmless/fixtures"
 	"github.com/harmless-dev/harmless/suite"
 	"github.com/harmless-dev/harmless/suite/certificate"
@@ -203,7 +204,7 @@ func (p *printer) result(cert certificate.Certificate) {
 			fmt.Fprintf(p.stdout, "  %s, instance %d: %d; the first: %s\n", c.Play, c.Instance, c.Count, crashHead(c.First))
 		}
 	}
-	fmt.Fprintf(p.stdout, "%s: %s\n", paint(p.colorOut, statusColors[cert.Status], cert.Headline()), cert.Adapter)
+	fmt.Fprintf(p.stdout, "%s: %s\n", paint(p.colorOut, statusColors[cert.Status], cert.Headline()), subject(cert))
 	fmt.Fprintln(p.stdout, cert.Summary())
 	if cert.Status == certificate.StatusInterrupted {
 		fmt.Fprintf(p.stdout, "the run was stopped (%s) and certifies nothing; no rule failed because of it, and what it created was removed\n", cert.Interrupted)
@@ -214,6 +215,18 @@ func (p *printer) result(cert certificate.Certificate) {
 			fmt.Fprintf(p.stdout, "  %s (%s): %s\n", r.ID, r.Verdict, r.FirstLine())
 		}
 	}
+}
+
+// subject names what the verdict line certifies: the adapter, and for a
+// program run with --exec, the name it declared followed by "(exec)", e.g.
+// "node-pg (exec)": the name is what was certified, the suffix says how it
+// was run, so that the line reads the same for every language and still
+// tells a child from a built-in adapter of the same name.
+func subject(cert certificate.Certificate) string {
+	if cert.Protocol != nil && cert.Protocol.Name == harmlessexec.ProtocolName {
+		return cert.Adapter + " (" + harmlessexec.Name + ")"
+	}
+	return cert.Adapter
 }
 
 // statusColors colour the verdict line: certified green, partial and

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"encoding/xml"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"reflect"
 	"regexp"
@@ -109,7 +110,7 @@ func checkJUnit(t *testing.T, path string, cert certificate.Certificate) {
 			break
 		}
 		rule := cert.Rules[i]
-		if !strings.Contains(tc.Name, rule.ID) || tc.Classname != rule.Fixture {
+		if tc.Name != rule.ID || tc.Classname != rule.Fixture {
 			t.Errorf("testcase %d: %q (%s); want rule %s of %s", i, tc.Name, tc.Classname, rule.ID, rule.Fixture)
 		}
 		failed := tc.Failure != nil
@@ -406,5 +407,40 @@ func TestReportsAreDocumented(t *testing.T) {
 		if !strings.Contains(doc, "`"+strings.Trim(name, "`")+"`") {
 			t.Errorf("docs/reports.md does not mention `%s`", strings.Trim(name, "`"))
 		}
+	}
+}
+
+// TestCertificateRecordsTheCommitWithoutAStamp builds the command with
+// -buildvcs=false, as go run's build has no VCS stamp, and certifies: the
+// certificate's commit must still be the checkout's, `git rev-parse
+// HEAD` (with -dirty when the tree has changes), asked of git, and say so.
+func TestCertificateRecordsTheCommitWithoutAStamp(t *testing.T) {
+	root := repoRoot(t)
+	head, err := exec.Command("git", "-C", root, "rev-parse", "HEAD").Output()
+	if err != nil {
+		t.Skipf("not in a git checkout: %v", err)
+	}
+	want := strings.TrimSpace(string(head))
+	if status, err := exec.Command("git", "-C", root, "status", "--porcelain").Output(); err != nil {
+		t.Fatal(err)
+	} else if len(bytes.TrimSpace(status)) > 0 {
+		want += "-dirty"
+	}
+	bin := filepath.Join(t.TempDir(), "harmless")
+	if out, err := exec.Command("go", "build", "-buildvcs=false", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	path := filepath.Join(t.TempDir(), "c.json")
+	code, stdout, stderr := runCertify(t, bin, nil, "--adapter", "reference", "--dsn", pgtest.DSN(t),
+		"--label-filter", "fixture:"+fixtures.DoubleDelivery, "--json", path)
+	if code != exitPartial {
+		t.Fatalf("exit code %d, want %d\nstdout:\n%s\nstderr:\n%s", code, exitPartial, stdout, stderr)
+	}
+	cert := readCertificate(t, path)
+	if cert.Harness.Commit != want || cert.Harness.CommitSource != "git in "+root {
+		t.Errorf("harness %+v; want commit %q from git in %s", cert.Harness, want, root)
+	}
+	if !strings.Contains(stdout, "(commit "+want+")") {
+		t.Errorf("the header does not name commit %s:\n%s", want, stdout)
 	}
 }

@@ -406,9 +406,88 @@ func Open(ctx context.Context, opts Options) (*Server, error) {
 			return nil, fmt.Errorf("provision: %w", err)
 		}
 		why[i+1] = oneLine(err.Error())
-		st.logf("no %s: %s", w.kind, why[i+1])
+		next := ""
+		if w.kind == KindContainer && st.only == "" {
+			// Said here, once, so that the reason does not read as the
+			// end of the run.
+			next = "; starting a throwaway cluster instead"
+		}
+		st.logf("no %s: %s%s", w.kind, why[i+1], next)
 	}
 
 	return nil, fmt.Errorf("%w: 1) --dsn / HARMLESS_DSN / DATABASE_URL: %s; 2) container engine: %s; 3) %s: %s",
 		ErrNoDatabase, why[0], why[1], st.binariesWhere(), why[2])
+}
+
+// Choice is the server Open would use with some Options, as far as that
+// can be told without starting one: see Options.Choose.
+type Choice struct {
+	// Kind is the way: KindDSN, KindContainer or KindCluster; "" when no
+	// way would work (Open would fail with ErrNoDatabase).
+	Kind Kind
+	// Where says, for people, which server that is: "a throwaway cluster
+	// (binaries: /usr/lib/postgresql/15/bin)", "a container (Docker at
+	// unix:///var/run/docker.sock, image postgres:17-alpine)", "the server
+	// at 127.0.0.1:5432/postgres named by --dsn", or "none".
+	Where string
+	// Note says why a way before it was passed over ("no container: ..."),
+	// or why the way forced, or every way, would fail; "" when there is
+	// nothing to say.
+	Note string
+}
+
+// Choose resolves the way Open would take with these options without
+// starting anything: a DSN is parsed but not connected to; the container
+// way is taken when it is linked and a Docker daemon answers its ping at
+// DOCKER_HOST or /var/run/docker.sock (FindDocker); the cluster way when
+// initdb and pg_ctl are found. Planned stops at "a container, else a
+// cluster"; `harmless list --adapter` says which, and where. Whether the
+// way then works (the image pulls, the cluster starts) is only known when
+// Open tries it.
+func (o Options) Choose(ctx context.Context) (Choice, error) {
+	st, err := o.resolve()
+	if err != nil {
+		return Choice{}, err
+	}
+	getenv := o.Getenv
+	if getenv == nil {
+		getenv = os.Getenv
+	}
+	if st.only == KindDSN || (st.only == "" && st.dsn != "") {
+		if st.dsn == "" {
+			return Choice{KindDSN, "none", "no DSN is set (--dsn, HARMLESS_DSN or DATABASE_URL)"}, nil
+		}
+		cfg, err := pgconn.ParseConfig(st.dsn)
+		if err != nil {
+			return Choice{KindDSN, "a DSN from " + st.dsnSource, "it does not parse"}, nil
+		}
+		return Choice{KindDSN, fmt.Sprintf("the server at %s:%d/%s named by %s", cfg.Host, cfg.Port, cfg.Database, st.dsnSource), ""}, nil
+	}
+	var noContainer string
+	if st.only == "" || st.only == KindContainer {
+		if st.container == nil {
+			noContainer = "not linked into this program"
+		} else {
+			host, err := FindDocker(ctx, getenv)
+			if err == nil {
+				return Choice{KindContainer, fmt.Sprintf("a container (Docker at %s, image %s)", host, st.image), ""}, nil
+			}
+			noContainer = oneLine(err.Error())
+		}
+		if st.only == KindContainer {
+			return Choice{KindContainer, "a container", "there is none: " + noContainer}, nil
+		}
+	}
+	bin, err := findBinaries(st)
+	var note string
+	if noContainer != "" {
+		note = "no container: " + noContainer
+	}
+	switch {
+	case err == nil:
+		return Choice{KindCluster, fmt.Sprintf("a throwaway cluster (binaries: %s)", bin), note}, nil
+	case st.only == KindCluster:
+		return Choice{KindCluster, "a throwaway cluster", fmt.Sprintf("%s: %v", st.binariesWhere(), err)}, nil
+	}
+	return Choice{"", "none", fmt.Sprintf("%s; %s: %v", note, st.binariesWhere(), err)}, nil
 }

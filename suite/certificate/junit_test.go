@@ -43,6 +43,38 @@ func TestJUnitProperties(t *testing.T) {
 	}
 }
 
+// TestJUnitCasesAreNamedByRuleID: each testcase's name is its rule's id,
+// as the README says, and the rule's sentence is in its properties and
+// its system-out, not in its name.
+func TestJUnitCasesAreNamedByRuleID(t *testing.T) {
+	c := sampleCertificate()
+	var b bytes.Buffer
+	if err := c.writeJUnit(&b); err != nil {
+		t.Fatal(err)
+	}
+	var got junitSuites
+	if err := xml.Unmarshal(b.Bytes(), &got); err != nil {
+		t.Fatalf("the JUnit report does not parse: %v\n%s", err, b.String())
+	}
+	cases := got.Suites[0].Cases
+	if len(cases) != len(c.Rules) {
+		t.Fatalf("%d testcases for %d rules", len(cases), len(c.Rules))
+	}
+	for i, r := range c.Rules {
+		tc := cases[i]
+		props := map[string]string{}
+		for _, p := range tc.Properties {
+			props[p.Name] = p.Value
+		}
+		if tc.Name != r.ID || tc.Classname != r.Fixture {
+			t.Errorf("testcase %d: name %q, classname %q; want %q of %q", i, tc.Name, tc.Classname, r.ID, r.Fixture)
+		}
+		if props["doc"] != r.Doc || props["level"] != string(r.Level) || props["verdict"] != string(r.Verdict) || tc.SystemOut != "["+string(r.Level)+"] "+r.Doc {
+			t.Errorf("testcase %s: properties %v, system-out %q; want the level, verdict and doc %q", r.ID, props, tc.SystemOut, r.Doc)
+		}
+	}
+}
+
 // TestJUnitNotApplicable: a not-applicable rule is a skipped test case
 // whose message says so and why; the suite stays certified.
 func TestJUnitNotApplicable(t *testing.T) {

@@ -1,7 +1,11 @@
 package certificate
 
 import (
+	"os"
+	"os/exec"
+	"path/filepath"
 	"runtime/debug"
+	"strings"
 	"testing"
 )
 
@@ -40,11 +44,45 @@ func TestBuildCommit(t *testing.T) {
 		}, "unknown"},
 		{"not in the build at all", &debug.BuildInfo{Main: debug.Module{Path: "example.com/consumer"}, Settings: vcs("ffffffff", "")}, "unknown"},
 	} {
-		if got := buildCommit(tc.info); got != tc.want {
+		if got, _ := buildCommit(tc.info); got != tc.want {
 			t.Errorf("%s: buildCommit = %q; want %q", tc.name, got, tc.want)
 		}
 	}
 	if h := Harness(); h.Commit == "" {
 		t.Errorf("Harness() = %+v; want a commit", h)
+	}
+}
+
+// TestGitCommit: without a stamp in the build, the commit is asked of git
+// in the module's checkout, with -dirty when its tree has changes.
+func TestGitCommit(t *testing.T) {
+	dir := t.TempDir()
+	git := func(args ...string) string {
+		t.Helper()
+		cmd := exec.Command("git", append([]string{"-C", dir, "-c", "user.name=t", "-c", "user.email=t@example.com"}, args...)...)
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("git %v: %v", args, err)
+		}
+		return strings.TrimSpace(string(out))
+	}
+	git("init", "-q")
+	if err := os.WriteFile(filepath.Join(dir, "go.mod"), []byte("module "+modulePath+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	git("add", "go.mod")
+	git("commit", "-q", "-m", "one")
+	head := git("rev-parse", "HEAD")
+	if got, err := gitCommit(dir); err != nil || got != head {
+		t.Errorf("clean: gitCommit = %q, %v; want %q", got, err, head)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "new"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := gitCommit(dir); err != nil || got != head+"-dirty" {
+		t.Errorf("with a new file: gitCommit = %q, %v; want %q", got, err, head+"-dirty")
+	}
+	if _, err := gitCommit(t.TempDir()); err == nil {
+		t.Error("gitCommit outside a checkout did not fail")
 	}
 }

@@ -246,7 +246,7 @@ func detectEngine(ctx context.Context, logger tclog.Logger) (*testcontainers.Doc
 	select {
 	case r := <-done:
 		if r.err != nil {
-			return nil, fmt.Errorf("none found: %w", r.err)
+			return nil, engineMissing(ctx, r.err)
 		}
 		return r.p, nil
 	case <-ctx.Done():
@@ -257,6 +257,19 @@ func detectEngine(ctx context.Context, logger tclog.Logger) (*testcontainers.Doc
 		}()
 		return nil, fmt.Errorf("none answered within %s: %w", engineProbeTimeout, context.Cause(ctx))
 	}
+}
+
+// engineMissing says why testcontainers-go found no engine. Its own error
+// is its last try's, "rootless Docker not found", even where Docker is
+// installed and only its daemon is down: provision.FindDocker tells the
+// cases apart at the address a user would look at first. Only when a
+// daemon answers there is testcontainers-go's error the reason.
+func engineMissing(ctx context.Context, err error) error {
+	host, perr := provision.FindDocker(ctx, nil)
+	if perr != nil {
+		return perr
+	}
+	return fmt.Errorf("the Docker daemon at %s answers, but testcontainers-go cannot use it: %w", host, err)
 }
 
 // ensureImage makes sure the engine has the image: it pulls it once if
