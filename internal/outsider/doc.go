@@ -10,4 +10,9 @@
 // as written, so that the example cannot drift from what works, and two
 // implementations written from the README alone (in testdata): one with a
 // pool of 2 connections, one whose transaction pgx.BeginTxFunc owns.
+//
+// Another runs the README's Ginkgo suite (suite.Register beside the
+// suite's own BeforeSuite and spec), as written, with the README's go test
+// label filters that play one fixture, on a DSN, and checks the specs
+// they ran and the certificate the suite wrote.
 package outsider

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"go/format"
 	"io"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -45,7 +46,7 @@ func TestGoConsumersFromAnotherModule(t *testing.T) {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	writeModule(t, root, dir)
+	writeModule(t, root, dir, goConsumers(t, root))
 
 	ctx, cancel := context.WithTimeout(t.Context(), limit)
 	defer cancel()
@@ -103,22 +104,11 @@ func TestGoConsumersFromAnotherModule(t *testing.T) {
 	}
 }
 
-// writeModule writes the temporary module into dir, a consumer's module
-// that already uses pgx: the README's example in readme/ and the testdata
-// implementations, all importing harmless's packages; a go.mod that
-// requires pgx, at the version harmless does, and root's go.sum, so that
-// the sums of the dependencies both modules share are there and no
-// command below needs the network. It then adds harmless the way the
-// README's Install section says, with the checkout at root.
-func writeModule(t *testing.T, root, dir string) {
+// goConsumers returns the files of the temporary module's packages, by
+// path: the README's Go example in readme/ and the testdata
+// implementations.
+func goConsumers(t *testing.T, root string) map[string][]byte {
 	t.Helper()
-	gomod := fmt.Sprintf("module %s\n\ngo 1.26\n\nrequire github.com/jackc/pgx/v5 %s\n", modulePath, requiredVersion(t, root, "github.com/jackc/pgx/v5"))
-	files := map[string][]byte{"go.mod": []byte(gomod)}
-	sum, err := os.ReadFile(filepath.Join(root, "go.sum"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	files["go.sum"] = sum
 	readme, err := os.ReadFile(filepath.Join(root, "README.md"))
 	if err != nil {
 		t.Fatal(err)
@@ -130,7 +120,7 @@ func writeModule(t *testing.T, root, dir string) {
 	if formatted, err := format.Source([]byte(example)); err != nil || string(formatted) != example {
 		t.Errorf("the README's Go example is not gofmt'ed (%v); gofmt makes it:\n%s", err, formatted)
 	}
-	files["readme/consumer_test.go"] = []byte(example)
+	files := map[string][]byte{"readme/consumer_test.go": []byte(example)}
 	for _, name := range implementations[1:] {
 		src, err := os.ReadFile(filepath.Join("testdata", name, "consumer_test.go"))
 		if err != nil {
@@ -138,6 +128,26 @@ func writeModule(t *testing.T, root, dir string) {
 		}
 		files[name+"/consumer_test.go"] = src
 	}
+	return files
+}
+
+// writeModule writes the temporary module into dir, a consumer's module
+// that already uses pgx: the packages' files (by path in the module), all
+// importing harmless's packages; a go.mod that requires pgx, at the
+// version harmless does, and root's go.sum, so that the sums of the
+// dependencies both modules share are there and no command below needs
+// the network. It then adds harmless the way the README's Install section
+// says, with the checkout at root.
+func writeModule(t *testing.T, root, dir string, packages map[string][]byte) {
+	t.Helper()
+	gomod := fmt.Sprintf("module %s\n\ngo 1.26\n\nrequire github.com/jackc/pgx/v5 %s\n", modulePath, requiredVersion(t, root, "github.com/jackc/pgx/v5"))
+	files := map[string][]byte{"go.mod": []byte(gomod)}
+	sum, err := os.ReadFile(filepath.Join(root, "go.sum"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	files["go.sum"] = sum
+	maps.Copy(files, packages)
 	for name, data := range files {
 		path := filepath.Join(dir, name)
 		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
@@ -146,6 +156,10 @@ func writeModule(t *testing.T, root, dir string) {
 		if err := os.WriteFile(path, data, 0o644); err != nil {
 			t.Fatal(err)
 		}
+	}
+	readme, err := os.ReadFile(filepath.Join(root, "README.md"))
+	if err != nil {
+		t.Fatal(err)
 	}
 	readmeRecipe(t, string(readme), root, dir)
 }
@@ -276,13 +290,18 @@ func TestInstallFromACheckout(t *testing.T) {
 const exampleSection = "## Certifying a Go implementation"
 
 // goExample returns the one Go code block of the README's section on
-// certifying a Go implementation.
+// certifying a Go implementation, before its first subsection.
 func goExample(readme string) (string, error) {
 	_, section, ok := strings.Cut(readme, "\n"+exampleSection+"\n")
 	if !ok {
 		return "", fmt.Errorf("README.md has no section %q", exampleSection)
 	}
+	// The section's own text: its subsections (the Ginkgo suite's, say)
+	// have code blocks of their own.
 	if end := strings.Index(section, "\n## "); end >= 0 {
+		section = section[:end]
+	}
+	if end := strings.Index(section, "\n### "); end >= 0 {
 		section = section[:end]
 	}
 	blocks := strings.Split(section, "\n```go\n")
