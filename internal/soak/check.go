@@ -272,8 +272,9 @@ func (c *Checker) Effect(event uint32, attempt int, v Variant) {
 }
 
 // Unsettled marks event as never acknowledged because the run was
-// interrupted before its redeliveries were made: Check does not judge it
-// lost (it still judges the rest).
+// interrupted before its redeliveries were made, or ended because the
+// implementation acknowledged nothing any more (see NoAckError): Check does
+// not judge it lost (it still judges the rest).
 func (c *Checker) Unsettled(event uint32) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
