@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -143,5 +144,52 @@ func TestAServerCrashIsNotANoAck(t *testing.T) {
 	}
 	if rep.Verdict != "clean" {
 		t.Errorf("verdict %q, totals %+v", rep.Verdict, rep.Totals)
+	}
+}
+
+// panicky is the reference, but every 25th delivery of an instance panics,
+// as an in-process implementation's bug would crash a real service's
+// process.
+type panicky struct {
+	adapters.Implementation
+	n atomic.Int64
+}
+
+func (p *panicky) Deliver(ctx context.Context, d adapters.Delivery) (adapters.Outcome, error) {
+	if p.n.Add(1)%25 == 0 {
+		panic("panicky: nil map in the handler")
+	}
+	return p.Implementation.Deliver(ctx, d)
+}
+
+// An in-process implementation's panic counts as a crash, as certify
+// counts it, although the soak keeps no history of its deliveries.
+func TestAPanicIsACrash(t *testing.T) {
+	ref, err := builtin.Lookup("reference")
+	if err != nil {
+		t.Fatal(err)
+	}
+	adapter := adapters.Adapter{Name: "panicky", Declares: adapters.Declaration{}, New: func(ctx context.Context, env adapters.Env) (adapters.Implementation, error) {
+		impl, err := ref.New(ctx, env)
+		return &panicky{Implementation: impl}, err
+	}}
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	defer cancel()
+	rep, err := soakOn(t, ctx, adapter, provision.Options{DSN: pgtest.DSN(t), Only: provision.KindDSN},
+		soak.Config{Events: 500, Workers: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Verdict != "clean" || len(rep.Crashes) != 2 {
+		t.Fatalf("verdict %q, crashes %+v: want clean, and both instances' panics", rep.Verdict, rep.Crashes)
+	}
+	// At least the 500 events' deliveries: 500/25 panics, shared by two.
+	if rep.CrashCount() < 500/25 || rep.CrashCount() > rep.Totals.Deliveries/25 {
+		t.Errorf("%d crashes in %d deliveries, one in 25 panicking", rep.CrashCount(), rep.Totals.Deliveries)
+	}
+	for _, c := range rep.Crashes {
+		if !strings.Contains(c.First, "panicked: ") || !strings.Contains(c.First, "nil map in the handler") {
+			t.Errorf("instance %d's first crash: %q", c.Instance, c.First)
+		}
 	}
 }

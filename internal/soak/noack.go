@@ -162,17 +162,50 @@ func (s *soaker) watchAcks(ctx context.Context, done <-chan struct{}) func() {
 
 // crashes returns the crashes of each instance of the implementation so
 // far, as the harness's supervisor of its processes recorded them (see
-// harness.Play.CrashCounts), by instance.
+// harness.Play.CrashCounts)
+// and the deliveries that panicked (see harness.PanicCrash), by instance.
 func (s *soaker) crashes() []Crash {
-	counts := s.play.CrashCounts()
-	out := make([]Crash, 0, len(counts))
-	for _, n := range slices.Sorted(maps.Keys(counts)) {
-		out = append(out, Crash{Instance: n, Count: len(counts[n]), First: counts[n][0]})
+	byInstance := map[int]*Crash{}
+	for n, c := range s.play.CrashCounts() {
+		byInstance[n] = &Crash{Instance: n, Count: len(c), First: c[0]}
+	}
+	s.mu.Lock()
+	for n, p := range s.panics {
+		if c := byInstance[n]; c != nil {
+			c.Count += p.Count // an instance in a process of its own does not panic here: never both
+		} else {
+			byInstance[n] = &Crash{Instance: n, Count: p.Count, First: p.First}
+		}
+	}
+	s.mu.Unlock()
+	out := make([]Crash, 0, len(byInstance))
+	for _, n := range slices.Sorted(maps.Keys(byInstance)) {
+		out = append(out, *byInstance[n])
 	}
 	return out
 }
 
 // crashCount counts the crashes so far.
 func (s *soaker) crashCount() int {
-	return len(s.play.Crashes())
+	n := len(s.play.Crashes())
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, p := range s.panics {
+		n += p.Count
+	}
+	return n
+}
+
+// panicked notes that a delivery by worker n panicked, crash describing it.
+func (s *soaker) panicked(n int, crash string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.panics == nil {
+		s.panics = map[int]*Crash{}
+	}
+	if p := s.panics[n]; p != nil {
+		p.Count++
+	} else {
+		s.panics[n] = &Crash{Instance: n, Count: 1, First: crash}
+	}
 }

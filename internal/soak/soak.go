@@ -155,9 +155,13 @@ type soaker struct {
 	settling    bool
 	phase       string
 	concurrent  map[uint32]bool // upcoming events the nemesis wants delivered concurrently
-	wake        chan struct{}
-	fatal       error
-	fatalCh     chan struct{}
+	// panics counts, per worker, the deliveries that panicked (the play
+	// keeps no history, where Play.CrashesOf would find them), with the
+	// first.
+	panics  map[int]*Crash
+	wake    chan struct{}
+	fatal   error
+	fatalCh chan struct{}
 }
 
 // eventState is what the dispatcher knows of an event with deliveries
@@ -562,6 +566,9 @@ func (s *soaker) record(n int, j job, a harness.Attempt) Op {
 	s.tl.add(a.Ended, a.Ended-a.Started, op.Status == OK)
 	if op.Status == Info {
 		s.acks.unknown(a.Err)
+		if c, ok := harness.PanicCrash(a); ok {
+			s.panicked(n, c)
+		}
 	} else {
 		s.acks.answered(time.Now())
 	}
