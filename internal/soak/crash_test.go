@@ -193,3 +193,44 @@ func TestAPanicIsACrash(t *testing.T) {
 		}
 	}
 }
+
+// poisoned is the reference, but it fails every delivery of two events, as
+// a consumer fails on a poison message.
+type poisoned struct{ adapters.Implementation }
+
+func (p poisoned) Deliver(ctx context.Context, d adapters.Delivery) (adapters.Outcome, error) {
+	if d.ID == "e3" || d.ID == "e5" {
+		return 0, errors.New("poisoned: cannot parse the payload")
+	}
+	return p.Implementation.Deliver(ctx, d)
+}
+
+// An implementation that fails a few events for good, and answers every
+// other, is no dead implementation: once the load is over only those
+// events are redelivered, and none is acknowledged for longer than the
+// no-ack timeout, but the soak judges them lost, as before.
+func TestPoisonEventsAreLostNotNoAck(t *testing.T) {
+	ref, err := builtin.Lookup("reference")
+	if err != nil {
+		t.Fatal(err)
+	}
+	adapter := adapters.Adapter{Name: "poisoned", New: func(ctx context.Context, env adapters.Env) (adapters.Implementation, error) {
+		impl, err := ref.New(ctx, env)
+		return poisoned{impl}, err
+	}}
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	defer cancel()
+	rep, err := soakOn(t, ctx, adapter, provision.Options{DSN: pgtest.DSN(t), Only: provision.KindDSN},
+		soak.Config{Events: 300, Workers: 2, NoAckTimeout: 200 * time.Millisecond, RedeliveryPatience: time.Second})
+	if err != nil {
+		t.Fatalf("a soak of an implementation failing two events for good: %v", err)
+	}
+	if rep.Verdict != "anomalies" || rep.Totals.Lost != 2 || rep.Totals.Unsettled != 0 {
+		t.Errorf("verdict %q, totals %+v: want the two poisoned events lost", rep.Verdict, rep.Totals)
+	}
+	// Settling redelivered them for a whole patience with nothing else to
+	// acknowledge: longer than the no-ack timeout.
+	if rep.Elapsed < time.Second {
+		t.Errorf("the soak took %s: settling cannot have outlasted the no-ack timeout", rep.Elapsed)
+	}
+}

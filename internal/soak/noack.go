@@ -14,7 +14,8 @@ import (
 
 // NoAckError ends a soak in which no delivery was acknowledged or refused
 // for Config.NoAckTimeout while deliveries kept ending with an unknown
-// outcome and no fault was in progress. Such an implementation is dead
+// outcome, the first deliveries of new events among them, and no fault was
+// in progress. Such an implementation is dead
 // (its processes crash, perhaps on every delivery) or cannot work where it
 // runs (it cannot reach its database): what it did not acknowledge is no
 // evidence of how it deduplicates, so the soak stops rather than drive
@@ -63,6 +64,7 @@ type ackWatch struct {
 	mu       sync.Mutex
 	since    time.Time // the last answer, or the start or the end of the last fault
 	unknowns int       // deliveries ended with an unknown outcome since then
+	fresh    int       // those of them that were their event's first delivery
 	firstErr string    // the first of their errors
 }
 
@@ -74,26 +76,30 @@ func (w *ackWatch) restart(at time.Time) {
 	if at.After(w.since) {
 		w.since = at
 	}
-	w.unknowns, w.firstErr = 0, ""
+	w.unknowns, w.fresh, w.firstErr = 0, 0, ""
 }
 
 // answered notes a delivery acknowledged or refused.
 func (w *ackWatch) answered(at time.Time) { w.restart(at) }
 
-// unknown notes a delivery that ended with err, an unknown outcome.
-func (w *ackWatch) unknown(err error) {
+// unknown notes a delivery that ended with err, an unknown outcome; first
+// says it was its event's first delivery.
+func (w *ackWatch) unknown(err error, first bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.unknowns++
+	if first {
+		w.fresh++
+	}
 	if w.firstErr == "" && err != nil {
 		w.firstErr = err.Error()
 	}
 }
 
-func (w *ackWatch) state() (since time.Time, unknowns int, firstErr string) {
+func (w *ackWatch) state() (since time.Time, unknowns, fresh int, firstErr string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return w.since, w.unknowns, w.firstErr
+	return w.since, w.unknowns, w.fresh, w.firstErr
 }
 
 // noAckTimeout is Config.NoAckTimeout, or its default.
@@ -105,7 +111,13 @@ func (s *soaker) noAckTimeout() time.Duration {
 }
 
 // watchAcks ends the soak with a NoAckError once no delivery was answered
-// for the no-ack timeout while at least one ended with an unknown outcome.
+// for the no-ack timeout while deliveries ended with an unknown outcome,
+// among them the first deliveries of as many new events as there are
+// workers. Failed redeliveries alone are no evidence that the
+// implementation is dead: one that fails some events for good (a poison
+// message) and answers every other still fails those alone for the whole
+// settling phase, and they are judged lost, as they should be; a dead
+// implementation fails the new events too.
 // Time while a fault is in progress does not count: a crashed server
 // refuses every connection until the nemesis restarts it, however long
 // that takes, and that is the harness's doing. A delivery still running is
@@ -122,7 +134,7 @@ func (s *soaker) watchAcks(ctx context.Context, done <-chan struct{}) func() {
 		// crashesBefore counts the crashes before period, the start of the
 		// current period without an answer, as seen at the first tick after
 		// it began (at the start, none: no delivery was made yet).
-		period, _, _ := s.acks.state()
+		period, _, _, _ := s.acks.state()
 		crashesBefore := s.crashCount()
 		for {
 			select {
@@ -136,11 +148,11 @@ func (s *soaker) watchAcks(ctx context.Context, done <-chan struct{}) func() {
 				if s.nem.Current() != "" {
 					s.acks.restart(now)
 				}
-				since, unknowns, firstErr := s.acks.state()
+				since, unknowns, fresh, firstErr := s.acks.state()
 				if !since.Equal(period) {
 					period, crashesBefore = since, s.crashCount()
 				}
-				if unknowns == 0 || now.Sub(since) < limit {
+				if fresh < s.cfg.Workers || now.Sub(since) < limit {
 					continue
 				}
 				crashes := s.crashes()

@@ -538,18 +538,21 @@ func (s *soaker) work(ctx context.Context, n int, queue <-chan job) {
 	for j := range queue {
 		ev := s.gen.event(j.event, j.variant)
 		s.mu.Lock()
-		if st := s.open[j.event]; st.firstInvoke < 0 {
+		st := s.open[j.event]
+		first := st.firstInvoke < 0
+		if first {
 			st.firstInvoke = s.since()
 		}
 		s.mu.Unlock()
 		a := s.play.Deliver(ctx, n, ev)
-		op := s.record(n, j, a)
+		op := s.record(n, j, a, first)
 		s.after(j, op)
 	}
 }
 
-// record adds the attempt to the history and the timeline.
-func (s *soaker) record(n int, j job, a harness.Attempt) Op {
+// record adds the attempt to the history and the timeline; first says it
+// was its event's first delivery.
+func (s *soaker) record(n int, j job, a harness.Attempt, first bool) Op {
 	op := Op{Event: j.event, Worker: uint16(n), Attempt: uint16(min(a.Delivery.Attempt, 1<<16-1)), Variant: j.variant,
 		Invoke: a.Started, Return: a.Ended}
 	switch {
@@ -565,7 +568,7 @@ func (s *soaker) record(n int, j job, a harness.Attempt) Op {
 	s.checker.Record(op, a.Err)
 	s.tl.add(a.Ended, a.Ended-a.Started, op.Status == OK)
 	if op.Status == Info {
-		s.acks.unknown(a.Err)
+		s.acks.unknown(a.Err, first)
 		if c, ok := harness.PanicCrash(a); ok {
 			s.panicked(n, c)
 		}
