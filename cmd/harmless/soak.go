@@ -315,7 +315,7 @@ func printSoakSummary(w io.Writer, r soak.Report) {
 	}
 	if r.Error != "" {
 		fmt.Fprintf(w, "  stopped early: %s\n", r.Error)
-		fmt.Fprintf(w, "  the %d events never acknowledged are unsettled, not judged lost\n", r.Totals.Unsettled)
+		fmt.Fprintf(w, "  the %d events never acknowledged or refused are unsettled, not judged lost\n", r.Totals.Unsettled)
 	}
 	if r.Interrupted {
 		fmt.Fprintln(w, "  interrupted: the report covers what ran")

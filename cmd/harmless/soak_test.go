@@ -165,7 +165,7 @@ func TestSoakOfACrashingChild(t *testing.T) {
 		}
 		for _, want := range []string{": NO-ACK\n  crashes: the implementation's processes crashed ",
 			"  stopped early: no delivery was acknowledged for 2", "during which the implementation's processes crashed",
-			"events never acknowledged are unsettled, not judged lost", "anomalies: 0 lost"} {
+			"events never acknowledged or refused are unsettled, not judged lost", "anomalies: 0 lost"} {
 			if !strings.Contains(stdout, want) {
 				t.Errorf("stdout lacks %q:\n%s", want, stdout)
 			}

@@ -321,7 +321,7 @@ func TestWriteHTMLNoAckAndCrashes(t *testing.T) {
 		Crashes: []Crash{{Instance: 1, Count: 3, First: "process 1 of instance 1 failed: " + nastyError}, {Instance: 2, Count: 2, First: "process 1 of instance 2 failed"}}}
 	out := writeHTML(t, r)
 	for _, want := range []string{"NO-ACK", `id="crashes"`, "crashed 5 times", html.EscapeString("process 1 of instance 1 failed: " + nastyError),
-		`id="no-ack"`, "The 7 events never acknowledged are unsettled"} {
+		`id="no-ack"`, "The 7 events never acknowledged or refused are unsettled"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("the page lacks %q", want)
 		}

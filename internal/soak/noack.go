@@ -20,7 +20,7 @@ import (
 // runs (it cannot reach its database): what it did not acknowledge is no
 // evidence of how it deduplicates, so the soak stops rather than drive
 // millions of deliveries at it and judge every event lost. The report's
-// verdict is then "no-ack", and the events never acknowledged are
+// verdict is then "no-ack", and the events never acknowledged or refused are
 // unsettled.
 type NoAckError struct {
 	// For is how long no delivery was acknowledged: from the last

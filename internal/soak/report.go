@@ -22,8 +22,8 @@ type Report struct {
 	// Verdict is "clean" with zero lost, duplicated, wrong and conflicts
 	// applied, else "anomalies"; "no-ack" when the soak ended because no
 	// delivery was acknowledged for Config.NoAckTimeout (Error says why):
-	// the events never acknowledged are then unsettled, not lost, and the
-	// anomalies counted are among the others.
+	// the events never acknowledged or refused are then unsettled, not
+	// lost, and the anomalies counted are among the others.
 	Verdict string `json:"verdict"`
 	// Error says why the soak ended early without judging every event,
 	// with verdict "no-ack": the NoAckError's message.

@@ -289,15 +289,18 @@ func (s *soaker) soak(ctx context.Context) (Report, error) {
 	// acknowledging, leaves events unsettled: after the settling timeout
 	// an event never acknowledged is judged, so an implementation that
 	// fails some deliveries for good is found, not excused. One that
-	// acknowledges nothing at all is no evidence about the events it never
-	// acknowledged: the soak ends with its error, not millions of lost
-	// events.
-	if rep.Interrupted || stalled {
+	// answers nothing at all is no evidence about the events it never
+	// answered, even those whose redeliveries had run out of patience: the
+	// soak ends with its error, not millions of lost events.
+	if rep.Interrupted {
 		for i, st := range s.open {
 			if !st.acked {
 				s.checker.Unsettled(i)
 			}
 		}
+	}
+	if stalled {
+		s.checker.UnsettleUnanswered()
 	}
 	s.mu.Unlock()
 	if fatal != nil && !stalled {
