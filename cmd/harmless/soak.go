@@ -25,10 +25,16 @@ import (
 )
 
 // Exit codes of soak besides those certify shares: 0 clean, 1 anomalies
-// found, 2 usage or environment error.
+// found, 2 usage or environment error, and 4 when the soak ended because
+// the implementation acknowledged no delivery for --no-ack-timeout (see
+// soak.NoAckError). That is neither an environment error of the harness's
+// (2) nor a verdict on the events (1): the implementation is dead or
+// cannot work where it runs, and a CI job should say so. 3 is certify's
+// PARTIAL, which a soak never is.
 const (
 	exitClean     = 0
 	exitAnomalies = 1
+	exitNoAck     = 4
 )
 
 type soakFlags struct {
@@ -42,7 +48,7 @@ type soakFlags struct {
 // soakSynopsis is soak's line of the usage.
 const soakSynopsis = `harmless soak (--adapter NAME | --exec COMMAND) [--duration 60s | --events N] [--workers N]
                 [--duplicates 0.3] [--conflicts 0.01] [--nemesis LIST] [--seed N]
-                [--redelivery-patience 10s] [--json FILE] [--html FILE]`
+                [--redelivery-patience 10s] [--no-ack-timeout 10s] [--json FILE] [--html FILE]`
 
 // soakFlagSet is soak's flags, parsed into f.
 func soakFlagSet(f *soakFlags) *flag.FlagSet {
@@ -62,6 +68,7 @@ func soakFlagSet(f *soakFlags) *flag.FlagSet {
 	fs.StringVar(&f.htmlPath, "html", "", "write the report as one self-contained HTML page to this file")
 	fs.DurationVar(&f.deliveryTimeout, "delivery-timeout", suite.DefaultDeliveryTimeout, "how long one delivery may take before it counts as hung (an unknown outcome)")
 	fs.DurationVar(&f.cfg.RedeliveryPatience, "redelivery-patience", suite.DefaultRedeliveryPatience, "how long the broker goes on redelivering a copy whose deliveries end unknown, after pauses growing from 10ms to 1s; one that runs out of it while faults are injected gets a whole patience again once they are healed")
+	fs.DurationVar(&f.cfg.NoAckTimeout, "no-ack-timeout", soak.DefaultNoAckTimeout, "end the soak (exit 4) when no delivery was acknowledged for this long, no fault being in progress, while deliveries kept failing: the implementation is dead or cannot work here")
 	fs.BoolVar(&f.verbose, "v", false, "verbose: the harness's and the implementation's log lines on stderr")
 	return fs
 }
@@ -96,6 +103,8 @@ func parseSoak(args []string, stdout io.Writer) (soakFlags, error) {
 		return f, errors.New("--delivery-timeout must be positive")
 	case f.cfg.RedeliveryPatience <= 0:
 		return f, fmt.Errorf("--redelivery-patience must be positive, not %s", f.cfg.RedeliveryPatience)
+	case f.cfg.NoAckTimeout <= 0:
+		return f, fmt.Errorf("--no-ack-timeout must be positive, not %s", f.cfg.NoAckTimeout)
 	}
 	if f.cfg.Duration == 0 && f.cfg.Events == 0 {
 		f.cfg.Duration = soak.DefaultDuration
@@ -196,10 +205,9 @@ func (m *masker) soak(ctx context.Context, f soakFlags, stop <-chan struct{}) (*
 			fmt.Fprintf(m.stderr, "harmless soak: %v\n", err)
 		}
 	}()
+	// An exec child is named by the name it declared in hello, as in
+	// certify's verdict line.
 	name := adapter.Name
-	if f.exec != "" {
-		name = f.exec
-	}
 	fmt.Fprintf(m.stderr, "harmless soak: %s, %d workers, seed %d, nemeses: %s, on %s\n",
 		name, f.cfg.Workers, f.cfg.Seed, nemesesList(f.cfg.Nemeses), run.Server())
 
@@ -221,7 +229,11 @@ func (m *masker) soak(ctx context.Context, f soakFlags, stop <-chan struct{}) (*
 		fmt.Fprintf(m.stderr, "harmless soak: %v\n", werr)
 		return &rep, exitUsage
 	}
-	if !rep.Clean() {
+	var noAck *soak.NoAckError
+	switch {
+	case errors.As(err, &noAck):
+		return &rep, exitNoAck
+	case !rep.Clean():
 		return &rep, exitAnomalies
 	}
 	return &rep, exitClean
@@ -241,6 +253,9 @@ func progressPrinter(m *masker, cfg soak.Config) (func(soak.Progress), func()) {
 	line := func(p soak.Progress) string {
 		s := fmt.Sprintf("%s %s: %d events, %d delivered, %d acked, %.0f/s, %d anomalies so far",
 			p.Phase, p.Elapsed.Round(time.Second), p.Events, p.Delivered, p.Acked, p.Throughput, p.Anomalies)
+		if p.Crashes > 0 {
+			s += fmt.Sprintf(", %d crashes", p.Crashes)
+		}
 		if p.Fault != "" {
 			s += ", fault: " + p.Fault
 		}
@@ -306,6 +321,20 @@ func writeSoakReports(f soakFlags, rep soak.Report) error {
 func printSoakSummary(w io.Writer, r soak.Report) {
 	t := r.Totals
 	fmt.Fprintf(w, "soak of %s: %s\n", r.Adapter, strings.ToUpper(r.Verdict))
+	// The crashes come first: they explain what follows (unknown
+	// outcomes, an early end).
+	if n := r.CrashCount(); n > 0 {
+		per := make([]string, len(r.Crashes))
+		for i, c := range r.Crashes {
+			per[i] = fmt.Sprintf("instance %d: %d", c.Instance, c.Count)
+		}
+		fmt.Fprintf(w, "  crashes: the implementation's processes crashed %s and were restarted (%s); the first of instance %d: %s\n",
+			harness.Times(n), strings.Join(per, ", "), r.Crashes[0].Instance, r.Crashes[0].First)
+	}
+	if r.Error != "" {
+		fmt.Fprintf(w, "  stopped early: %s\n", r.Error)
+		fmt.Fprintf(w, "  the %d events never acknowledged or refused are unsettled, not judged lost\n", r.Totals.Unsettled)
+	}
 	if r.Interrupted {
 		fmt.Fprintln(w, "  interrupted: the report covers what ran")
 	}

@@ -12,7 +12,10 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
+	"github.com/harmless-dev/harmless/internal/execchild"
+	"github.com/harmless-dev/harmless/internal/harness"
 	"github.com/harmless-dev/harmless/internal/pgtest"
 	"github.com/harmless-dev/harmless/internal/soak"
 )
@@ -131,4 +134,44 @@ func TestSoakInterrupt(t *testing.T) {
 	if !strings.Contains(log.String(), "SIGINT: ending the load") {
 		t.Errorf("stderr does not say what the signal does:\n%s", log.String())
 	}
+}
+
+// A soak of a child that crashes says so first. One that crashes now and
+// then is restarted and soaks clean (exit 0), its crashes counted; one that
+// crashes at every delivery ends once nothing was acknowledged for
+// --no-ack-timeout, long before its duration, with exit 4 and the crash
+// named, not with every event lost.
+func TestSoakOfACrashingChild(t *testing.T) {
+	bin := binary(t)
+
+	t.Run("crashes now and then", func(t *testing.T) {
+		command := execchild.EnvCrashAt + "=40 " + execchild.Command(execchild.CrashAtNth)
+		code, rep, stdout, stderr := runSoak(t, bin, "--exec", command, "--duration", "3s", "--workers", "2", "--nemesis", "none")
+		lines := strings.Split(stdout, "\n")
+		if code != exitClean || rep.Verdict != "clean" || rep.CrashCount() == 0 || len(lines) < 2 {
+			t.Fatalf("exit %d, verdict %q, crashes %+v\nstdout:\n%s\nstderr:\n%s", code, rep.Verdict, rep.Crashes, stdout, stderr)
+		}
+		if want := "  crashes: the implementation's processes crashed " + harness.Times(rep.CrashCount()) + " and were restarted (instance 1: "; !strings.HasPrefix(lines[1], want) ||
+			!strings.Contains(lines[1], execchild.LastWords) {
+			t.Errorf("the summary does not lead with the crashes (%q, the last words):\n%s", want, stdout)
+		}
+	})
+
+	t.Run("crashes at every delivery", func(t *testing.T) {
+		code, rep, stdout, stderr := runSoak(t, bin, "--exec", execchild.Command(execchild.CrashOnDeliver), "--duration", "2m", "--workers", "2",
+			"--nemesis", "none", "--no-ack-timeout", "2s")
+		if code != exitNoAck || rep.Verdict != "no-ack" || rep.Totals.Lost != 0 || rep.Elapsed > time.Minute {
+			t.Fatalf("exit %d, verdict %q after %s, totals %+v\nstdout:\n%s\nstderr:\n%s", code, rep.Verdict, rep.Elapsed, rep.Totals, stdout, stderr)
+		}
+		for _, want := range []string{": NO-ACK\n  crashes: the implementation's processes crashed ",
+			"  stopped early: no delivery was acknowledged for 2", "during which the implementation's processes crashed",
+			"events never acknowledged or refused are unsettled, not judged lost", "anomalies: 0 lost"} {
+			if !strings.Contains(stdout, want) {
+				t.Errorf("stdout lacks %q:\n%s", want, stdout)
+			}
+		}
+		if !strings.Contains(rep.Error, execchild.LastWords) || len(rep.Crashes) != 2 {
+			t.Errorf("the report's error %q does not quote the crash, or its crashes %+v are not per instance", rep.Error, rep.Crashes)
+		}
+	})
 }

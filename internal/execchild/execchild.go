@@ -133,7 +133,19 @@ const (
 	// with status 1 before it answers hello, as a child whose supervisor
 	// restarts it while its server is away. It needs EnvMarkDir.
 	CrashThenFailHello = "crash-then-fail-hello"
+	// CrashAtNth serves the reference, but each process writes LastWords
+	// to stderr and exits with status 3 at its Nth delivery, N from
+	// EnvCrashAt: a child that crashes now and then, which its supervisor
+	// restarts, and which is correct while it lives.
+	CrashAtNth = "crash-at-nth"
 )
+
+// EnvCrashAt names the variable holding the N of CrashAtNth, from 1;
+// DefaultCrashAt when unset.
+const EnvCrashAt = "HARMLESS_EXECCHILD_CRASH_AT"
+
+// DefaultCrashAt is CrashAtNth's N unless EnvCrashAt says otherwise.
+const DefaultCrashAt = 50
 
 // The first lines of the crash reports of ExitOnLostConnection and
 // CrashThenFailHello.
@@ -200,6 +212,16 @@ func maxInFlightOf(value string) (int, error) {
 	return n, nil
 }
 
+// crashAt is CrashAtNth's N: EnvCrashAt, or DefaultCrashAt when it is
+// unset or not a positive number.
+func crashAt() int64 {
+	n, err := strconv.ParseInt(os.Getenv(EnvCrashAt), 10, 64)
+	if err != nil || n < 1 {
+		return DefaultCrashAt
+	}
+	return n
+}
+
 // child is one child process's state.
 type child struct {
 	mode        string
@@ -215,6 +237,8 @@ type child struct {
 	pool   *pgxpool.Pool
 	effect protocol.EffectSpec
 	now    atomic.Int64 // latest harness time, Unix ns
+
+	deliveries atomic.Int64 // deliveries received, for CrashAtNth
 }
 
 func serve(mode string, maxInFlight int, in io.Reader, out io.Writer) int {
@@ -386,6 +410,11 @@ func (c *child) deliver(req protocol.IncomingRequest) {
 	case CrashOnDeliver, CrashThenFailHello:
 		fmt.Fprintln(os.Stderr, LastWords)
 		os.Exit(3)
+	case CrashAtNth:
+		if c.deliveries.Add(1) >= crashAt() {
+			fmt.Fprintln(os.Stderr, LastWords)
+			os.Exit(3)
+		}
 	case LogToStdout:
 		c.answer([]byte(StdoutLog+string(p.EventID)+"\n"), nil)
 	case LeakDSN:

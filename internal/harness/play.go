@@ -251,11 +251,22 @@ func (s *Play) CrashesOf(n int) []string {
 		crashes = append(crashes, r.Crashes()...)
 	}
 	for _, a := range s.history {
-		if a.Instance == n && errors.Is(a.Err, ErrPanicked) && !errors.Is(a.Err, faults.ErrInjected) {
-			crashes = append(crashes, fmt.Sprintf("the delivery of %s attempt %d panicked: %s", a.Delivery.Event, a.Delivery.Attempt, firstLine(a.Err.Error())))
+		if c, ok := PanicCrash(a); ok && a.Instance == n {
+			crashes = append(crashes, c)
 		}
 	}
 	return crashes
+}
+
+// PanicCrash describes attempt a as a crash when its delivery panicked,
+// unless the panic was one the harness injected: a crash of an in-process
+// implementation, as [Play.CrashesOf] counts it. A caller that keeps no
+// history (PlayOptions.NoHistory) counts them with it as deliveries end.
+func PanicCrash(a Attempt) (string, bool) {
+	if !errors.Is(a.Err, ErrPanicked) || errors.Is(a.Err, faults.ErrInjected) {
+		return "", false
+	}
+	return fmt.Sprintf("the delivery of %s attempt %d panicked: %s", a.Delivery.Event, a.Delivery.Attempt, firstLine(a.Err.Error())), true
 }
 
 // Crashes returns the crashes of every instance of the play (see

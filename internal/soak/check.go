@@ -127,6 +127,7 @@ type facts struct {
 const (
 	flagFirstConflicting = 1 << 0
 	flagUnsettled        = 1 << 1
+	flagAnswered         = 1 << 2 // a delivery was acknowledged or refused
 )
 
 type effect struct {
@@ -198,6 +199,9 @@ func (c *Checker) Record(op Op, err error) {
 	c.ops[c.nops>>chunkBits][c.nops&chunkMask] = r
 	c.nops++
 	f.head = c.nops
+	if op.Status != Info {
+		f.flags |= flagAnswered
+	}
 	if op.Status == OK && op.Outcome == adapters.Applied {
 		if f.applied == 1 {
 			c.suspicious.Add(1)
@@ -272,13 +276,29 @@ func (c *Checker) Effect(event uint32, attempt int, v Variant) {
 }
 
 // Unsettled marks event as never acknowledged because the run was
-// interrupted before its redeliveries were made: Check does not judge it
-// lost (it still judges the rest).
+// interrupted before its redeliveries were made, or ended because the
+// implementation acknowledged nothing any more (see NoAckError): Check does
+// not judge it lost (it still judges the rest).
 func (c *Checker) Unsettled(event uint32) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if event < c.nevents {
 		c.event(event).flags |= flagUnsettled
+	}
+}
+
+// UnsettleUnanswered marks every event none of whose deliveries was
+// acknowledged or refused as Unsettled: when the implementation stopped
+// answering (see NoAckError), an event it never answered is no evidence of
+// how it deduplicates, whether its redeliveries were still due or had run
+// out of patience.
+func (c *Checker) UnsettleUnanswered() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for i := range c.nevents {
+		if f := c.event(i); f.head != 0 && f.flags&flagAnswered == 0 {
+			f.flags |= flagUnsettled
+		}
 	}
 }
 

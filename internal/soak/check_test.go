@@ -477,3 +477,30 @@ func TestCheckerUnsettledIsNotLost(t *testing.T) {
 		t.Errorf("unsettled %d, lost %d, anomalies %+v; want e0 unsettled and e1 lost", totals.Unsettled, totals.Lost, anomalies)
 	}
 }
+
+// When the implementation stopped answering, every event it never
+// acknowledged or refused is unsettled, also one whose redeliveries ran
+// out; an event acknowledged Duplicate without an effect, or refused, is
+// still judged lost.
+func TestCheckerUnsettleUnanswered(t *testing.T) {
+	c := NewChecker(Namespace)
+	record := func(event uint32, op Op) {
+		op.Event = event
+		var err error
+		if op.Status != OK {
+			err = errors.New("process failed")
+		}
+		c.Record(op, err)
+	}
+	record(0, info(1, 1, 0, 10)) // never answered
+	record(0, info(2, 1, 20, 30))
+	record(1, duplicate(1, 2, 0, 10))                         // acknowledged, no effect: lost
+	record(2, refused(1, 1, Original, RefusedInvalid, 0, 10)) // refused: lost
+	record(3, applied(1, 2, 0, 10))                           // applied, with its effect
+	c.Effect(3, 1, Original)
+	c.UnsettleUnanswered()
+	totals, anomalies, _ := c.Check(t.Context())
+	if totals.Unsettled != 1 || totals.Lost != 2 || len(anomalies) != 2 || anomalies[0].ID != EventID(1) || anomalies[1].ID != EventID(2) {
+		t.Errorf("unsettled %d, lost %d, anomalies %+v; want e0 unsettled, e1 and e2 lost", totals.Unsettled, totals.Lost, anomalies)
+	}
+}

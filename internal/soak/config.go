@@ -30,6 +30,13 @@ type Config struct {
 	// out of it while the nemesis is on is parked, and gets a whole
 	// patience again once the faults are healed.
 	RedeliveryPatience time.Duration `json:"redelivery_patience_ns,omitempty"`
+	// NoAckTimeout ends the soak when no delivery was acknowledged (or
+	// refused) for that long while deliveries kept ending with an unknown
+	// outcome, no fault being in progress: the implementation is dead or
+	// cannot work here, and going on would only drive deliveries at it and
+	// judge every event lost (see NoAckError). 0 means
+	// DefaultNoAckTimeout.
+	NoAckTimeout time.Duration `json:"no_ack_timeout_ns,omitempty"`
 }
 
 // Defaults of the command's flags.
@@ -38,4 +45,10 @@ const (
 	DefaultWorkers    = 4
 	DefaultDuplicates = 0.3
 	DefaultConflicts  = 0.01
+	// DefaultNoAckTimeout is far longer than a correct implementation goes
+	// without an acknowledgement once a fault is healed (a restart of its
+	// crashed process takes a tenth of a second, a reconnection to a
+	// restarted server well under a second), and short enough that a dead
+	// one is named in seconds.
+	DefaultNoAckTimeout = 10 * time.Second
 )

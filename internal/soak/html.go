@@ -9,6 +9,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/harmless-dev/harmless/internal/harness"
 )
 
 //go:embed report.html.tmpl
@@ -22,6 +24,7 @@ var pageTemplate = template.Must(template.New("report").Funcs(template.FuncMap{
 	"pct":   func(f float64) string { return fmt.Sprintf("%.0f%%", f*100) },
 	"join":  strings.Join,
 	"plus1": func(i int) int { return i + 1 },
+	"times": harness.Times[int],
 	"span":  func(start, end time.Duration) string { return fmtDuration(end - start) },
 }).Parse(reportTemplate))
 

@@ -312,3 +312,24 @@ func TestWriteHTMLUnhealedFault(t *testing.T) {
 		t.Errorf("unhealed crash shaded over %v, want %v", got, want)
 	}
 }
+
+// A soak that ended without acknowledgements says so, not "ANOMALIES: 0",
+// and the crashes lead the page, each instance's first quoted.
+func TestWriteHTMLNoAckAndCrashes(t *testing.T) {
+	r := Report{Adapter: "exec", Verdict: verdictNoAck, Error: "no delivery was acknowledged for 10s " + nastyError,
+		Totals:  Totals{Events: 7, Unsettled: 7},
+		Crashes: []Crash{{Instance: 1, Count: 3, First: "process 1 of instance 1 failed: " + nastyError}, {Instance: 2, Count: 2, First: "process 1 of instance 2 failed"}}}
+	out := writeHTML(t, r)
+	for _, want := range []string{"NO-ACK", `id="crashes"`, "crashed 5 times", html.EscapeString("process 1 of instance 1 failed: " + nastyError),
+		`id="no-ack"`, "The 7 events never acknowledged or refused are unsettled"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the page lacks %q", want)
+		}
+	}
+	if strings.Contains(out, "ANOMALIES") || strings.Contains(out, "<h1>injected") {
+		t.Error("the page of a no-ack soak says ANOMALIES, or holds the error unescaped")
+	}
+	if out := writeHTML(t, Report{}); strings.Contains(out, `id="crashes"`) || strings.Contains(out, `id="no-ack"`) {
+		t.Error("a report without crashes or a no-ack error has their banners")
+	}
+}

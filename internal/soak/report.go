@@ -20,9 +20,20 @@ type Report struct {
 	Interrupted bool        `json:"interrupted"`
 	Environment Environment `json:"environment"`
 	// Verdict is "clean" with zero lost, duplicated, wrong and conflicts
-	// applied, else "anomalies".
+	// applied, else "anomalies"; "no-ack" when the soak ended because no
+	// delivery was acknowledged for Config.NoAckTimeout (Error says why):
+	// the events never acknowledged or refused are then unsettled, not
+	// lost, and the anomalies counted are among the others.
 	Verdict string `json:"verdict"`
-	Totals  Totals `json:"totals"`
+	// Error says why the soak ended early without judging every event,
+	// with verdict "no-ack": the NoAckError's message.
+	Error string `json:"error,omitempty"`
+	// Crashes lists, per instance, how often the implementation's
+	// processes crashed and were restarted, and the first crash, as the
+	// harness's supervisor of exec children records them (a certificate's
+	// crashes, one play); instances without a crash are left out.
+	Crashes []Crash `json:"crashes"`
+	Totals  Totals  `json:"totals"`
 	// Throughput is acknowledged deliveries per second while the load ran
 	// (the settling phase excluded).
 	Throughput float64 `json:"throughput"`
@@ -47,8 +58,31 @@ type Report struct {
 	Unknowns []Unknown `json:"unknowns"`
 }
 
-// Clean reports whether the run found no anomaly.
-func (r Report) Clean() bool { return r.Totals.Anomalous() == 0 }
+// Clean reports whether the run found no anomaly and judged every event.
+func (r Report) Clean() bool { return r.Totals.Anomalous() == 0 && r.Verdict != verdictNoAck }
+
+// CrashCount is how many times the implementation's processes crashed in
+// all.
+func (r Report) CrashCount() int {
+	n := 0
+	for _, c := range r.Crashes {
+		n += c.Count
+	}
+	return n
+}
+
+// Crash is the crashes of one instance of the implementation during the
+// soak: the shape of a certificate's crashes (suite/certificate.Crash), the
+// soak being one play.
+type Crash struct {
+	// Instance is the instance (worker) number, from 1.
+	Instance int `json:"instance"`
+	// Count is how many times its processes crashed.
+	Count int `json:"count"`
+	// First describes the first crash: how the process failed and the
+	// first lines of its crash report.
+	First string `json:"first"`
+}
 
 // Environment is where the soak ran.
 type Environment struct {

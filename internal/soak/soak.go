@@ -54,6 +54,9 @@ type Progress struct {
 	Anomalies int
 	// Fault is the fault in progress, or "".
 	Fault string
+	// Crashes counts the crashes of the implementation's processes so
+	// far, each restarted (see Report.Crashes).
+	Crashes int
 }
 
 // A delivery whose outcome is unknown is redelivered as the harness's
@@ -74,6 +77,7 @@ const (
 	phaseCheck        = "check"
 	verdictClean      = "clean"
 	verdictAnomalies  = "anomalies"
+	verdictNoAck      = "no-ack"
 )
 
 // Run soaks adapter on run's database as cfg says and checks the history.
@@ -100,6 +104,7 @@ func Run(ctx context.Context, run *harness.Run, adapter adapters.Adapter, cfg Co
 		rng:  rand.New(rand.NewPCG(uint64(cfg.Seed), 0x6272_6f6b_6572)), // "broker"
 		wake: make(chan struct{}, 1), fatalCh: make(chan struct{}),
 	}
+	s.acks.restart(time.Now())
 	s.nem = newNemesis(s)
 	rep, err := s.soak(ctx)
 	// Closing drops the play's schema, after the ledger was read.
@@ -138,6 +143,7 @@ type soaker struct {
 	start   time.Time
 
 	delivered, acked atomic.Int64
+	acks             ackWatch
 
 	mu          sync.Mutex
 	next        uint32                 // events generated
@@ -149,9 +155,13 @@ type soaker struct {
 	settling    bool
 	phase       string
 	concurrent  map[uint32]bool // upcoming events the nemesis wants delivered concurrently
-	wake        chan struct{}
-	fatal       error
-	fatalCh     chan struct{}
+	// panics counts, per worker, the deliveries that panicked (the play
+	// keeps no history, where Play.CrashesOf would find them), with the
+	// first.
+	panics  map[int]*Crash
+	wake    chan struct{}
+	fatal   error
+	fatalCh chan struct{}
 }
 
 // eventState is what the dispatcher knows of an event with deliveries
@@ -220,6 +230,8 @@ func (s *soaker) soak(ctx context.Context) (Report, error) {
 	}
 	progressDone := make(chan struct{})
 	stopProgress := s.reportProgress(progressDone)
+	watchDone := make(chan struct{})
+	stopWatch := s.watchAcks(ctx, watchDone)
 
 	// The load, with the nemesis.
 	s.setPhase(phaseLoad)
@@ -258,6 +270,9 @@ func (s *soaker) soak(ctx context.Context) (Report, error) {
 	cancelSettle()
 	close(queue)
 	workers.Wait()
+	close(watchDone)
+	stopWatch()
+	rep.Crashes = s.crashes()
 
 	s.setPhase(phaseCheck)
 	err := s.observe(ctx, &rep)
@@ -268,9 +283,15 @@ func (s *soaker) soak(ctx context.Context) (Report, error) {
 	}
 	s.mu.Lock()
 	fatal := s.fatal
-	// Only an interruption leaves events unsettled: after the settling
-	// timeout an event never acknowledged is judged, so an implementation
-	// that fails every delivery is found, not excused.
+	var noAck *NoAckError
+	stalled := errors.As(fatal, &noAck)
+	// Only an interruption, or an implementation that stopped
+	// acknowledging, leaves events unsettled: after the settling timeout
+	// an event never acknowledged is judged, so an implementation that
+	// fails some deliveries for good is found, not excused. One that
+	// answers nothing at all is no evidence about the events it never
+	// answered, even those whose redeliveries had run out of patience: the
+	// soak ends with its error, not millions of lost events.
 	if rep.Interrupted {
 		for i, st := range s.open {
 			if !st.acked {
@@ -278,8 +299,11 @@ func (s *soaker) soak(ctx context.Context) (Report, error) {
 			}
 		}
 	}
+	if stalled {
+		s.checker.UnsettleUnanswered()
+	}
 	s.mu.Unlock()
-	if fatal != nil {
+	if fatal != nil && !stalled {
 		return rep, fatal
 	}
 
@@ -294,6 +318,10 @@ func (s *soaker) soak(ctx context.Context) (Report, error) {
 	rep.Verdict = verdictClean
 	if !rep.Clean() {
 		rep.Verdict = verdictAnomalies
+	}
+	if stalled {
+		rep.Verdict, rep.Error = verdictNoAck, noAck.Error()
+		return rep, noAck
 	}
 	return rep, ctx.Err()
 }
@@ -513,18 +541,21 @@ func (s *soaker) work(ctx context.Context, n int, queue <-chan job) {
 	for j := range queue {
 		ev := s.gen.event(j.event, j.variant)
 		s.mu.Lock()
-		if st := s.open[j.event]; st.firstInvoke < 0 {
+		st := s.open[j.event]
+		first := st.firstInvoke < 0
+		if first {
 			st.firstInvoke = s.since()
 		}
 		s.mu.Unlock()
 		a := s.play.Deliver(ctx, n, ev)
-		op := s.record(n, j, a)
+		op := s.record(n, j, a, first)
 		s.after(j, op)
 	}
 }
 
-// record adds the attempt to the history and the timeline.
-func (s *soaker) record(n int, j job, a harness.Attempt) Op {
+// record adds the attempt to the history and the timeline; first says it
+// was its event's first delivery.
+func (s *soaker) record(n int, j job, a harness.Attempt, first bool) Op {
 	op := Op{Event: j.event, Worker: uint16(n), Attempt: uint16(min(a.Delivery.Attempt, 1<<16-1)), Variant: j.variant,
 		Invoke: a.Started, Return: a.Ended}
 	switch {
@@ -539,6 +570,14 @@ func (s *soaker) record(n int, j job, a harness.Attempt) Op {
 	}
 	s.checker.Record(op, a.Err)
 	s.tl.add(a.Ended, a.Ended-a.Started, op.Status == OK)
+	if op.Status == Info {
+		s.acks.unknown(a.Err, first)
+		if c, ok := harness.PanicCrash(a); ok {
+			s.panicked(n, c)
+		}
+	} else {
+		s.acks.answered(time.Now())
+	}
 	s.delivered.Add(1)
 	if op.Status == OK {
 		s.acked.Add(1)
@@ -700,7 +739,7 @@ func (s *soaker) reportProgress(done <-chan struct{}) func() {
 				acked := s.acked.Load()
 				p := Progress{Elapsed: s.since(), Delivered: s.delivered.Load(), Acked: acked,
 					Throughput: float64(acked-lastAcked) / now.Sub(last).Seconds(),
-					Anomalies:  s.checker.Suspicious(), Fault: s.nem.Current()}
+					Anomalies:  s.checker.Suspicious(), Fault: s.nem.Current(), Crashes: s.crashCount()}
 				lastAcked, last = acked, now
 				s.mu.Lock()
 				p.Phase, p.Events = s.phase, int(s.next)

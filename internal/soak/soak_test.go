@@ -6,13 +6,17 @@ import (
 	"time"
 
 	"github.com/harmless-dev/harmless/adapters/builtin"
+	"github.com/harmless-dev/harmless/internal/execchild"
 	"github.com/harmless-dev/harmless/internal/harness"
 	"github.com/harmless-dev/harmless/internal/pgtest"
 	"github.com/harmless-dev/harmless/internal/provision"
 	"github.com/harmless-dev/harmless/internal/soak"
 )
 
-func TestMain(m *testing.M) { pgtest.Main(m) }
+func TestMain(m *testing.M) {
+	execchild.MaybeServe() // the crash tests run this binary as an exec child
+	pgtest.Main(m)
+}
 
 // soakFor soaks the built-in adapter name on the tests' server for d with
 // the given nemeses, and returns the report.
