@@ -75,7 +75,9 @@ Usage:
 Exit codes: 0 certified (every MUST rule ran and passed), 1 not certified (a rule
 failed), 2 usage or environment error, 3 partial (no rule failed, but some MUST
 rules did not run; the last lines say which and why), 130 or 143 interrupted by
-SIGINT or SIGTERM (everything the run created is removed first).
+SIGINT or SIGTERM (everything the run created is removed first). soak: 0 clean,
+1 anomalies found, 2 usage or environment error, 4 no delivery acknowledged for
+--no-ack-timeout (the implementation is dead or cannot work here).
 `
 
 // run is the whole command; main only exits with its result.
@@ -100,7 +102,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		})
 	case "version", "--version", "-version":
 		return noFlags("harmless version", "harmless version  (or harmless --version)", args[1:], stdout, stderr, func() {
-			fmt.Fprintf(stdout, "harmless suite %s\n", suite.Version)
+			fmt.Fprintf(stdout, "harmless %s (commit %s)\n", suite.Version, certificate.Harness().Commit)
 		})
 	case "help":
 		return help(args[1:], stdout, stderr)

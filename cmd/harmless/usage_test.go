@@ -9,6 +9,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/harmless-dev/harmless/suite"
 )
 
 // flagMention is a flag as the README and the usage write it: -q, --json.
@@ -143,7 +145,7 @@ func TestEveryCommandHasHelp(t *testing.T) {
 	}
 	for _, args := range [][]string{{"--version"}, {"version"}} {
 		var stdout, stderr bytes.Buffer
-		if code := run(args, &stdout, &stderr); code != exitCertified || !strings.HasPrefix(stdout.String(), "harmless suite ") {
+		if code := run(args, &stdout, &stderr); code != exitCertified || !strings.HasPrefix(stdout.String(), "harmless "+suite.Version+" (commit ") {
 			t.Errorf("%v: exit code %d, stdout %q; want 0 and the version", args, code, stdout.String())
 		}
 	}
