@@ -32,13 +32,20 @@ type secretRole struct {
 	port                 uint16
 }
 
+// shortPassword is a password too short to mask: certify shows it where it
+// is quoted, and warns.
+const shortPassword = "abc"
+
 // newSecretRole creates a role that may log in with a random password and
-// create schemas in the shared server's database, and a second one, named
-// by nologin, that may not log in at all. Both are dropped when the test
-// ends. The password holds a space, a quote and an '@', so that every
+// create schemas in the shared server's database; a second one, named by
+// nologin, that may not log in at all; and a third, named by short, that
+// may do what the first may with shortPassword. All are dropped when the
+// test ends. The password holds a space, a quote and an '@', so that every
 // spelling of it (percent-encoded in a URL, escaped in a keyword/value
-// string, quoted by %q) differs from it.
-func newSecretRole(t *testing.T) (secretRole, string) {
+// string, quoted by %q) differs from it. Each role that logs in has a
+// password of its own because the server may ask for it: a server harmless
+// starts asks every login for its password by SCRAM-SHA-256.
+func newSecretRole(t *testing.T) (role secretRole, nologin, short string) {
 	t.Helper()
 	cfg, err := pgx.ParseConfig(pgtest.DSN(t))
 	if err != nil {
@@ -52,13 +59,15 @@ func newSecretRole(t *testing.T) (secretRole, string) {
 	core := random(12)
 	r := secretRole{name: "harmless_secret_" + random(4), password: "Pw-" + core + " 'q@x", core: core,
 		host: cfg.Host, port: cfg.Port, database: cfg.Database}
-	nologin := r.name + "_nologin"
+	nologin, short = r.name+"_nologin", r.name+"_short"
 	pool := pgtest.Pool(t)
 	ident := func(s string) string { return pgx.Identifier{s}.Sanitize() }
 	for _, sql := range []string{
 		fmt.Sprintf("CREATE ROLE %s LOGIN PASSWORD '%s'", ident(r.name), strings.ReplaceAll(r.password, "'", "''")),
 		fmt.Sprintf("GRANT CREATE ON DATABASE %s TO %s", ident(r.database), ident(r.name)),
 		fmt.Sprintf("CREATE ROLE %s NOLOGIN PASSWORD '%s'", ident(nologin), random(12)),
+		fmt.Sprintf("CREATE ROLE %s LOGIN PASSWORD '%s'", ident(short), shortPassword),
+		fmt.Sprintf("GRANT CREATE ON DATABASE %s TO %s", ident(r.database), ident(short)),
 	} {
 		if _, err := pool.Exec(t.Context(), sql); err != nil {
 			t.Fatalf("%s: %v", sql, err)
@@ -67,17 +76,18 @@ func newSecretRole(t *testing.T) (secretRole, string) {
 	t.Cleanup(func() {
 		ctx := context.Background()
 		for _, sql := range []string{
-			fmt.Sprintf("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = '%s'", r.name),
-			fmt.Sprintf("DROP OWNED BY %s", ident(r.name)),
+			fmt.Sprintf("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename IN ('%s', '%s')", r.name, short),
+			fmt.Sprintf("DROP OWNED BY %s, %s", ident(r.name), ident(short)),
 			fmt.Sprintf("DROP ROLE %s", ident(r.name)),
 			fmt.Sprintf("DROP ROLE %s", ident(nologin)),
+			fmt.Sprintf("DROP ROLE %s", ident(short)),
 		} {
 			if _, err := pool.Exec(ctx, sql); err != nil {
 				t.Errorf("%s: %v", sql, err)
 			}
 		}
 	})
-	return r, nologin
+	return r, nologin, short
 }
 
 // url is a connection URL for user with password, on port.
@@ -141,12 +151,12 @@ func checkNoSecret(t *testing.T, core, stdout, stderr string, p reportPaths) int
 // (a role made for the test, on the shared server) and searches everything
 // it writes for the password: stdout and stderr with -v (the suite's log
 // and Ginkgo's verbose report among them), the JSON certificate, the JUnit
-// and Markdown reports and $GITHUB_STEP_SUMMARY. A server that trusts every
-// local connection accepts any password: the test needs only that the DSN
-// holds one.
+// and Markdown reports and $GITHUB_STEP_SUMMARY. Every DSN that must log in
+// holds the password of its role, so that the test works on a server that
+// asks for it (one harmless starts) as on one that trusts every login.
 func TestSecretsStayOutOfReports(t *testing.T) {
 	bin := binary(t)
-	role, nologin := newSecretRole(t)
+	role, nologin, short := newSecretRole(t)
 
 	t.Run("a whole run", func(t *testing.T) {
 		p := newReportPaths(t)
@@ -206,7 +216,7 @@ func TestSecretsStayOutOfReports(t *testing.T) {
 	// A password too short to mask (it would garble every report) is
 	// shown where it is quoted, and certify says so, once.
 	t.Run("a password too short to mask", func(t *testing.T) {
-		code, stdout, stderr := runCertify(t, bin, nil, "--adapter", "reference", "--dsn", role.url(role.name, "abc", role.port),
+		code, stdout, stderr := runCertify(t, bin, nil, "--adapter", "reference", "--dsn", role.url(short, shortPassword, role.port),
 			"--label-filter", "fixture:"+fixtures.DoubleDelivery)
 		if code != exitPartial {
 			t.Fatalf("exit code %d; want %d\nstdout:\n%s\nstderr:\n%s", code, exitPartial, stdout, stderr)

@@ -18,8 +18,10 @@ import (
 // pg_hba.conf asks three roles for a password, by SCRAM-SHA-256, md5 and
 // cleartext, and logs them in through the proxy: authentication is relayed
 // untouched, so the right password gets in and a wrong one is refused by
-// the server. It then moves the proxy between the shared server and the
-// cluster with SetUpstream.
+// the server. It then moves the proxy from the cluster to the shared server
+// with SetUpstream, logging in to each with that server's own credentials,
+// so that it works whether the shared server trusts every login (a DSN's)
+// or asks for its password (a server harmless starts).
 func TestAuthenticationPassesThrough(t *testing.T) {
 	shared := pgtest.DSN(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
@@ -124,11 +126,19 @@ func TestAuthenticationPassesThrough(t *testing.T) {
 	}
 
 	// SetUpstream: new connections go to the shared server, open ones stay.
+	// A connection to the shared server logs in with the shared server's
+	// own credentials (its DSN, rewritten to go through the proxy): a
+	// server harmless starts has a password of its own, which the
+	// cluster's DSN does not carry.
 	onCluster := connectDSN(t, pdsn, "harmless-pgproxy-test")
 	if err := p.SetUpstream(upstreamOf(t, shared)); err != nil {
 		t.Fatal(err)
 	}
-	onShared := connectDSN(t, pdsn, "harmless-pgproxy-test")
+	sharedPDSN, err := p.DSN(shared)
+	if err != nil {
+		t.Fatal(err)
+	}
+	onShared := connectDSN(t, sharedPDSN, "harmless-pgproxy-test")
 	port := func(c *pgx.Conn) int {
 		var port int
 		if err := c.QueryRow(ctx, "SELECT inet_server_port()").Scan(&port); err != nil {

@@ -116,51 +116,80 @@ func TestSSLRequestFallsBackToPlaintext(t *testing.T) {
 	}
 }
 
-// TestEncryptionRequestsAnsweredN speaks the startup phase by hand: an
-// SSLRequest and a GSSEncRequest are each answered 'N', and the startup
-// that follows gets through.
+// TestEncryptionRequestsAnsweredN speaks the start of the startup phase by
+// hand: an SSLRequest and a GSSEncRequest are each answered 'N', and the
+// startup that follows, on the same connection, gets through. pgconn does
+// that startup (its DialFunc hands it the connection after the two
+// requests), so that it authenticates as the server asks: a server harmless
+// starts asks for a SCRAM-SHA-256 password, which a startup written by hand
+// would have to implement, and one named by a DSN may trust every login.
 func TestEncryptionRequestsAnsweredN(t *testing.T) {
 	e := setup(t)
-	nc, err := net.Dial("tcp", e.proxy.Addr())
+	cfg, err := pgconn.ParseConfig(e.dsn)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer nc.Close()
+	// Nothing but a plaintext startup on the connection the dial returns:
+	// no TLS of pgconn's own, no fallback to another connection.
+	cfg.TLSConfig, cfg.Fallbacks = nil, nil
+	cfg.RuntimeParams["application_name"] = e.appPrefix
+	dials := 0
+	cfg.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		dials++
+		if addr != e.proxy.Addr() {
+			return nil, fmt.Errorf("dial %s, want the proxy at %s", addr, e.proxy.Addr())
+		}
+		nc, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		if err := encryptionRequestsAnsweredN(nc); err != nil {
+			nc.Close()
+			return nil, err
+		}
+		return nc, nil
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), testTimeout)
+	defer cancel()
+	conn, err := pgconn.ConnectConfig(ctx, cfg)
+	if err != nil {
+		t.Fatalf("startup after the encryption requests: %v", err)
+	}
+	defer conn.Close(context.Background())
+	if dials != 1 {
+		t.Errorf("%d dials, want 1", dials)
+	}
+	if err := conn.Exec(ctx, "SELECT 1").Close(); err != nil {
+		t.Fatalf("a query after the startup: %v", err)
+	}
+}
+
+// encryptionRequestsAnsweredN sends an SSLRequest and then a GSSEncRequest
+// on nc and returns an error unless each is answered 'N', the single byte
+// of a server that declines.
+func encryptionRequestsAnsweredN(nc net.Conn) error {
 	if err := nc.SetDeadline(time.Now().Add(testTimeout)); err != nil {
-		t.Fatal(err)
+		return fmt.Errorf("set deadline: %w", err)
 	}
 	fe := pgproto3.NewFrontend(nc, nc)
 	for _, req := range []pgproto3.FrontendMessage{&pgproto3.SSLRequest{}, &pgproto3.GSSEncRequest{}} {
 		fe.Send(req)
 		if err := fe.Flush(); err != nil {
-			t.Fatal(err)
+			return fmt.Errorf("send %T: %w", req, err)
 		}
 		answer := make([]byte, 1)
-		if _, err := io.ReadFull(nc, answer); err != nil || answer[0] != 'N' {
-			t.Fatalf("%T answered %q, %v; want 'N'", req, answer, err)
+		if _, err := io.ReadFull(nc, answer); err != nil {
+			return fmt.Errorf("read the answer to %T: %w", req, err)
+		}
+		if answer[0] != 'N' {
+			return fmt.Errorf("%T answered %q, want 'N'", req, answer)
 		}
 	}
-	fe.Send(&pgproto3.StartupMessage{ProtocolVersion: pgproto3.ProtocolVersion30,
-		Parameters: map[string]string{"user": "postgres", "database": "postgres", "application_name": e.appPrefix}})
-	if err := fe.Flush(); err != nil {
-		t.Fatal(err)
+	// pgconn sets its own deadlines from here on.
+	if err := nc.SetDeadline(time.Time{}); err != nil {
+		return fmt.Errorf("clear deadline: %w", err)
 	}
-	for {
-		msg, err := fe.Receive()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, ok := msg.(*pgproto3.ReadyForQuery); ok {
-			break
-		}
-		if er, ok := msg.(*pgproto3.ErrorResponse); ok {
-			t.Fatalf("startup failed: %s", er.Message)
-		}
-	}
-	fe.Send(&pgproto3.Terminate{})
-	if err := fe.Flush(); err != nil {
-		t.Fatal(err)
-	}
+	return nil
 }
 
 func TestCancelRequestIsForwarded(t *testing.T) {
