@@ -42,6 +42,9 @@ func FuzzParseCertify(f *testing.F) {
 			if msg := err.Error(); !strings.HasPrefix(msg, "--label-filter") && !strings.HasPrefix(msg, "--provision") {
 				t.Fatalf("the error %q does not name the flag at fault", msg)
 			}
+			if msg := err.Error(); strings.ContainsRune(msg, '\x1b') {
+				t.Fatalf("the error %q carries terminal escape codes", msg)
+			}
 			if strings.HasPrefix(err.Error(), "--label-filter") && (filter == "" || filterErr == nil && selects) {
 				t.Fatalf("refused the label filter %q, which Ginkgo accepts and which selects rules: %v", filter, err)
 			}

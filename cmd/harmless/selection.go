@@ -29,6 +29,11 @@ func (s selection) filter() string {
 	for _, id := range s.rules {
 		ids = append(ids, "rule:"+id)
 	}
+	if len(ids) == 0 {
+		// As typed: wrapping it could change how Ginkgo reads it (an
+		// unterminated /regexp/ would swallow the closing parenthesis).
+		return s.labelFilter
+	}
 	var parts []string
 	if s.labelFilter != "" {
 		parts = append(parts, "("+s.labelFilter+")")
@@ -51,7 +56,7 @@ func ruleLabels(r fixtures.Rule) []string {
 func (s selection) check() error {
 	if s.labelFilter != "" {
 		if _, err := types.ParseLabelFilter(s.labelFilter); err != nil {
-			return fmt.Errorf("--label-filter %q: %w", s.labelFilter, err)
+			return fmt.Errorf("--label-filter %q: %s", s.labelFilter, plainFilterError(err))
 		}
 	}
 	filter := s.filter()
@@ -60,7 +65,7 @@ func (s selection) check() error {
 	}
 	match, err := types.ParseLabelFilter(filter)
 	if err != nil {
-		return fmt.Errorf("--fixture and --rule with --label-filter %q: %w", s.labelFilter, err)
+		return fmt.Errorf("--label-filter %q cannot be combined with --fixture or --rule (as %q): %s", s.labelFilter, filter, plainFilterError(err))
 	}
 	for _, r := range fixtures.Rules() {
 		if match(ruleLabels(r)) {
@@ -117,4 +122,13 @@ func ruleIDs() []string {
 		ids = append(ids, r.ID)
 	}
 	return ids
+}
+
+// ansiEscape matches the terminal colour codes Ginkgo's errors carry.
+var ansiEscape = regexp.MustCompile("\x1b\\[[0-9;]*m")
+
+// plainFilterError is Ginkgo's label filter error on one line, without the
+// colour codes it carries whatever the output is.
+func plainFilterError(err error) string {
+	return strings.Join(strings.Fields(ansiEscape.ReplaceAllString(err.Error(), "")), " ")
 }
