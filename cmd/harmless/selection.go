@@ -3,7 +3,9 @@ package main
 import (
 	"fmt"
 	"regexp"
+	"strconv"
 	"strings"
+	"unicode"
 
 	"github.com/onsi/ginkgo/v2/types"
 
@@ -128,7 +130,21 @@ func ruleIDs() []string {
 var ansiEscape = regexp.MustCompile("\x1b\\[[0-9;]*m")
 
 // plainFilterError is Ginkgo's label filter error on one line, without the
-// colour codes it carries whatever the output is.
+// colour codes it carries whatever the output is, and with the control
+// characters of the filter it quotes escaped as %q would: a filter with an
+// escape character must not reach the terminal raw.
 func plainFilterError(err error) string {
-	return strings.Join(strings.Fields(ansiEscape.ReplaceAllString(err.Error(), "")), " ")
+	var b strings.Builder
+	for _, r := range ansiEscape.ReplaceAllString(err.Error(), "") {
+		switch {
+		case r == '\n' || r == '\t':
+			b.WriteRune(' ')
+		case unicode.IsControl(r):
+			q := strconv.QuoteRune(r)
+			b.WriteString(q[1 : len(q)-1])
+		default:
+			b.WriteRune(r)
+		}
+	}
+	return strings.Join(strings.Fields(b.String()), " ")
 }
