@@ -11,9 +11,9 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/harmless-dev/harmless/adapters"
-	"github.com/harmless-dev/harmless/adapters/builtin"
 	"github.com/harmless-dev/harmless/adapters/reference"
 	"github.com/harmless-dev/harmless/fixtures"
+	"github.com/harmless-dev/harmless/internal/adapters/builtin"
 	"github.com/harmless-dev/harmless/internal/pgtest"
 	"github.com/harmless-dev/harmless/suite/certificate"
 )

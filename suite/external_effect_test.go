@@ -5,8 +5,8 @@ import (
 	"testing"
 
 	"github.com/harmless-dev/harmless/adapters"
-	"github.com/harmless-dev/harmless/adapters/builtin"
 	"github.com/harmless-dev/harmless/fixtures"
+	"github.com/harmless-dev/harmless/internal/adapters/builtin"
 	"github.com/harmless-dev/harmless/internal/pgtest"
 	"github.com/harmless-dev/harmless/suite/certificate"
 )

@@ -9,9 +9,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/harmless-dev/harmless/adapters/broken/checktheninsert"
 	"github.com/harmless-dev/harmless/adapters/reference"
 	"github.com/harmless-dev/harmless/fixtures"
+	"github.com/harmless-dev/harmless/internal/adapters/broken/checktheninsert"
 	"github.com/harmless-dev/harmless/internal/pgtest"
 	"github.com/harmless-dev/harmless/suite/certificate"
 )

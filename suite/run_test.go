@@ -5,9 +5,9 @@ import (
 	"testing"
 
 	"github.com/harmless-dev/harmless/adapters"
-	"github.com/harmless-dev/harmless/adapters/broken/checktheninsert"
 	"github.com/harmless-dev/harmless/adapters/reference"
 	"github.com/harmless-dev/harmless/fixtures"
+	"github.com/harmless-dev/harmless/internal/adapters/broken/checktheninsert"
 	"github.com/harmless-dev/harmless/internal/pgtest"
 	"github.com/harmless-dev/harmless/suite/certificate"
 )

@@ -12,7 +12,7 @@ import (
 
 	"github.com/harmless-dev/harmless/adapters"
 	"github.com/harmless-dev/harmless/adapters/external"
-	"github.com/harmless-dev/harmless/adapters/internal/kit"
+	"github.com/harmless-dev/harmless/internal/adapters/kit"
 )
 
 // Name is the reference adapter's name.

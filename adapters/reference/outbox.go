@@ -11,7 +11,7 @@ import (
 
 	"github.com/harmless-dev/harmless/adapters"
 	"github.com/harmless-dev/harmless/adapters/external"
-	"github.com/harmless-dev/harmless/adapters/internal/kit"
+	"github.com/harmless-dev/harmless/internal/adapters/kit"
 )
 
 // DefaultOutboxTable is the unqualified name of the outbox table.

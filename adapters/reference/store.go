@@ -12,7 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/harmless-dev/harmless/adapters"
-	"github.com/harmless-dev/harmless/adapters/internal/kit"
+	"github.com/harmless-dev/harmless/internal/adapters/kit"
 )
 
 // DefaultTable is the unqualified name of the processed-events table.

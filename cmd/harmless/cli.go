@@ -19,8 +19,8 @@ import (
 	"github.com/onsi/ginkgo/v2/types"
 
 	"github.com/harmless-dev/harmless/adapters"
-	"github.com/harmless-dev/harmless/adapters/builtin"
 	"github.com/harmless-dev/harmless/adapters/exec"
+	"github.com/harmless-dev/harmless/internal/adapters/builtin"
 	"github.com/harmless-dev/harmless/internal/docgen"
 	"github.com/harmless-dev/harmless/internal/redact"
 	"github.com/harmless-dev/harmless/suite"

@@ -11,8 +11,8 @@ import (
 	"text/tabwriter"
 
 	"github.com/harmless-dev/harmless/adapters"
-	"github.com/harmless-dev/harmless/adapters/builtin"
 	"github.com/harmless-dev/harmless/fixtures"
+	"github.com/harmless-dev/harmless/internal/adapters/builtin"
 	"github.com/harmless-dev/harmless/internal/provision"
 	"github.com/harmless-dev/harmless/suite/container"
 )

@@ -6,8 +6,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/harmless-dev/harmless/adapters/builtin"
 	"github.com/harmless-dev/harmless/fixtures"
+	"github.com/harmless-dev/harmless/internal/adapters/builtin"
 	"github.com/harmless-dev/harmless/internal/docgen"
 	"github.com/harmless-dev/harmless/internal/matrix"
 )

@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/harmless-dev/harmless/adapters"
-	"github.com/harmless-dev/harmless/adapters/builtin"
 	harmlessexec "github.com/harmless-dev/harmless/adapters/exec"
+	"github.com/harmless-dev/harmless/internal/adapters/builtin"
 	"github.com/harmless-dev/harmless/internal/execchild"
 	"github.com/harmless-dev/harmless/internal/harness"
 	"github.com/harmless-dev/harmless/internal/pgtest"

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/harmless-dev/harmless/adapters"
-	"github.com/harmless-dev/harmless/adapters/builtin"
+	"github.com/harmless-dev/harmless/internal/adapters/builtin"
 	"github.com/harmless-dev/harmless/internal/harness"
 	"github.com/harmless-dev/harmless/internal/pgtest"
 	"github.com/harmless-dev/harmless/internal/provision"

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/harmless-dev/harmless/adapters/builtin"
+	"github.com/harmless-dev/harmless/internal/adapters/builtin"
 	"github.com/harmless-dev/harmless/internal/execchild"
 	"github.com/harmless-dev/harmless/internal/harness"
 	"github.com/harmless-dev/harmless/internal/pgtest"

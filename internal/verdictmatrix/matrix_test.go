@@ -13,8 +13,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/harmless-dev/harmless/adapters/alternatives/slow"
 	"github.com/harmless-dev/harmless/fixtures"
+	"github.com/harmless-dev/harmless/internal/adapters/alternatives/slow"
 	"github.com/harmless-dev/harmless/internal/matrix"
 	"github.com/harmless-dev/harmless/suite/certificate"
 )

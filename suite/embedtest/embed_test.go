@@ -7,9 +7,9 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 
-	"github.com/harmless-dev/harmless/adapters/broken/checktheninsert"
 	"github.com/harmless-dev/harmless/adapters/reference"
 	"github.com/harmless-dev/harmless/fixtures"
+	"github.com/harmless-dev/harmless/internal/adapters/broken/checktheninsert"
 	"github.com/harmless-dev/harmless/suite"
 	"github.com/harmless-dev/harmless/suite/certificate"
 )

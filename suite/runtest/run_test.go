@@ -8,10 +8,10 @@ import (
 
 	"github.com/onsi/ginkgo/v2/types"
 
-	"github.com/harmless-dev/harmless/adapters/alternatives/databasesql"
-	"github.com/harmless-dev/harmless/adapters/broken/checktheninsert"
 	"github.com/harmless-dev/harmless/adapters/reference"
 	"github.com/harmless-dev/harmless/fixtures"
+	"github.com/harmless-dev/harmless/internal/adapters/alternatives/databasesql"
+	"github.com/harmless-dev/harmless/internal/adapters/broken/checktheninsert"
 	"github.com/harmless-dev/harmless/internal/pgtest"
 	"github.com/harmless-dev/harmless/suite"
 	"github.com/harmless-dev/harmless/suite/certificate"

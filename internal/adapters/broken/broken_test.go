@@ -1,0 +1,436 @@
+package broken_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/harmless-dev/harmless/adapters"
+	"github.com/harmless-dev/harmless/adapters/reference"
+	"github.com/harmless-dev/harmless/internal/adapters/builtin"
+	"github.com/harmless-dev/harmless/internal/effect"
+	"github.com/harmless-dev/harmless/internal/ledger"
+	"github.com/harmless-dev/harmless/internal/pgtest"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+// The broken adapters' names, spelled out: other tooling depends on them.
+const (
+	busyIsDuplicate = "broken-busy-is-duplicate"
+	caseFolded      = "broken-case-folded"
+	checkThenInsert = "broken-check-then-insert"
+	earlyPurge      = "broken-early-purge"
+	effectFirst     = "broken-effect-first"
+	ignorePayload   = "broken-ignore-payload"
+	inMemory        = "broken-in-memory"
+	lossyKey        = "broken-lossy-key"
+	markerFirst     = "broken-marker-first"
+	noNamespace     = "broken-no-namespace"
+	noPurge         = "broken-no-purge"
+	sqlSplice       = "broken-sql-splice"
+	truncatedKey    = "broken-truncated-key"
+	// Their bug lies at the external boundary; without a destination they
+	// are the reference.
+	outboxDeleteFirst = "broken-outbox-delete-first"
+	randomKey         = "broken-random-key"
+	sendAfterCommit   = "broken-send-after-commit"
+	sendInTx          = "broken-send-in-tx"
+)
+
+var names = []string{busyIsDuplicate, caseFolded, checkThenInsert, earlyPurge, effectFirst, ignorePayload, inMemory, lossyKey, markerFirst, noNamespace, noPurge, sqlSplice, truncatedKey,
+	outboxDeleteFirst, randomKey, sendAfterCommit, sendInTx}
+
+// external is what the adapters whose bug lies at the external boundary
+// declare.
+var external = map[string]adapters.ExternalEffects{
+	outboxDeleteFirst: adapters.Outbox, randomKey: adapters.Outbox,
+	sendAfterCommit: adapters.DestinationIdempotency, sendInTx: adapters.DestinationIdempotency,
+}
+
+// world is one adapter in a fresh schema with its ledger, as the harness
+// sets up a play of a fixture, with instances built on demand.
+type world struct {
+	t         *testing.T
+	adapter   adapters.Adapter
+	schema    string
+	instances map[int]adapters.Implementation
+	// hook, when set, runs inside every effect.
+	hook effect.Hook
+}
+
+var schemas atomic.Int64
+
+// newWorld sets up the built-in adapter called name.
+func newWorld(t *testing.T, name string) *world {
+	t.Helper()
+	adapter, err := builtin.Lookup(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := pgtest.Pool(t)
+	schema := fmt.Sprintf("harmless_test_broken_%d_%d", time.Now().UnixNano(), schemas.Add(1))
+	if _, err := pool.Exec(t.Context(), `CREATE SCHEMA `+schema); err != nil {
+		t.Fatal(err)
+	}
+	// Registered first, so it runs after the instances are closed.
+	t.Cleanup(func() { _, _ = pool.Exec(context.Background(), `DROP SCHEMA `+schema+` CASCADE`) })
+	if err := ledger.Install(t.Context(), pool, schema); err != nil {
+		t.Fatal(err)
+	}
+	return &world{t: t, adapter: adapter, schema: schema, instances: map[int]adapters.Implementation{}}
+}
+
+// instance returns worker n, building it on first use.
+func (w *world) instance(n int) adapters.Implementation {
+	w.t.Helper()
+	if impl, ok := w.instances[n]; ok {
+		return impl
+	}
+	hook := func(ctx context.Context, d adapters.Delivery) error {
+		if w.hook == nil {
+			return nil
+		}
+		return w.hook(ctx, d)
+	}
+	impl, err := w.adapter.New(w.t.Context(), adapters.Env{
+		DSN:      pgtest.DSN(w.t),
+		Schema:   w.schema,
+		Effect:   ledger.Effect(w.schema, hook),
+		Clock:    adapters.SystemClock{},
+		Instance: n,
+		Logf:     w.t.Logf,
+	})
+	if err != nil {
+		w.t.Fatalf("%s: New: %v", w.adapter.Name, err)
+	}
+	w.t.Cleanup(func() {
+		if err := impl.Close(context.Background()); err != nil {
+			w.t.Errorf("%s: Close: %v", w.adapter.Name, err)
+		}
+	})
+	w.instances[n] = impl
+	return impl
+}
+
+// deliver delivers ev to worker n as attempt.
+func (w *world) deliver(n int, ev adapters.Event, attempt int) (adapters.Outcome, error) {
+	w.t.Helper()
+	return w.instance(n).Deliver(w.t.Context(), adapters.Delivery{Event: ev, Attempt: attempt})
+}
+
+// expect delivers ev to worker n as attempt and fails unless it is
+// acknowledged with want.
+func (w *world) expect(n int, ev adapters.Event, attempt int, want adapters.Outcome) {
+	w.t.Helper()
+	if got, err := w.deliver(n, ev, attempt); err != nil || got != want {
+		w.t.Fatalf("%s: attempt %d of %s %q on worker %d = %v, %v; want %v", w.adapter.Name, attempt, ev, ev.Payload, n, got, err, want)
+	}
+}
+
+// effects fails unless ev has want effects in the ledger.
+func (w *world) effects(ev adapters.Event, want int) {
+	w.t.Helper()
+	entries, err := ledger.Entries(w.t.Context(), pgtest.Pool(w.t), w.schema, ev.Namespace, ev.ID)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	if len(entries) != want {
+		w.t.Fatalf("%s: %s has %d effects; want %d", w.adapter.Name, ev, len(entries), want)
+	}
+}
+
+// purge purges worker n with cutoff and fails unless it removed want.
+func (w *world) purge(n int, cutoff time.Time, want int64) {
+	w.t.Helper()
+	purger, ok := w.instance(n).(adapters.Purger)
+	if !ok {
+		w.t.Fatalf("%s does not implement adapters.Purger", w.adapter.Name)
+	}
+	if got, err := purger.Purge(w.t.Context(), cutoff); err != nil || got != want {
+		w.t.Fatalf("%s: Purge(now%+v) = %d, %v; want %d removed", w.adapter.Name, time.Until(cutoff).Round(time.Minute), got, err, want)
+	}
+}
+
+func event(namespace, id, payload string) adapters.Event {
+	return adapters.Event{Namespace: namespace, ID: id, Payload: []byte(payload)}
+}
+
+// failAttempt returns a hook that fails the given attempt with err, or
+// panics when err is nil.
+func failAttempt(attempt int, err error) effect.Hook {
+	return func(_ context.Context, d adapters.Delivery) error {
+		switch {
+		case d.Attempt != attempt:
+			return nil
+		case err == nil:
+			panic("effect panicked")
+		}
+		return err
+	}
+}
+
+// result is what came of one delivery.
+type result struct {
+	outcome adapters.Outcome
+	err     error
+}
+
+// interleave runs attempt 1 of ev on worker 1, pausing it inside its effect
+// until attempt 2 on worker 1 has returned: the interleaving a race between
+// two deliveries produces. It fails unless they are acknowledged with first
+// and second.
+func (w *world) interleave(ev adapters.Event, first, second adapters.Outcome) {
+	w.t.Helper()
+	r1, r2 := w.race(ev, nil)
+	if r1.err != nil || r2.err != nil || r1.outcome != first || r2.outcome != second {
+		w.t.Fatalf("%s: interleaved attempts = %v, %v and %v, %v; want %v and %v", w.adapter.Name, r1.outcome, r1.err, r2.outcome, r2.err, first, second)
+	}
+}
+
+// race runs attempt 1 of ev on worker 1, pausing it inside its effect,
+// after its claim, until attempt 2 on worker 1 has returned; attempt 1's
+// effect then fails with fail, or succeeds when fail is nil. It returns
+// what came of each attempt.
+func (w *world) race(ev adapters.Event, fail error) (first, second result) {
+	w.t.Helper()
+	w.instance(1)
+	paused, resume := make(chan struct{}), make(chan struct{})
+	w.hook = func(ctx context.Context, d adapters.Delivery) error {
+		if d.Attempt != 1 {
+			return nil
+		}
+		close(paused)
+		select {
+		case <-resume:
+			return fail
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	done := make(chan result, 1)
+	go func() {
+		outcome, err := w.instance(1).Deliver(w.t.Context(), adapters.Delivery{Event: ev, Attempt: 1})
+		done <- result{outcome, err}
+	}()
+	<-paused
+	ctx, cancel := context.WithTimeout(w.t.Context(), 10*time.Second)
+	second.outcome, second.err = w.instance(1).Deliver(ctx, adapters.Delivery{Event: ev, Attempt: 2})
+	cancel()
+	close(resume)
+	return <-done, second
+}
+
+func TestEveryBrokenAdapterIsBuiltInAndDeclaresWhatTheReferenceDoes(t *testing.T) {
+	for _, name := range names {
+		a, err := builtin.Lookup(name)
+		if err != nil {
+			t.Error(err)
+			continue
+		}
+		if err := a.Validate(); err != nil {
+			t.Errorf("%s: %v", name, err)
+		}
+		want := reference.Adapter().Declares
+		want.ExternalEffects = external[name]
+		if a.Declares != want {
+			t.Errorf("%s declares %+v; want the reference's claims on the database %+v", name, a.Declares, want)
+		}
+	}
+}
+
+// TestOneWorkerInSequenceIsHandledLikeTheReference checks what every broken
+// adapter gets right: one worker, one delivery at a time, no failures.
+func TestOneWorkerInSequenceIsHandledLikeTheReference(t *testing.T) {
+	for _, name := range names {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			w := newWorld(t, name)
+			ev := event("orders", "42", `{"total":1}`)
+			w.expect(1, ev, 1, adapters.Applied)
+			w.expect(1, ev, 2, adapters.Duplicate)
+			w.expect(1, event("refunds", "43", `{}`), 1, adapters.Applied)
+			conflict := adapters.Rejected
+			if name == ignorePayload {
+				conflict = adapters.Duplicate // its bug
+			}
+			w.expect(1, event("orders", "42", `{"total":2}`), 3, conflict)
+			w.effects(ev, 1)
+			bad := []adapters.Event{event("n", "", "x"), event("n", "a\x00b", "x"), event("\xff", "1", "x")}
+			if name == lossyKey {
+				bad = bad[:1] // its bug: it keeps what its key can encode, however lossily
+			}
+			for _, bad := range bad {
+				if _, err := w.deliver(1, bad, 1); !errors.Is(err, adapters.ErrInvalidInput) {
+					t.Errorf("Deliver(%s) err = %v; want ErrInvalidInput", bad, err)
+				}
+			}
+			if _, ok := w.instance(1).(adapters.Purger); !ok {
+				t.Errorf("%s does not implement adapters.Purger", name)
+			}
+		})
+	}
+}
+
+// TestFailedEffectLeavesTheEventToTheRetry checks that the adapters whose
+// bug is elsewhere roll a failed delivery back and apply its retry.
+func TestFailedEffectLeavesTheEventToTheRetry(t *testing.T) {
+	for _, name := range names {
+		if name == markerFirst {
+			continue // its bug
+		}
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			w := newWorld(t, name)
+			boom := errors.New("boom")
+			w.hook = failAttempt(1, boom)
+			ev := event("orders", "1", "x")
+			if _, err := w.deliver(1, ev, 1); !errors.Is(err, boom) {
+				t.Fatalf("attempt 1 err = %v; want %v", err, boom)
+			}
+			w.expect(1, ev, 2, adapters.Applied)
+			w.effects(ev, 1)
+		})
+	}
+}
+
+// TestBugs shows each adapter's bug, deterministically, in plain Go.
+func TestBugs(t *testing.T) {
+	ev := event("orders", "1", "x")
+	for _, bug := range []struct {
+		adapter, bug string
+		show         func(w *world)
+	}{
+		{busyIsDuplicate, "a delivery that finds the event busy is a Duplicate, and the event is lost when the claimant fails", func(w *world) {
+			boom := errors.New("boom")
+			claimant, busy := w.race(ev, boom)
+			if !errors.Is(claimant.err, boom) || busy.err != nil || busy.outcome != adapters.Duplicate {
+				w.t.Fatalf("the claimant ended %v, %v and the delivery that found it busy %v, %v; want %v, and Duplicate", claimant.outcome, claimant.err, busy.outcome, busy.err, boom)
+			}
+			w.effects(ev, 0)
+		}},
+		{checkThenInsert, "interleaved deliveries both apply", func(w *world) {
+			w.interleave(ev, adapters.Applied, adapters.Applied)
+			w.effects(ev, 2)
+		}},
+		{effectFirst, "interleaved deliveries both apply", func(w *world) {
+			w.interleave(ev, adapters.Applied, adapters.Applied)
+			w.effects(ev, 2)
+		}},
+		{markerFirst, "the retry of a failed effect is a Duplicate and the event is lost", func(w *world) {
+			boom := errors.New("boom")
+			w.hook = failAttempt(1, boom)
+			if _, err := w.deliver(1, ev, 1); !errors.Is(err, boom) {
+				w.t.Fatalf("attempt 1 err = %v; want %v", err, boom)
+			}
+			w.expect(1, ev, 2, adapters.Duplicate)
+			w.effects(ev, 0)
+		}},
+		{ignorePayload, "a conflicting payload is a Duplicate", func(w *world) {
+			w.expect(1, ev, 1, adapters.Applied)
+			w.expect(1, event(ev.Namespace, ev.ID, "another payload"), 2, adapters.Duplicate)
+			w.effects(ev, 1)
+		}},
+		{noNamespace, "the same id in another namespace is a Duplicate", func(w *world) {
+			refunds := event("refunds", ev.ID, string(ev.Payload))
+			w.expect(1, ev, 1, adapters.Applied)
+			w.expect(1, refunds, 1, adapters.Duplicate)
+			w.effects(refunds, 0)
+		}},
+		{earlyPurge, "Purge removes a marker newer than the cutoff", func(w *world) {
+			w.expect(1, ev, 1, adapters.Applied)
+			w.purge(1, time.Now().Add(-time.Hour), 1)
+			w.expect(1, ev, 2, adapters.Applied)
+			w.effects(ev, 2)
+		}},
+		{noPurge, "Purge removes nothing", func(w *world) {
+			w.expect(1, ev, 1, adapters.Applied)
+			w.purge(1, time.Now().Add(time.Hour), 0)
+			w.expect(1, ev, 2, adapters.Duplicate)
+			w.effects(ev, 1)
+		}},
+		{sqlSplice, "a quote in the id breaks the claim with an error that is not invalid input", func(w *world) {
+			quoted := event("orders", "o'brien", "x")
+			_, err := w.deliver(1, quoted, 1)
+			if err == nil || errors.Is(err, adapters.ErrInvalidInput) {
+				w.t.Fatalf("delivering %s: err = %v; want a syntax error that is not ErrInvalidInput", quoted, err)
+			}
+			w.effects(quoted, 0)
+		}},
+		{lossyKey, "ids that differ only in an invalid UTF-8 byte are one event", func(w *world) {
+			ff, fe := event("orders", "x\xff", "x"), event("orders", "x\xfe", "x")
+			w.expect(1, ff, 1, adapters.Applied)
+			w.expect(2, fe, 1, adapters.Duplicate)
+			w.effects(fe, 0)
+		}},
+		{caseFolded, "ids that differ only in letter case are one event", func(w *world) {
+			upper, lower := event("orders", "Order-7", "x"), event("orders", "order-7", "x")
+			w.expect(1, upper, 1, adapters.Applied)
+			w.expect(2, lower, 1, adapters.Duplicate)
+			w.effects(lower, 0)
+		}},
+		{truncatedKey, "ids that share their first 64 characters are one event", func(w *world) {
+			for _, shared := range []int{63, 64} {
+				prefix := strings.Repeat("é", shared) // 2 bytes each: the cut counts characters
+				a, b := event("orders", prefix+"a", "x"), event("orders", prefix+"b", "x")
+				w.expect(1, a, 1, adapters.Applied)
+				if shared < 64 {
+					w.expect(2, b, 1, adapters.Applied)
+					w.effects(b, 1)
+					continue
+				}
+				w.expect(2, b, 1, adapters.Duplicate)
+				w.effects(b, 0)
+			}
+		}},
+		{inMemory, "a second worker applies the event again", func(w *world) {
+			w.expect(1, ev, 1, adapters.Applied)
+			w.expect(1, ev, 2, adapters.Duplicate)
+			w.expect(2, ev, 3, adapters.Applied)
+			w.effects(ev, 2)
+		}},
+	} {
+		t.Run(bug.adapter, func(t *testing.T) {
+			t.Parallel()
+			t.Log(bug.bug)
+			bug.show(newWorld(t, bug.adapter))
+		})
+	}
+}
+
+// TestInMemoryIsOtherwiseCorrect checks the in-memory adapter's claims
+// within one worker: in progress, released after a panic, purged.
+func TestInMemoryIsOtherwiseCorrect(t *testing.T) {
+	ev := event("orders", "1", "x")
+	t.Run("an in-progress claim is a Duplicate", func(t *testing.T) {
+		w := newWorld(t, inMemory)
+		w.interleave(ev, adapters.Applied, adapters.Duplicate)
+		w.effects(ev, 1)
+	})
+	t.Run("a panicking effect releases its claim", func(t *testing.T) {
+		w := newWorld(t, inMemory)
+		w.hook = failAttempt(1, nil)
+		func() {
+			defer func() {
+				if recover() == nil {
+					t.Fatal("attempt 1 did not panic")
+				}
+			}()
+			_, _ = w.deliver(1, ev, 1)
+		}()
+		w.expect(1, ev, 2, adapters.Applied)
+		w.effects(ev, 1)
+	})
+	t.Run("Purge removes the entries claimed before the cutoff", func(t *testing.T) {
+		w := newWorld(t, inMemory)
+		w.expect(1, ev, 1, adapters.Applied)
+		w.purge(1, time.Now().Add(-time.Hour), 0)
+		w.purge(1, time.Now().Add(time.Hour), 1)
+		w.expect(1, ev, 2, adapters.Applied)
+		w.effects(ev, 2)
+	})
+}
