@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -16,7 +17,6 @@ import (
 	"github.com/harmless-dev/harmless/adapters/reference"
 	"github.com/harmless-dev/harmless/fixtures"
 	"github.com/harmless-dev/harmless/internal/adapters/builtin"
-	"github.com/harmless-dev/harmless/internal/matrix"
 	"github.com/harmless-dev/harmless/internal/provision"
 	"github.com/harmless-dev/harmless/suite/certificate"
 	"github.com/harmless-dev/harmless/suite/container"
@@ -47,7 +47,7 @@ var (
 )
 
 // crashCases are the built-in adapters whose verdict on crash-recovery the
-// matrix states and that show each way of passing or failing it, and two
+// registry states and that show each way of passing or failing it, and two
 // bugs that only this fixture catches.
 var crashCases = map[string]crashCase{
 	"reference":           builtinCase("reference", pass, pass),
@@ -269,8 +269,8 @@ func TestCrashRecovery(t *testing.T) {
 	for name, c := range crashCases {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			if row, err := matrix.RowOf(name); err == nil {
-				checkAgainstMatrix(t, row, c)
+			if entry, err := builtin.EntryOf(name); err == nil {
+				checkAgainstRegistry(t, entry, c)
 			}
 			runCrashCase(t, name, c, provision.KindCluster)
 		})
@@ -347,16 +347,18 @@ func skipWithoutServer(t *testing.T, kind provision.Kind, setupErr string) {
 	}
 }
 
-// checkAgainstMatrix fails the test when a built-in adapter's case does not
-// say what the verdict matrix says of it on crash-recovery.
-func checkAgainstMatrix(t *testing.T, row matrix.Row, c crashCase) {
+// checkAgainstRegistry fails the test when a built-in adapter's case does
+// not give each crash-recovery rule a verdict the registry allows.
+func checkAgainstRegistry(t *testing.T, entry builtin.Entry, c crashCase) {
 	t.Helper()
-	fails := false
-	for _, e := range c.want {
-		fails = fails || e.verdict == certificate.VerdictFail
-	}
-	if want := row.Expect(fixtures.CrashRecovery) == matrix.MustFail; fails != want {
-		t.Errorf("the case of %s fails crash-recovery: %t; the verdict matrix says %t", row.Adapter, fails, want)
+	for id, e := range c.want {
+		rule, err := fixtures.Lookup(id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if allowed, why := entry.Allowed(rule); !slices.Contains(allowed, e.verdict) {
+			t.Errorf("the case of %s wants %s on %s; the registry allows %v (%s)", entry.Adapter.Name, e.verdict, id, allowed, why)
+		}
 	}
 }
 

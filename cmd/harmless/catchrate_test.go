@@ -11,7 +11,7 @@ import (
 	"testing"
 
 	"github.com/harmless-dev/harmless/fixtures"
-	"github.com/harmless-dev/harmless/internal/matrix"
+	"github.com/harmless-dev/harmless/internal/adapters/builtin"
 	"github.com/harmless-dev/harmless/internal/pgtest"
 	"github.com/harmless-dev/harmless/suite/certificate"
 )
@@ -85,8 +85,8 @@ var catchRateAdapters = flag.String("catch-rate-adapters", "", "run TestCatchRat
 
 // TestCatchRates measures, for each broken adapter named by
 // -catch-rate-adapters, in how many of -catch-rate-runs certify runs of the
-// fixtures its matrix row says it must fail it did fail every one of them;
-// each must be caught in every run. Like TestCatchRate it is not part of
+// rules its registry entry says it must fail it failed each of them; each
+// must be caught in every run. Like TestCatchRate it is not part of
 // the default test run:
 //
 //	go test ./cmd/harmless -run TestCatchRates -catch-rate-runs 20 -catch-rate-adapters broken-lossy-key,broken-case-folded
@@ -98,19 +98,15 @@ func TestCatchRates(t *testing.T) {
 	dsn := pgtest.DSN(t)
 	for _, adapter := range strings.Split(*catchRateAdapters, ",") {
 		t.Run(adapter, func(t *testing.T) {
-			row, err := matrix.RowOf(adapter)
+			entry, err := builtin.EntryOf(adapter)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if len(row.MustFail) == 0 {
-				t.Fatalf("%s must fail no fixture: it has no catch rate", adapter)
+			if !entry.Broken() {
+				t.Fatalf("%s must fail no rule: it has no catch rate", adapter)
 			}
-			var filter []string
-			for _, f := range row.MustFail {
-				filter = append(filter, "fixture:"+f)
-			}
-			args := []string{"--adapter", adapter, "--label-filter", strings.Join(filter, " || ")}
-			if !slices.Contains(row.MustFail, fixtures.CrashRecovery) {
+			args := []string{"--adapter", adapter, "--rule", strings.Join(entry.Fails, ",")}
+			if !slices.ContainsFunc(entry.Fails, func(id string) bool { return strings.HasPrefix(id, fixtures.CrashRecovery+".") }) {
 				args = append(args, "--dsn", dsn)
 			} else {
 				args = append(args, "--provision", "cluster")
@@ -127,22 +123,16 @@ func TestCatchRates(t *testing.T) {
 				if err := json.Unmarshal(data, &cert); err != nil {
 					t.Fatal(err)
 				}
-				failed := map[string]bool{}
 				for _, r := range cert.Rules {
-					if r.Level == fixtures.Must && r.Verdict == certificate.VerdictFail {
-						failed[r.Fixture] = true
-					}
-				}
-				for _, f := range row.MustFail {
-					if failed[f] {
-						caught[f]++
+					if r.Verdict == certificate.VerdictFail && slices.Contains(entry.Fails, r.ID) {
+						caught[r.ID]++
 					}
 				}
 			}
-			for _, f := range row.MustFail {
-				t.Logf("%s caught by %s in %d/%d runs", adapter, f, caught[f], *catchRateRuns)
-				if caught[f] != *catchRateRuns {
-					t.Errorf("%s caught %s in %d of %d runs; it must catch it every time", f, adapter, caught[f], *catchRateRuns)
+			for _, id := range entry.Fails {
+				t.Logf("%s caught by %s in %d/%d runs", adapter, id, caught[id], *catchRateRuns)
+				if caught[id] != *catchRateRuns {
+					t.Errorf("rule %s caught %s in %d of %d runs; the registry says it must catch it every time", id, adapter, caught[id], *catchRateRuns)
 				}
 			}
 		})

@@ -1,15 +1,17 @@
 // Package docgen writes the documentation that is generated from the code:
 // the rule table and the verdict matrix in README.md and the rules page
-// docs/rules.md, all from package fixtures. Run `go generate ./...` after changing
+// docs/rules.md, from package fixtures and the registry of built-in adapters. Run `go generate ./...` after changing
 // a rule; a test fails while the files are stale.
 package docgen
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/harmless-dev/harmless/fixtures"
-	"github.com/harmless-dev/harmless/internal/matrix"
+	"github.com/harmless-dev/harmless/internal/adapters/builtin"
+	"github.com/harmless-dev/harmless/suite/certificate"
 )
 
 // Markers delimit the generated rule table in README.md.
@@ -120,7 +122,9 @@ const (
 )
 
 // MatrixTable is the verdict matrix as a Markdown table: one row per
-// built-in adapter, one column per fixture.
+// built-in adapter, one column per fixture, each cell naming the rules of
+// the fixture the adapter must fail, from the registry of built-in
+// adapters (internal/adapters/builtin).
 func MatrixTable() string {
 	var b strings.Builder
 	b.WriteString("| adapter |")
@@ -132,19 +136,44 @@ func MatrixTable() string {
 		b.WriteString("---|")
 	}
 	b.WriteString("---|\n")
-	for _, row := range matrix.Rows() {
-		fmt.Fprintf(&b, "| `%s` |", row.Adapter)
+	for _, e := range builtin.Entries() {
+		fmt.Fprintf(&b, "| `%s` |", e.Adapter.Name)
 		for _, f := range fixtures.Catalog() {
-			cell := "pass"
-			switch row.Expect(f.ID) {
-			case matrix.MustFail:
-				cell = "**FAIL**"
-			case matrix.NotApplicable:
-				cell = "n/a"
-			}
-			fmt.Fprintf(&b, " %s |", cell)
+			fmt.Fprintf(&b, " %s |", matrixCell(e, f))
 		}
-		fmt.Fprintf(&b, " %s |\n", escape(row.Models))
+		fmt.Fprintf(&b, " %s |\n", escape(e.Models))
 	}
 	return b.String()
+}
+
+// matrixCell is what entry demands on fixture f: "pass", "n/a", or
+// **FAIL** with the rules that must fail, then those that may, each by the
+// part of its id after the fixture's.
+func matrixCell(e builtin.Entry, f fixtures.Fixture) string {
+	var fail, may []string
+	applies := false
+	for _, r := range f.Rules {
+		allowed, _ := e.Allowed(r)
+		short := strings.TrimPrefix(r.ID, f.ID+".")
+		switch {
+		case slices.Equal(allowed, []certificate.Verdict{certificate.VerdictFail}):
+			fail = append(fail, short)
+		case slices.Contains(allowed, certificate.VerdictFail):
+			may = append(may, short)
+		}
+		applies = applies || !slices.Equal(allowed, []certificate.Verdict{certificate.VerdictNotApplicable})
+	}
+	cell := "pass"
+	switch {
+	case !applies:
+		cell = "n/a"
+	case len(fail) == len(f.Rules):
+		cell = "**FAIL**: all"
+	case len(fail) > 0:
+		cell = "**FAIL**: " + strings.Join(fail, ", ")
+	}
+	if len(may) > 0 {
+		cell += "; may fail: " + strings.Join(may, ", ")
+	}
+	return cell
 }

@@ -15,7 +15,7 @@ import (
 
 	"github.com/harmless-dev/harmless/fixtures"
 	"github.com/harmless-dev/harmless/internal/adapters/alternatives/slow"
-	"github.com/harmless-dev/harmless/internal/matrix"
+	"github.com/harmless-dev/harmless/internal/adapters/builtin"
 	"github.com/harmless-dev/harmless/suite/certificate"
 )
 
@@ -46,16 +46,16 @@ type run struct {
 }
 
 // TestVerdictMatrix certifies every built-in adapter with the real command
-// on a throwaway cluster and compares each verdict with the matrix: correct
-// implementations must be certified, broken ones must fail the fixtures the
-// matrix names. Any difference fails the build, naming the adapter, the
-// fixture and the rule.
+// on a throwaway cluster and compares each verdict with the registry, rule
+// by rule: correct implementations must be certified, broken ones must
+// fail exactly the rules their entry names. Any difference fails the
+// build, naming the adapter and the rule.
 func TestVerdictMatrix(t *testing.T) {
 	if testing.Short() {
 		t.Skip("certifies every built-in adapter, which takes minutes")
 	}
 	bin := build(t)
-	rows := matrix.Rows()
+	rows := builtin.Entries()
 	// One certification per adapter, and one per fixture for the slow
 	// adapter, whose whole run would take longer than all the others.
 	type job struct {
@@ -64,7 +64,7 @@ func TestVerdictMatrix(t *testing.T) {
 	}
 	var jobs []job
 	for i, row := range rows {
-		if row.Adapter != slow.Name {
+		if row.Adapter.Name != slow.Name {
 			jobs = append(jobs, job{row: i})
 			continue
 		}
@@ -75,7 +75,7 @@ func TestVerdictMatrix(t *testing.T) {
 	// The slow adapter's jobs first, so that none of them runs alone at the
 	// end.
 	slices.SortStableFunc(jobs, func(a, b job) int {
-		return boolInt(rows[b.row].Adapter == slow.Name) - boolInt(rows[a.row].Adapter == slow.Name)
+		return boolInt(rows[b.row].Adapter.Name == slow.Name) - boolInt(rows[a.row].Adapter.Name == slow.Name)
 	})
 	runs := make([]run, len(jobs))
 	sem := make(chan struct{}, concurrency)
@@ -84,12 +84,12 @@ func TestVerdictMatrix(t *testing.T) {
 		wg.Go(func() {
 			sem <- struct{}{}
 			defer func() { <-sem }()
-			runs[i] = certify(t, bin, rows[j.row].Adapter, j.filter)
+			runs[i] = certify(t, bin, rows[j.row].Adapter.Name, j.filter)
 		})
 	}
 	wg.Wait()
 	for i, row := range rows {
-		t.Run(row.Adapter, func(t *testing.T) {
+		t.Run(row.Adapter.Name, func(t *testing.T) {
 			var mine []run
 			for k, j := range jobs {
 				if j.row == i {

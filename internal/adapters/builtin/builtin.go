@@ -1,5 +1,8 @@
-// Package builtin lists the adapters that ship with harmless, by name, for
-// the CLI and for the harness's own tests.
+// Package builtin is the registry of the adapters that ship with harmless:
+// each one by name, for the command's --adapter, and the verdicts the
+// harness must give it, rule by rule, for the harness's own tests (the
+// verdict matrix, package internal/verdictmatrix) and for the generated
+// tables in docs/.
 package builtin
 
 import (
@@ -9,6 +12,7 @@ import (
 
 	"github.com/harmless-dev/harmless/adapters"
 	"github.com/harmless-dev/harmless/adapters/reference"
+	"github.com/harmless-dev/harmless/fixtures"
 	"github.com/harmless-dev/harmless/internal/adapters/alternatives/advisorylock"
 	"github.com/harmless-dev/harmless/internal/adapters/alternatives/databasesql"
 	"github.com/harmless-dev/harmless/internal/adapters/alternatives/destinationkey"
@@ -37,60 +41,265 @@ import (
 	"github.com/harmless-dev/harmless/internal/adapters/broken/sqlsplice"
 	"github.com/harmless-dev/harmless/internal/adapters/broken/timebucketed"
 	"github.com/harmless-dev/harmless/internal/adapters/broken/truncatedkey"
+	"github.com/harmless-dev/harmless/suite/certificate"
 )
+
+// Entry is one built-in adapter and the verdicts the harness must give it
+// on a run of every rule on a server the harness owns (so that every
+// fixture can run, crash-recovery included).
+//
+// Every rule of the catalogue must pass unless the entry says otherwise:
+// it must fail the rules in Fails, may fail those in MayFail, must be
+// not-supported with the reasons in Unsupported, and must be
+// not-applicable where the fixture does not apply to what the adapter
+// declares (fixtures.Fixture.Applies: the external-effect rules of an
+// adapter that declares no external effects).
+type Entry struct {
+	// Adapter is the adapter.
+	Adapter adapters.Adapter
+	// Models says what it is: the reference, a correct alternative, or the
+	// real-world bug it reproduces.
+	Models string
+	// Fails lists the ids of exactly the rules it must fail.
+	Fails []string
+	// MayFail maps the ids of rules whose verdict depends on the run's
+	// seed (fail or pass) to why.
+	MayFail map[string]string
+	// Unsupported maps the ids of rules it must get not-supported to a
+	// part of the reason the harness must give.
+	Unsupported map[string]string
+}
+
+// Entries returns the registry, one entry per built-in adapter, sorted by
+// name.
+func Entries() []Entry {
+	entries := []Entry{
+		{Adapter: reference.Adapter(), Models: "the reference pattern: INSERT ... ON CONFLICT DO NOTHING RETURNING, effect and outbox row in the same transaction, a relay sending with a key from the identity"},
+		{Adapter: serializable.Adapter(), Models: "correct: check-then-insert under SERIALIZABLE, retrying on SQLSTATE 40001"},
+		{Adapter: advisorylock.Adapter(), Models: "correct: pg_advisory_xact_lock on (namespace, id), then check-then-insert"},
+		{Adapter: databasesql.Adapter(), Models: "correct: the reference pattern with database/sql and the *sql.Tx effect helper"},
+		{Adapter: slow.Adapter(), Models: "correct: the reference, waiting 1 s at the start of every delivery"},
+		{Adapter: destinationkey.Adapter(), Models: "correct: no outbox; the external effect sent before COMMIT with a key from the identity, the destination deduplicating"},
+		{Adapter: failfast.Adapter(), Models: "correct: the reference pattern on connections with lock_timeout 10 ms; a claim that finds the event busy (SQLSTATE 55P03) is an error, for the broker to redeliver"},
+		{Adapter: lease.Adapter(), Models: "correct: a 1 s lease claimed on its own, then the effect and done in one transaction while the lease is still the delivery's; a live lease is an error, for the broker to redeliver"},
+		{Adapter: polling.Adapter(), Models: "correct: a claim committed on its own; contenders poll it every 20 ms until done, taking over a claim unfinished for 1 s; the effect and done in one transaction while the claim is still the delivery's"},
+		{Adapter: slowrelay.Adapter(), Models: "correct: the reference pattern with an outbox whose relay polls every 3 s, retries at its next poll and cannot be drained"},
+		{
+			Adapter: checktheninsert.Adapter(), Models: "SELECT for the marker, then INSERT it, with no unique constraint",
+			Fails: []string{
+				"concurrent-delivery.one-effect", "concurrent-delivery.one-applied", "concurrent-delivery.failed-claimant-not-lost",
+				"conflicting-payload.no-second-effect", "conflicting-payload.conflict-detected",
+			},
+		},
+		{
+			Adapter: markerfirst.Adapter(), Models: "the marker committed in its own transaction before the effect",
+			Fails: []string{
+				"concurrent-delivery.failed-claimant-not-lost", "failure-after-marker.retry-applies",
+				"ambiguous-commit.lost-commit-applies", "crash-recovery.in-flight-exactly-once",
+			},
+		},
+		{
+			Adapter: effectfirst.Adapter(), Models: "the effect committed before the marker, in a transaction of its own",
+			Fails: []string{
+				"concurrent-delivery.one-effect", "concurrent-delivery.one-applied", "concurrent-delivery.failed-claimant-not-lost",
+				"conflicting-payload.no-second-effect", "conflicting-payload.conflict-detected", "conflicting-payload.original-still-duplicate",
+				"ambiguous-commit.redelivery-duplicate", "crash-recovery.in-flight-exactly-once",
+			},
+		},
+		{
+			Adapter: ignorepayload.Adapter(), Models: "a conflicting payload treated as a plain duplicate",
+			Fails: []string{"conflicting-payload.conflict-detected"},
+		},
+		{
+			Adapter: nonamespace.Adapter(), Models: "the unique key is the id alone",
+			Fails: []string{"namespace-isolation.same-id-two-namespaces", "namespace-isolation.unambiguous-identity", "identity-fidelity.namespace-kept"},
+		},
+		{
+			Adapter: earlypurge.Adapter(), Models: "purge removes markers still inside the redelivery window",
+			Fails: []string{"retention-expiry.kept-inside-window", "retention-expiry.concurrent-purge-safe"},
+		},
+		{
+			Adapter: nopurge.Adapter(), Models: "a redelivery window declared, but nothing ever purged",
+			Fails: []string{"retention-expiry.purged-after-window", "retention-expiry.state-bounded"},
+		},
+		{
+			Adapter: sqlsplice.Adapter(), Models: "the identity spliced into the SQL text instead of bound as a parameter",
+			Fails: []string{"bad-input.exactly-once-or-rejected"},
+		},
+		{
+			Adapter: lossykey.Adapter(), Models: "the identity JSON-encoded into one key, each invalid UTF-8 byte replaced with U+FFFD",
+			Fails: []string{"identity-fidelity.bytes-kept", "identity-fidelity.namespace-kept"},
+		},
+		{
+			Adapter: casefolded.Adapter(), Models: "lower() on the id in the key",
+			Fails: []string{"identity-fidelity.text-kept"},
+		},
+		{
+			Adapter: truncatedkey.Adapter(), Models: "the id cut to 64 characters in the key (a cast to varchar(64))",
+			Fails: []string{"identity-fidelity.length-kept"},
+		},
+		{
+			Adapter: timebucketed.Adapter(), Models: "the claim's UTC day in the marker's unique key (a table partitioned by day)",
+			Fails: []string{"retention-expiry.kept-inside-window"},
+			MayFail: map[string]string{
+				"retention-expiry.concurrent-purge-safe": "its events are claimed and redelivered at seeded times, which fall on one UTC day in some runs and on two in others; only a redelivery on another day than its claim finds no marker",
+			},
+		},
+		{
+			Adapter: busyisduplicate.Adapter(), Models: "a claim that times out waiting on another delivery's uncommitted claim (lock_timeout, SQLSTATE 55P03) answered Duplicate",
+			Fails: []string{"concurrent-delivery.failed-claimant-not-lost", "conflicting-payload.conflict-detected", "crash-recovery.in-flight-exactly-once"},
+		},
+		{
+			Adapter: inmemory.Adapter(), Models: "the dedup set held in process memory, invisible to other workers",
+			Fails: []string{
+				"double-delivery.redelivery-duplicate", "double-delivery.one-effect",
+				"concurrent-delivery.one-effect", "concurrent-delivery.one-applied",
+				"conflicting-payload.no-second-effect", "conflicting-payload.conflict-detected",
+				"retention-expiry.kept-inside-window", "retention-expiry.concurrent-purge-safe",
+				"ambiguous-commit.redelivery-duplicate",
+			},
+		},
+		{
+			Adapter: alwayserrors.Adapter(), Models: "every delivery fails: the processed-events table was never created (a migration that did not run)",
+			Fails: allRulesBut(fixtures.ExternalEffect, "crash-recovery.in-flight-exactly-once"),
+			Unsupported: map[string]string{
+				"crash-recovery.in-flight-exactly-once": "the planned stall held no delivery when the server crashed",
+			},
+		},
+		{
+			Adapter: sendintx.Adapter(), Models: "the external call made inside the transaction with a fresh key per attempt",
+			Fails: []string{"external-effect.stable-key", "external-effect.exactly-once-at-destination", "external-effect.no-new-key-for-duplicates"},
+		},
+		{
+			Adapter: sendaftercommit.Adapter(), Models: "the external call made after COMMIT with no outbox",
+			Fails: []string{"external-effect.stable-key", "external-effect.exactly-once-at-destination", "external-effect.no-loss", "external-effect.no-new-key-for-duplicates"},
+		},
+		{
+			Adapter: randomkey.Adapter(), Models: "an outbox whose relay makes a new idempotency key for every send",
+			Fails: []string{"external-effect.stable-key", "external-effect.exactly-once-at-destination", "external-effect.no-new-key-for-duplicates"},
+		},
+		{
+			Adapter: outboxdeletefirst.Adapter(), Models: "an outbox whose relay deletes the row and commits before it sends",
+			Fails: []string{"external-effect.stable-key", "external-effect.exactly-once-at-destination", "external-effect.no-loss", "external-effect.no-new-key-for-duplicates"},
+		},
+	}
+	slices.SortFunc(entries, func(a, b Entry) int { return strings.Compare(a.Adapter.Name, b.Adapter.Name) })
+	return entries
+}
+
+// allRulesBut returns the ids of every rule but those of fixture and the
+// rules named in except.
+func allRulesBut(fixture string, except ...string) []string {
+	var ids []string
+	for _, r := range fixtures.Rules() {
+		if r.Fixture != fixture && !slices.Contains(except, r.ID) {
+			ids = append(ids, r.ID)
+		}
+	}
+	return ids
+}
+
+// Broken reports whether the entry's adapter must fail some rule.
+func (e Entry) Broken() bool { return len(e.Fails) > 0 }
+
+// Allowed returns the verdicts the entry allows on rule, and why when
+// that is not plain pass: the rule must fail, may fail, is not-supported
+// or does not apply.
+func (e Entry) Allowed(rule fixtures.Rule) ([]certificate.Verdict, string) {
+	switch {
+	case slices.Contains(e.Fails, rule.ID):
+		return []certificate.Verdict{certificate.VerdictFail}, "it must fail the rule"
+	case e.MayFail[rule.ID] != "":
+		return []certificate.Verdict{certificate.VerdictFail, certificate.VerdictPass}, "it may fail the rule: " + e.MayFail[rule.ID]
+	case e.Unsupported[rule.ID] != "":
+		return []certificate.Verdict{certificate.VerdictNotSupported}, "the rule must be not-supported: " + e.Unsupported[rule.ID]
+	}
+	if a := e.applies(rule.Fixture); a.NotApplicable {
+		return []certificate.Verdict{certificate.VerdictNotApplicable}, "the fixture does not apply: " + a.Reason
+	}
+	return []certificate.Verdict{certificate.VerdictPass}, ""
+}
+
+// applies is fixture's applicability to the entry's adapter, run in
+// process on a server the harness owns.
+func (e Entry) applies(fixture string) fixtures.Applicability {
+	f, err := fixtures.LookupFixture(fixture)
+	if err != nil {
+		return fixtures.Applicability{Fixture: fixture}
+	}
+	d := e.Adapter.Declares
+	return f.Applies(fixtures.Target{
+		RedeliveryWindow: d.RedeliveryWindow,
+		AcceptsClock:     d.AcceptsClock,
+		OwnedServer:      true,
+		ExternalEffects:  string(d.ExternalEffects),
+	})
+}
+
+// Check returns what is wrong with entries, such as the registry's: a rule
+// id that is not in the catalogue, a rule listed twice, a correct adapter
+// that must fail something or a broken one that must fail nothing.
+func Check(entries []Entry) []string {
+	var problems []string
+	for _, e := range entries {
+		seen := map[string]bool{}
+		ids := slices.Concat(e.Fails, keys(e.MayFail), keys(e.Unsupported))
+		for _, id := range ids {
+			if _, err := fixtures.Lookup(id); err != nil {
+				problems = append(problems, fmt.Sprintf("%s: %v", e.Adapter.Name, err))
+			}
+			if seen[id] {
+				problems = append(problems, fmt.Sprintf("%s: rule %s is listed twice", e.Adapter.Name, id))
+			}
+			seen[id] = true
+		}
+		if broken := strings.HasPrefix(e.Adapter.Name, "broken-"); broken != e.Broken() {
+			problems = append(problems, fmt.Sprintf("%s: named broken-* %t, but must fail %d rules", e.Adapter.Name, broken, len(e.Fails)))
+		}
+	}
+	return problems
+}
+
+func keys(m map[string]string) []string {
+	var ks []string
+	for k := range m {
+		ks = append(ks, k)
+	}
+	slices.Sort(ks)
+	return ks
+}
+
+// EntryOf returns the registry's entry for the built-in adapter called
+// name.
+func EntryOf(name string) (Entry, error) {
+	entries := Entries()
+	i := slices.IndexFunc(entries, func(e Entry) bool { return e.Adapter.Name == name })
+	if i < 0 {
+		return Entry{}, fmt.Errorf("unknown adapter %q (known: %s)", name, strings.Join(Names(), ", "))
+	}
+	return entries[i], nil
+}
+
+// Lookup returns the built-in adapter called name.
+func Lookup(name string) (adapters.Adapter, error) {
+	e, err := EntryOf(name)
+	return e.Adapter, err
+}
 
 // All returns every built-in adapter, sorted by name.
 func All() []adapters.Adapter {
-	all := []adapters.Adapter{
-		advisorylock.Adapter(),
-		databasesql.Adapter(),
-		destinationkey.Adapter(),
-		failfast.Adapter(),
-		lease.Adapter(),
-		polling.Adapter(),
-		serializable.Adapter(),
-		slow.Adapter(),
-		slowrelay.Adapter(),
-		alwayserrors.Adapter(),      // broken-always-errors
-		busyisduplicate.Adapter(),   // broken-busy-is-duplicate
-		casefolded.Adapter(),        // broken-case-folded
-		checktheninsert.Adapter(),   // broken-check-then-insert
-		earlypurge.Adapter(),        // broken-early-purge
-		effectfirst.Adapter(),       // broken-effect-first
-		ignorepayload.Adapter(),     // broken-ignore-payload
-		inmemory.Adapter(),          // broken-in-memory
-		lossykey.Adapter(),          // broken-lossy-key
-		markerfirst.Adapter(),       // broken-marker-first
-		nonamespace.Adapter(),       // broken-no-namespace
-		nopurge.Adapter(),           // broken-no-purge
-		outboxdeletefirst.Adapter(), // broken-outbox-delete-first
-		randomkey.Adapter(),         // broken-random-key
-		sendaftercommit.Adapter(),   // broken-send-after-commit
-		sendintx.Adapter(),          // broken-send-in-tx
-		sqlsplice.Adapter(),         // broken-sql-splice
-		timebucketed.Adapter(),      // broken-time-bucketed-key
-		truncatedkey.Adapter(),      // broken-truncated-key
-		reference.Adapter(),
+	var all []adapters.Adapter
+	for _, e := range Entries() {
+		all = append(all, e.Adapter)
 	}
-	slices.SortFunc(all, func(a, b adapters.Adapter) int { return strings.Compare(a.Name, b.Name) })
 	return all
 }
 
 // Names returns the names of the built-in adapters, sorted.
 func Names() []string {
 	var names []string
-	for _, a := range All() {
-		names = append(names, a.Name)
+	for _, e := range Entries() {
+		names = append(names, e.Adapter.Name)
 	}
 	return names
-}
-
-// Lookup returns the built-in adapter called name.
-func Lookup(name string) (adapters.Adapter, error) {
-	for _, a := range All() {
-		if a.Name == name {
-			return a, nil
-		}
-	}
-	return adapters.Adapter{}, fmt.Errorf("unknown adapter %q (known: %s)", name, strings.Join(Names(), ", "))
 }

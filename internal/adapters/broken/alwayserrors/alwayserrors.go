@@ -14,12 +14,11 @@
 //
 // Every delivery returns an error. No event is ever applied.
 //
-// # The fixtures that must catch it
+// # What catches it
 //
-// Every fixture but external-effect, which does not apply (it declares no
-// external effects). It is also how the harness proves that a consumer that
-// acknowledges nothing is judged quickly: the broker's patience bounds what
-// each play waits for it.
+// The rules it must fail are its entry in the registry of built-in
+// adapters (package internal/adapters/builtin), which the verdict matrix
+// test holds it to, rule by rule; docs/proof.md shows them.
 package alwayserrors
 
 import (

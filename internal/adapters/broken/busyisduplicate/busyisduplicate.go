@@ -32,16 +32,11 @@
 // waits on the harness's own lock on the marker table (crash-recovery's
 // write hold) gives up and is answered Duplicate, without an effect.
 //
-// # The fixture that must catch it
+// # What catches it
 //
-// concurrent-delivery, whose rule concurrent-delivery.failed-claimant-not-lost
-// fails the claimant while the others wait. conflicting-payload catches it
-// too, its in-flight conflicting copy being answered Duplicate, and so does
-// crash-recovery where it runs (its in-flight deliveries held by a lock on
-// the marker table give up before the crash). The timeout is short, 10 ms,
-// so that a delivery held at the moment the harness decides to crash the
-// server has given up before the crash lands, whatever the machine's
-// speed.
+// The rules it must fail are its entry in the registry of built-in
+// adapters (package internal/adapters/builtin), which the verdict matrix
+// test holds it to, rule by rule; docs/proof.md shows them.
 package busyisduplicate
 
 import (

@@ -18,9 +18,11 @@
 // effect is lost, without an error. Every id the other fixtures send is in
 // lower case already, so they all pass.
 //
-// # The fixture that must catch it
+// # What catches it
 //
-// identity-fidelity (text-kept).
+// The rules it must fail are its entry in the registry of built-in
+// adapters (package internal/adapters/builtin), which the verdict matrix
+// test holds it to, rule by rule; docs/proof.md shows them.
 package casefolded
 
 import (

@@ -22,9 +22,11 @@
 // passes). Concurrent deliveries of one event apply it several times and
 // are each answered Applied.
 //
-// # The fixture that must catch it
+// # What catches it
 //
-// concurrent-delivery.
+// The rules it must fail are its entry in the registry of built-in
+// adapters (package internal/adapters/builtin), which the verdict matrix
+// test holds it to, rule by rule; docs/proof.md shows them.
 package checktheninsert
 
 import (

@@ -19,9 +19,11 @@
 // declared window are removed, and a redelivery of their event is applied
 // again. Deliveries are handled exactly as by the reference.
 //
-// # The fixture that must catch it
+// # What catches it
 //
-// retention-expiry.
+// The rules it must fail are its entry in the registry of built-in
+// adapters (package internal/adapters/builtin), which the verdict matrix
+// test holds it to, rule by rule; docs/proof.md shows them.
 package earlypurge
 
 import (

@@ -23,12 +23,11 @@
 // redelivery applies the effect a second time. Sequential redeliveries after
 // a success, and failures inside transaction 1, are handled correctly.
 //
-// # The fixtures that must catch it
+// # What catches it
 //
-// concurrent-delivery and conflicting-payload (two deliveries both find no
-// marker), ambiguous-commit (the effect's COMMIT answer is lost, the marker
-// is never written, the redelivery applies again) and crash-recovery (a
-// crash between the two transactions).
+// The rules it must fail are its entry in the registry of built-in
+// adapters (package internal/adapters/builtin), which the verdict matrix
+// test holds it to, rule by rule; docs/proof.md shows them.
 package effectfirst
 
 import (

@@ -19,9 +19,11 @@
 // Duplicate and silently dropped, so the producer never learns that two
 // different events collided on one id. Everything else is the reference's.
 //
-// # The fixture that must catch it
+// # What catches it
 //
-// conflicting-payload.
+// The rules it must fail are its entry in the registry of built-in
+// adapters (package internal/adapters/builtin), which the verdict matrix
+// test holds it to, rule by rule; docs/proof.md shows them.
 package ignorepayload
 
 import (

@@ -23,10 +23,11 @@
 // redelivery to it, or a concurrent delivery to both, applies the event
 // again.
 //
-// # The fixtures that must catch it
+// # What catches it
 //
-// double-delivery (its redeliveries alternate between two workers) and
-// concurrent-delivery.
+// The rules it must fail are its entry in the registry of built-in
+// adapters (package internal/adapters/builtin), which the verdict matrix
+// test holds it to, rule by rule; docs/proof.md shows them.
 package inmemory
 
 import (

@@ -22,9 +22,11 @@
 // which sends each odd identity alone, sees every one processed exactly
 // once. Every other fixture passes.
 //
-// # The fixture that must catch it
+// # What catches it
 //
-// identity-fidelity (bytes-kept, namespace-kept).
+// The rules it must fail are its entry in the registry of built-in
+// adapters (package internal/adapters/builtin), which the verdict matrix
+// test holds it to, rule by rule; docs/proof.md shows them.
 package lossykey
 
 import (

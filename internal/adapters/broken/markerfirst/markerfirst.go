@@ -20,12 +20,11 @@
 // effect is never applied. Sequential and concurrent redeliveries of an event
 // whose effect succeeded are handled correctly.
 //
-// # The fixture that must catch it
+// # What catches it
 //
-// failure-after-marker (its retry-applies rule); concurrent-delivery too,
-// whose failed-claimant variants make transaction 2 fail while the other
-// deliveries of the event wait: they find the committed marker and are
-// answered Duplicate, so the event is lost.
+// The rules it must fail are its entry in the registry of built-in
+// adapters (package internal/adapters/builtin), which the verdict matrix
+// test holds it to, rule by rule; docs/proof.md shows them.
 package markerfirst
 
 import (

@@ -17,10 +17,11 @@
 // applied: it is answered Duplicate (or Rejected, if its payload differs),
 // and the event is lost. Within one namespace the adapter is the reference.
 //
-// # The fixture that must catch it
+// # What catches it
 //
-// namespace-isolation, and identity-fidelity's namespace-kept, whose pairs
-// differ only in the namespace.
+// The rules it must fail are its entry in the registry of built-in
+// adapters (package internal/adapters/builtin), which the verdict matrix
+// test holds it to, rule by rule; docs/proof.md shows them.
 package nonamespace
 
 import (

@@ -19,10 +19,11 @@
 // destination that is down, or a stop between the dequeue and the answer
 // loses the event's external effect.
 //
-// # The fixture that must catch it
+// # What catches it
 //
-// external-effect: no-loss, in the plays where the destination fails, is
-// down, or the instance is stopped before the send.
+// The rules it must fail are its entry in the registry of built-in
+// adapters (package internal/adapters/builtin), which the verdict matrix
+// test holds it to, rule by rule; docs/proof.md shows them.
 package outboxdeletefirst
 
 import (

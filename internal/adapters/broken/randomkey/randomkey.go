@@ -19,10 +19,11 @@
 // processing, a timeout or a stop after the destination processed the
 // request makes a second effect.
 //
-// # The fixture that must catch it
+// # What catches it
 //
-// external-effect: stable-key, and exactly-once-at-destination in the
-// drop-after-process plays.
+// The rules it must fail are its entry in the registry of built-in
+// adapters (package internal/adapters/builtin), which the verdict matrix
+// test holds it to, rule by rule; docs/proof.md shows them.
 package randomkey
 
 import (

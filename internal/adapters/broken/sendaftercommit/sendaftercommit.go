@@ -20,10 +20,11 @@
 // redelivery is a Duplicate and sends nothing. An abrupt stop between
 // COMMIT and the send loses it the same way.
 //
-// # The fixture that must catch it
+// # What catches it
 //
-// external-effect: no-loss, in the plays where the destination fails, is
-// down, or the instance is stopped between its commit and its send.
+// The rules it must fail are its entry in the registry of built-in
+// adapters (package internal/adapters/builtin), which the verdict matrix
+// test holds it to, rule by rule; docs/proof.md shows them.
 package sendaftercommit
 
 import (

@@ -21,11 +21,11 @@
 // sends again with another key: two effects at the destination for one
 // applied event.
 //
-// # The fixture that must catch it
+// # What catches it
 //
-// external-effect: stable-key, exactly-once-at-destination and
-// no-new-key-for-duplicates, in the plays where the transaction fails after
-// the call or the destination drops its answer.
+// The rules it must fail are its entry in the registry of built-in
+// adapters (package internal/adapters/builtin), which the verdict matrix
+// test holds it to, rule by rule; docs/proof.md shows them.
 package sendintx
 
 import (

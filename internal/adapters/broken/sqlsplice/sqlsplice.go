@@ -18,9 +18,11 @@
 // an invalid-input error, so a broker retries it for ever, and a crafted id
 // could run SQL of its own.
 //
-// # The fixture that must catch it
+// # What catches it
 //
-// bad-input.
+// The rules it must fail are its entry in the registry of built-in
+// adapters (package internal/adapters/builtin), which the verdict matrix
+// test holds it to, rule by rule; docs/proof.md shows them.
 package sqlsplice
 
 import (

@@ -19,10 +19,11 @@
 // effect. Tests that start at midnight and last a few minutes never see
 // it.
 //
-// # The fixture that must catch it
+// # What catches it
 //
-// retention-expiry (kept-inside-window): its redelivery at t0+W-ε always
-// crosses a midnight on the harness's clock.
+// The rules it must fail are its entry in the registry of built-in
+// adapters (package internal/adapters/builtin), which the verdict matrix
+// test holds it to, rule by rule; docs/proof.md shows them.
 package timebucketed
 
 import (

@@ -19,9 +19,11 @@
 // refused as invalid input, as the reference does, so bad-input passes;
 // the other fixtures send short ids and pass too.
 //
-// # The fixture that must catch it
+// # What catches it
 //
-// identity-fidelity (length-kept).
+// The rules it must fail are its entry in the registry of built-in
+// adapters (package internal/adapters/builtin), which the verdict matrix
+// test holds it to, rule by rule; docs/proof.md shows them.
 package truncatedkey
 
 import (
