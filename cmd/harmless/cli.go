@@ -23,7 +23,7 @@ import (
 	"github.com/harmless-dev/harmless/internal/adapters/builtin"
 	"github.com/harmless-dev/harmless/internal/docgen"
 	"github.com/harmless-dev/harmless/internal/redact"
-	"github.com/harmless-dev/harmless/suite"
+	"github.com/harmless-dev/harmless/internal/suite"
 	"github.com/harmless-dev/harmless/suite/certificate"
 	"github.com/harmless-dev/harmless/suite/container"
 )

@@ -15,7 +15,7 @@ import (
 
 	"github.com/harmless-dev/harmless/fixtures"
 	"github.com/harmless-dev/harmless/internal/pgtest"
-	"github.com/harmless-dev/harmless/suite"
+	"github.com/harmless-dev/harmless/internal/suite"
 	"github.com/harmless-dev/harmless/suite/certificate"
 )
 

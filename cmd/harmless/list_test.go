@@ -19,7 +19,7 @@ import (
 	"github.com/harmless-dev/harmless/fixtures"
 	"github.com/harmless-dev/harmless/internal/execchild"
 	"github.com/harmless-dev/harmless/internal/pgtest"
-	"github.com/harmless-dev/harmless/suite"
+	"github.com/harmless-dev/harmless/internal/suite"
 	"github.com/harmless-dev/harmless/suite/certificate"
 )
 

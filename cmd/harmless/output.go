@@ -9,7 +9,7 @@ import (
 
 	harmlessexec "github.com/harmless-dev/harmless/adapters/exec"
 	"github.com/harmless-dev/harmless/fixtures"
-	"github.com/harmless-dev/harmless/suite"
+	"github.com/harmless-dev/harmless/internal/suite"
 	"github.com/harmless-dev/harmless/suite/certificate"
 )
 

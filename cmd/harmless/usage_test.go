@@ -10,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/harmless-dev/harmless/suite"
+	"github.com/harmless-dev/harmless/internal/suite"
 )
 
 // flagMention is a flag as the README and the usage write it: -q, --json.

@@ -17,7 +17,7 @@ import (
 	"github.com/harmless-dev/harmless/adapters/reference"
 	"github.com/harmless-dev/harmless/fixtures"
 	"github.com/harmless-dev/harmless/internal/pgtest"
-	"github.com/harmless-dev/harmless/suite"
+	"github.com/harmless-dev/harmless/internal/suite"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }

@@ -1,32 +1,11 @@
-// Package suite is the harmless conformance suite: Ginkgo v2 specs that play
-// the fixtures of package fixtures against any implementation behind an
-// [adapters.Adapter], and a certificate that says which rules held. The
-// certificate's model and its reports are package [certificate]
-// (suite/certificate), which a program that only reads or renders
-// certificates can import without linking Ginkgo or the harness; this
-// package builds the certificate from what its specs recorded.
-//
-// There are three ways to run it, each giving every adapter a certificate
-// of its own, from a run (and a database) of its own.
-//
-// From your own tests, run the whole suite with one call, for one adapter
-// or several; [RunWith] takes options, which apply to every adapter:
-//
-//	func TestConformance(t *testing.T) {
-//		suite.Run(t, myAdapter, myOtherAdapter)
-//	}
-//
-// To embed the specs in an existing Ginkgo suite, one with its own
-// BeforeSuite and AfterSuite included, call [Register] at package level,
-// once per adapter, and let your own RunSpecs run them. It adds only a
-// container per adapter, never a suite-level node:
-//
-//	var _ = suite.Register(myAdapter, suite.WithCertificate(save))
-//
-// From a program, without a *testing.T, call [Certify], as the harmless
-// command does:
-//
-//	cert, err := suite.Certify(ctx, myAdapter)
+// Package suite is the conformance suite behind the public package
+// github.com/harmless-dev/harmless/suite, which forwards to it: Ginkgo v2
+// specs that play the fixtures of package fixtures against an
+// [adapters.Adapter], and the certificate built from what they recorded.
+// It holds, besides what the public package offers, the options only the
+// harmless command and the harness's own tests need (Ginkgo's
+// configuration, the exec protocol's record, secrets, per-fixture
+// progress, the concurrent-delivery tuning).
 //
 // Run, RunWith and Certify host a Ginkgo suite of their own: they may be
 // called any number of times in one process, one at a time, but not in a

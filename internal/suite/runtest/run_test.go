@@ -13,7 +13,7 @@ import (
 	"github.com/harmless-dev/harmless/internal/adapters/alternatives/databasesql"
 	"github.com/harmless-dev/harmless/internal/adapters/broken/checktheninsert"
 	"github.com/harmless-dev/harmless/internal/pgtest"
-	"github.com/harmless-dev/harmless/suite"
+	"github.com/harmless-dev/harmless/internal/suite"
 	"github.com/harmless-dev/harmless/suite/certificate"
 )
 
