@@ -62,10 +62,10 @@ func (s *state) concurrentDelivery() {
 					s.cfg.logf("concurrent-delivery (%s): %d rounds of %d contenders", v.name, len(rounds), s.cfg.contenders)
 				}, sc.timeout())
 
-				sc.noteRule(fixtures.ConcurrentDeliveryOneEffect, func() ([]string, string) {
+				sc.judgedRule(fixtures.ConcurrentDeliveryOneEffect, func() judgement {
 					return collect(rounds, func(r roundResult) []string { return r.oneEffect })
 				})
-				sc.noteRule(fixtures.ConcurrentDeliveryOneApplied, func() ([]string, string) {
+				sc.judgedRule(fixtures.ConcurrentDeliveryOneApplied, func() judgement {
 					return collect(rounds, func(r roundResult) []string { return r.oneApplied })
 				})
 			})
@@ -250,7 +250,9 @@ func (r race) overlapProblem() (problem string, retry bool) {
 // proved nothing (see roundResult.inconclusive) is no problem: it is noted;
 // when no round proved anything and nothing failed, the rule is
 // not-supported here, since the machine never let the contenders overlap.
-func collect(rounds []roundResult, pick func(roundResult) []string) (problems []string, note string) {
+func collect(rounds []roundResult, pick func(roundResult) []string) judgement {
+	var problems []string
+	var note string
 	var inconclusive []string
 	for _, r := range rounds {
 		problems = append(problems, pick(r)...)
@@ -263,10 +265,10 @@ func collect(rounds []roundResult, pick func(roundResult) []string) (problems []
 		problems = append(problems, "no round ran")
 	case len(problems) > 0:
 	case len(inconclusive) == len(rounds):
-		notSupported(fmt.Sprintf("inconclusive: none of the %d rounds provably overlapped, so none proved anything (a heavily loaded machine; run again): %s",
+		return notSupported(fmt.Sprintf("inconclusive: none of the %d rounds provably overlapped, so none proved anything (a heavily loaded machine; run again): %s",
 			len(rounds), inconclusive[0]))
 	case len(inconclusive) > 0:
 		note = fmt.Sprintf("%d of %d rounds proved nothing and were not judged: %s", len(inconclusive), len(rounds), strings.Join(inconclusive, "; "))
 	}
-	return problems, note
+	return judgement{problems: problems, note: note}
 }

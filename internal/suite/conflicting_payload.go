@@ -98,9 +98,9 @@ func (s *state) conflictingPayload() {
 					c = v.play(ctx, sc.begin(ctx))
 				}, sc.timeout())
 
-				sc.rule(fixtures.ConflictingPayloadNoSecondEffect, func() []string { return c.noSecondEffect() })
-				sc.rule(fixtures.ConflictingPayloadDetected, func() []string { return c.detected(s.adapter.Declares.ConflictPolicy) })
-				sc.rule(fixtures.ConflictingPayloadOriginalStands, func() []string { return c.originalStands() })
+				sc.judgedRule(fixtures.ConflictingPayloadNoSecondEffect, func() judgement { return c.noSecondEffect() })
+				sc.judgedRule(fixtures.ConflictingPayloadDetected, func() judgement { return c.detected(s.adapter.Declares.ConflictPolicy) })
+				sc.judgedRule(fixtures.ConflictingPayloadOriginalStands, func() judgement { return c.originalStands() })
 			})
 		}
 	})
@@ -321,7 +321,7 @@ func (c conflictResult) firstApplied() string {
 // withProblem completes a rule's problems with the variant's: the fault
 // that did not fire first, the evidence last. A variant that proved nothing
 // and found no problem either makes the rule not-supported here.
-func (c conflictResult) withProblem(problems []string) []string {
+func (c conflictResult) withProblem(problems []string) judgement {
 	if c.problem != "" {
 		problems = append([]string{c.problem}, problems...)
 	}
@@ -329,12 +329,12 @@ func (c conflictResult) withProblem(problems []string) []string {
 		problems[len(problems)-1] += "\n" + c.describe()
 	}
 	if len(problems) == 0 {
-		notSupported(c.inconclusive)
+		return notSupported(c.inconclusive)
 	}
-	return problems
+	return judgement{problems: problems}
 }
 
-func (c conflictResult) noSecondEffect() []string {
+func (c conflictResult) noSecondEffect() judgement {
 	var problems []string
 	want := c.applied.digest()
 	switch {
@@ -355,7 +355,7 @@ func (c conflictResult) noSecondEffect() []string {
 	return c.withProblem(problems)
 }
 
-func (c conflictResult) detected(policy adapters.ConflictPolicy) []string {
+func (c conflictResult) detected(policy adapters.ConflictPolicy) judgement {
 	var problems []string
 	if p := c.firstApplied(); p != "" {
 		problems = append(problems, p)
@@ -386,7 +386,7 @@ func (c conflictResult) detected(policy adapters.ConflictPolicy) []string {
 	return c.withProblem(problems)
 }
 
-func (c conflictResult) originalStands() []string {
+func (c conflictResult) originalStands() judgement {
 	var problems []string
 	if p := c.firstApplied(); p != "" {
 		problems = append(problems, p)

@@ -114,15 +114,17 @@ func (s *state) crashAfterAck() {
 			history = play.History(ev)
 		}, sc.timeout())
 
-		sc.noteRule(fixtures.CrashRecoveryAppliedSurvives, func() ([]string, string) {
-			notSupported(skip)
+		sc.judgedRule(fixtures.CrashRecoveryAppliedSurvives, func() judgement {
+			if skip != "" {
+				return notSupported(skip)
+			}
 			if p := rec.Problem(); p != "" {
-				return []string{"the planned fault did not fire: " + p}, ""
+				return judgement{problems: []string{"the planned fault did not fire: " + p}}
 			}
 			describe := "\n" + rec.String() + "\n" + harness.DescribeEvent(ev, effects, history)
 			if first := before[len(before)-1]; !first.Acked() || first.Outcome != adapters.Applied {
-				return []string{fmt.Sprintf("before the crash, the delivery to worker 1 ended %s (expected Applied): nothing acknowledged could be lost%s",
-					first.Result(), describe)}, ""
+				return judgement{problems: []string{fmt.Sprintf("before the crash, the delivery to worker 1 ended %s (expected Applied): nothing acknowledged could be lost%s",
+					first.Result(), describe)}}
 			}
 			var seen []string
 			if len(restored) != 1 {
@@ -141,13 +143,13 @@ func (s *state) crashAfterAck() {
 				seen = append(seen, fmt.Sprintf("after the redelivery the ledger holds %d effects (expected 1)", len(effects)))
 			}
 			if len(seen) > 0 {
-				return []string{strings.Join(seen, "; ") + describe}, ""
+				return judgement{problems: []string{strings.Join(seen, "; ") + describe}}
 			}
 			note := fmt.Sprintf("%s; the implementation's tables held %d row(s) before the crash and %d after; the redelivery to worker 1 was Duplicate", rec, rowsBefore, rowsAfter)
 			if failed := len(after) - 1; failed > 0 {
 				note += fmt.Sprintf(" after %d failed attempt(s) (the first ended %s)", failed, after[0].Result())
 			}
-			return nil, note
+			return judgement{note: note}
 		})
 	})
 }
@@ -407,13 +409,15 @@ func (s *state) crashInFlight(st stall) {
 			}
 		}, sc.timeout())
 
-		sc.noteRule(fixtures.CrashRecoveryInFlightExactlyOnce, func() ([]string, string) {
-			notSupported(skip)
+		sc.judgedRule(fixtures.CrashRecoveryInFlightExactlyOnce, func() judgement {
+			if skip != "" {
+				return notSupported(skip)
+			}
 			if p := rec.Problem(); p != "" {
-				return []string{"the planned fault did not fire: " + p}, ""
+				return judgement{problems: []string{"the planned fault did not fire: " + p}}
 			}
 			if heldErr != nil {
-				return []string{fmt.Sprintf("could not tell whether the planned stall (%s) held any delivery: %v", what, heldErr)}, ""
+				return judgement{problems: []string{fmt.Sprintf("could not tell whether the planned stall (%s) held any delivery: %v", what, heldErr)}}
 			}
 			story := fmt.Sprintf("%d of %d in-flight deliveries were held by %s when the server crashed, %s after they started, %d had returned (%s); %s",
 				heldAtCrash, len(flying), what, waited.Round(time.Millisecond), returnedAtCrash, warmUpNote(len(settled), warmedAtOnce, slowestWarmUp), rec)
@@ -448,7 +452,7 @@ func (s *state) crashInFlight(st stall) {
 			}
 			if len(problems) > 0 {
 				problems[0] += "\n" + story
-				return problems, ""
+				return judgement{problems: problems}
 			}
 			// No delivery was in flight when the server crashed: every one
 			// had returned (an implementation that gives up waiting on a
@@ -460,9 +464,9 @@ func (s *state) crashInFlight(st stall) {
 				if len(unanswered) > 0 {
 					msg += fmt.Sprintf("; %d events were never acknowledged after the restart (%s), which applied-survives judges", len(unanswered), strings.Join(unanswered[:min(len(unanswered), 3)], ", "))
 				}
-				notSupported(msg)
+				return notSupported(msg)
 			}
-			return nil, fmt.Sprintf("%s; %d events redelivered after the restart; all %d events have one effect", story, redelivered, len(all))
+			return judgement{note: fmt.Sprintf("%s; %d events redelivered after the restart; all %d events have one effect", story, redelivered, len(all))}
 		})
 	})
 }

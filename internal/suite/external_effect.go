@@ -261,24 +261,31 @@ func (s *state) externalEffect() {
 					x.gather(ctx)
 				}, x.sc.timeout())
 
-				judge := func(check func(x *extPlay) []string) func() []string {
-					return func() []string {
-						skipFor(app, v.name)
-						if p := x.unfired(v.inconclusive); p != nil {
-							return p
+				// judge judges a rule of the variant with check, unless the
+				// fixture or the variant does not run, or its planned
+				// faults did not fire; note adds what the play showed to a
+				// pass.
+				judge := func(check func(x *extPlay) []string, note func() string) func() judgement {
+					return func() judgement {
+						if j := skipFor(app, v.name); j.unsupported != "" {
+							return j
 						}
-						return check(x)
+						if j := x.unfired(v.inconclusive); j.unsupported != "" || len(j.problems) > 0 {
+							return j
+						}
+						if p := check(x); len(p) > 0 {
+							return judgement{problems: p}
+						}
+						if note != nil {
+							return judgement{note: note()}
+						}
+						return judgement{}
 					}
 				}
-				x.sc.rule(fixtures.ExternalEffectStableKey, judge((*extPlay).stableKey))
-				x.sc.noteRule(fixtures.ExternalEffectExactlyOnce, func() ([]string, string) {
-					if p := judge((*extPlay).exactlyOnce)(); len(p) > 0 {
-						return p, ""
-					}
-					return nil, x.summary()
-				})
-				x.sc.rule(fixtures.ExternalEffectNoLoss, judge((*extPlay).noLoss))
-				x.sc.rule(fixtures.ExternalEffectNoNewKeyDuplicates, judge((*extPlay).noNewKey))
+				x.sc.judgedRule(fixtures.ExternalEffectStableKey, judge((*extPlay).stableKey, nil))
+				x.sc.judgedRule(fixtures.ExternalEffectExactlyOnce, judge((*extPlay).exactlyOnce, x.summary))
+				x.sc.judgedRule(fixtures.ExternalEffectNoLoss, judge((*extPlay).noLoss, nil))
+				x.sc.judgedRule(fixtures.ExternalEffectNoNewKeyDuplicates, judge((*extPlay).noNewKey, nil))
 			})
 		}
 	})
@@ -307,9 +314,9 @@ func (x *extPlay) gather(ctx context.Context) {
 
 // unfired judges the planned faults that did not fire: the variant is
 // not-supported when inconclusive, else every rule fails saying so.
-func (x *extPlay) unfired(inconclusive bool) []string {
+func (x *extPlay) unfired(inconclusive bool) judgement {
 	if x.skip != "" {
-		notSupported(x.skip)
+		return notSupported(x.skip)
 	}
 	var problems []string
 	for i, f := range x.planned {
@@ -317,11 +324,11 @@ func (x *extPlay) unfired(inconclusive bool) []string {
 			continue
 		}
 		if inconclusive {
-			notSupported(fmt.Sprintf("the planned fault (%s) did not fire", f.what))
+			return notSupported(fmt.Sprintf("the planned fault (%s) did not fire", f.what))
 		}
 		problems = append(problems, fmt.Sprintf("the planned fault (%s) did not fire: the destination never received the request it was planned for\n%s", f.what, x.describeAll()))
 	}
-	return problems
+	return judgement{problems: problems}
 }
 
 // forIdentity returns the valid records of id, in arrival order.

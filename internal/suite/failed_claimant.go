@@ -76,7 +76,7 @@ func (s *state) failedClaimant(v claimantVariant) {
 		sc.judgedRule(fixtures.ConcurrentDeliveryFailedClaimantNotLost, func() judgement {
 			problems, note, unproven := judgeClaimant(plays)
 			if unproven != "" {
-				notSupported(unproven)
+				return notSupported(unproven)
 			}
 			return judgement{problems: problems, note: note, hint: claimantHint(plays)}
 		})

@@ -164,12 +164,16 @@ func (s *state) failureAfterMarker() {
 				// inconclusive where the implementation gave the fault no
 				// chance that is not a failure (it opened no transaction);
 				// else what the deliveries show fails every rule.
-				notFired := func() []string {
-					notSupported(skip)
-					if fired > 0 {
-						return nil
+				notFired := func() judgement {
+					if skip != "" {
+						return notSupported(skip)
 					}
-					notSupported(unfired)
+					if fired > 0 {
+						return judgement{}
+					}
+					if unfired != "" {
+						return notSupported(unfired)
+					}
 					last := tries[len(tries)-1]
 					var seen string
 					switch {
@@ -180,49 +184,49 @@ func (s *state) failureAfterMarker() {
 					default:
 						seen = fmt.Sprintf("attempt 1 ended %s and the ledger holds %d effects, yet the effect never reached the point where the fault was planned", first.Result(), len(effects))
 					}
-					return []string{fmt.Sprintf("the planned fault (%s) did not fire: %s\n%s", what, seen, harness.DescribeEvent(ev, effects, history))}
+					return judgement{problems: []string{fmt.Sprintf("the planned fault (%s) did not fire: %s\n%s", what, seen, harness.DescribeEvent(ev, effects, history))}}
 				}
 
-				sc.rule(fixtures.FailureAfterMarkerNotAcknowledged, func() []string {
-					if p := notFired(); p != nil {
-						return p
+				sc.judgedRule(fixtures.FailureAfterMarkerNotAcknowledged, func() judgement {
+					if j := notFired(); j.final() {
+						return j
 					}
 					if first.Acked() {
-						return []string{fmt.Sprintf("fault %s fired, yet attempt 1 was acknowledged as %s\n%s",
-							what, first.Outcome, harness.DescribeEvent(ev, effects, history))}
+						return judgement{problems: []string{fmt.Sprintf("fault %s fired, yet attempt 1 was acknowledged as %s\n%s",
+							what, first.Outcome, harness.DescribeEvent(ev, effects, history))}}
 					}
-					return nil
+					return judgement{}
 				})
-				sc.rule(fixtures.FailureAfterMarkerRetryApplies, func() []string {
-					if p := notFired(); p != nil {
-						return p
+				sc.judgedRule(fixtures.FailureAfterMarkerRetryApplies, func() judgement {
+					if j := notFired(); j.final() {
+						return j
 					}
 					last := tries[len(tries)-1]
 					if len(tries) > 1 && last.Acked() && last.Outcome == adapters.Applied && len(effects) == 1 {
-						return nil
+						return judgement{}
 					}
 					then := fmt.Sprintf("then the redelivery ended %s (expected Applied)", last.Result())
 					if len(tries) == 1 {
 						then = fmt.Sprintf("attempt 1 was acknowledged as %s, so the broker redelivered nothing", last.Outcome)
 					}
-					return []string{fmt.Sprintf("fault %s fired %s; %s, and the ledger holds %d effects (expected 1)\n%s",
-						what, harness.Times(fired), then, len(effects), harness.DescribeEvent(ev, effects, history))}
+					return judgement{problems: []string{fmt.Sprintf("fault %s fired %s; %s, and the ledger holds %d effects (expected 1)\n%s",
+						what, harness.Times(fired), then, len(effects), harness.DescribeEvent(ev, effects, history))}}
 				})
 				if f.kills {
-					sc.rule(fixtures.FailureAfterMarkerSurvivesKill, func() []string {
-						if p := notFired(); p != nil {
-							return p
+					sc.judgedRule(fixtures.FailureAfterMarkerSurvivesKill, func() judgement {
+						if j := notFired(); j.final() {
+							return j
 						}
 						last := next[len(next)-1]
 						if last.Acked() && last.Outcome == adapters.Applied && len(nextFx) == 1 {
-							return nil
+							return judgement{}
 						}
-						return []string{fmt.Sprintf("after its connection was killed (%s), worker 1 handled a new event badly\n%s",
-							what, harness.DescribeEvent(after, nextFx, next))}
+						return judgement{problems: []string{fmt.Sprintf("after its connection was killed (%s), worker 1 handled a new event badly\n%s",
+							what, harness.DescribeEvent(after, nextFx, next))}}
 					})
 					sc.judgedRule(fixtures.FailureAfterMarkerProcessSurvivesKill, func() judgement {
-						if p := notFired(); p != nil {
-							return judgement{problems: p}
+						if j := notFired(); j.final() {
+							return j
 						}
 						if len(crashes) == 0 {
 							return judgement{}

@@ -82,10 +82,11 @@ func (r retention) realTime(d time.Duration) time.Duration {
 	return 0
 }
 
-// applies ends the running rule's check as not supported when the fixture
-// does not apply.
-func (r retention) applies() {
-	notSupported(r.unsupported)
+// applies is the judgement of a rule of the fixture when the fixture does
+// not apply (not-supported, saying why), and the zero judgement when it
+// does.
+func (r retention) applies() judgement {
+	return notSupported(r.unsupported)
 }
 
 func (r retention) String() string {
@@ -320,7 +321,9 @@ func (s *state) retentionOneEvent(r retention) {
 		}, sc.timeout())
 
 		sc.judgedRule(fixtures.RetentionExpiryKeptInsideWindow, func() judgement {
-			r.applies()
+			if j := r.applies(); j.final() {
+				return j
+			}
 			var problems []string
 			hint := ""
 			if p := notApplied(ev, first); p != "" {
@@ -333,7 +336,7 @@ func (s *state) retentionOneEvent(r retention) {
 				// The purge may rightly have removed the marker: what
 				// follows proves nothing about the window.
 				if len(problems) == 0 {
-					notSupported(fmt.Sprintf("inconclusive: the harness was late, it purged at %s with a cutoff after the claim at t0, so the scenario proves nothing about the window (a loaded machine in real-time mode; run it again)",
+					return notSupported(fmt.Sprintf("inconclusive: the harness was late, it purged at %s with a cutoff after the claim at t0, so the scenario proves nothing about the window (a loaded machine in real-time mode; run it again)",
 						tl.at(inside.at)))
 				}
 				return judgement{problems: problems}
@@ -360,8 +363,10 @@ func (s *state) retentionOneEvent(r retention) {
 			}
 			return judgement{problems: problems, hint: hint}
 		})
-		sc.noteRule(fixtures.RetentionExpiryPurgedAfterWindow, func() ([]string, string) {
-			r.applies()
+		sc.judgedRule(fixtures.RetentionExpiryPurgedAfterWindow, func() judgement {
+			if j := r.applies(); j.final() {
+				return j
+			}
 			var problems []string
 			if p := notApplied(ev, first); p != "" {
 				problems = append(problems, p)
@@ -378,9 +383,9 @@ func (s *state) retentionOneEvent(r retention) {
 					after.describe(tl), countRows(rowsAfter), ev, claim, tl.at(claimedBy), tl.since(claimedBy, after.at), shortdur.Format(r.window)))
 			}
 			if len(problems) > 0 {
-				return problems, ""
+				return judgement{problems: problems}
 			}
-			return nil, lateNote(tl, ev, lateAt, late)
+			return judgement{note: lateNote(tl, ev, lateAt, late)}
 		})
 	})
 }
@@ -494,17 +499,19 @@ func (s *state) retentionPurgeRace(r retention) {
 				len(purges), tl.span(raceFrom, raceBy), removed, len(recent)*retentionRedeliveries, len(recent))
 		}, sc.timeout())
 
-		sc.rule(fixtures.RetentionExpiryConcurrentPurge, func() []string {
-			r.applies()
+		sc.judgedRule(fixtures.RetentionExpiryConcurrentPurge, func() judgement {
+			if j := r.applies(); j.final() {
+				return j
+			}
 			problems := append(purgeProblems(tl, purges), setup...)
 			if last := purges[len(purges)-1]; !last.cutoff.Before(recentFrom) {
 				// The purges may rightly have removed the recent markers:
 				// the redeliveries prove nothing about the window.
 				if len(problems) == 0 {
-					notSupported(fmt.Sprintf("inconclusive: the harness was late, the last purge at %s had a cutoff after the recent events' claims at %s, so the scenario proves nothing about the window (a loaded machine in real-time mode; run it again)",
+					return notSupported(fmt.Sprintf("inconclusive: the harness was late, the last purge at %s had a cutoff after the recent events' claims at %s, so the scenario proves nothing about the window (a loaded machine in real-time mode; run it again)",
 						tl.at(last.at), tl.at(recentFrom)))
 				}
-				return problems
+				return judgement{problems: problems}
 			}
 			for i, ev := range recent {
 				var bad []string
@@ -525,7 +532,7 @@ func (s *state) retentionPurgeRace(r retention) {
 					ev, tl.at(recentFrom), tl.span(raceFrom, raceBy), tl.at(purges[len(purges)-1].cutoff), tl.since(recentFrom, raceBy), shortdur.Format(r.window),
 					what, claim, harness.DescribeEvent(ev, effects[i], histories[i])))
 			}
-			return problems
+			return judgement{problems: problems}
 		})
 	})
 }
@@ -601,8 +608,10 @@ func (s *state) retentionManyWindows(r retention) {
 			s.cfg.logf("retention-expiry (many windows): rows after each of %d steps: %s", len(steps), series())
 		}, sc.timeout())
 
-		sc.rule(fixtures.RetentionExpiryStateBounded, func() []string {
-			r.applies()
+		sc.judgedRule(fixtures.RetentionExpiryStateBounded, func() judgement {
+			if j := r.applies(); j.final() {
+				return j
+			}
 			var problems []string
 			worst := 0
 			for i, st := range steps {
@@ -622,7 +631,7 @@ func (s *state) retentionManyWindows(r retention) {
 			for _, st := range steps {
 				problems = append(problems, st.setup...)
 			}
-			return problems
+			return judgement{problems: problems}
 		})
 	})
 }

@@ -228,6 +228,9 @@ func (sc *scenario) judgedRule(id string, check func() judgement) {
 			return judgement{problems: []string{sc.s.secrets.String(p)}, unplayed: true}
 		}
 		j := check()
+		if j.unsupported != "" {
+			return judgement{unsupported: sc.s.secrets.String(j.unsupported), inapplicable: j.inapplicable}
+		}
 		if len(j.problems) > 0 && j.cause == "" && !j.leadless {
 			j.lead = sc.lead()
 		}

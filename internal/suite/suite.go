@@ -484,8 +484,15 @@ func (s *state) ginkgoFailure(r fixtures.Rule, msg string) string {
 // ginkgoFailure).
 const ginkgoExcerptLines = 12
 
-// judgement is what a rule's check found.
+// judgement is what a rule's check found: a pass (the zero judgement, or
+// one with only a note), a failure (problems), or a rule that cannot be
+// judged here (unsupported).
 type judgement struct {
+	// unsupported, when set, says why the rule cannot be judged in this
+	// play: its verdict there is not-supported, or not-applicable when
+	// inapplicable is set, whatever else the judgement holds.
+	unsupported  string
+	inapplicable bool
 	// problems are the violations found; none means the rule held.
 	problems []string
 	// note, when the rule held, is what the check observed, shown in the

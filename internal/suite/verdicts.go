@@ -74,59 +74,29 @@ const notSupportedPrefix = "not-supported: "
 // nothing to test in the implementation.
 const notApplicablePrefix = "not-applicable: "
 
-// unsupported is the panic value of notSupported and notApplicable, turned
-// into the spec's typed outcome and a Skip by the It (see runCheck).
-type unsupported struct {
-	reason string
-	// inapplicable marks notApplicable's.
-	inapplicable bool
+// notSupported is the judgement of a rule that cannot be judged in this
+// play, saying why, when reason is set; the zero judgement otherwise.
+func notSupported(reason string) judgement { return judgement{unsupported: reason} }
+
+// notApplicable is the judgement of a rule that has nothing to test in
+// the implementation, saying why, when reason is set (see
+// [fixtures.Applicability.NotApplicable]); it does not lower the status.
+func notApplicable(reason string) judgement {
+	return judgement{unsupported: reason, inapplicable: reason != ""}
 }
 
-// notSupported ends the current rule's check as not supported, saying why,
-// when reason is set. Call it only from a rule's check.
-func notSupported(reason string) {
-	if reason != "" {
-		panic(unsupported{reason: reason})
-	}
-}
+// final reports whether j settles the rule, so that its check need look no
+// further: it fails it, or finds it cannot be judged here.
+func (j judgement) final() bool { return j.unsupported != "" || len(j.problems) > 0 }
 
-// notApplicable ends the current rule's check as not-applicable, saying
-// why, when reason is set: the implementation has nothing the rule tests
-// (see [fixtures.Applicability.NotApplicable]), which does not lower its
-// status. Call it only from a rule's check.
-func notApplicable(reason string) {
-	if reason != "" {
-		panic(unsupported{reason: reason, inapplicable: true})
-	}
-}
-
-// skipFor ends the current rule's check as not-applicable or not-supported
-// when a says the fixture does not run, and as not-supported when variant
-// is not played; it does nothing otherwise.
-func skipFor(a fixtures.Applicability, variant string) {
+// skipFor is the judgement of a rule of a fixture that a says does not
+// run (not-applicable or not-supported), or of a variant that is not
+// played (not-supported); the zero judgement when the rule is judged.
+func skipFor(a fixtures.Applicability, variant string) judgement {
 	if a.NotApplicable {
-		notApplicable(a.Reason)
+		return notApplicable(a.Reason)
 	}
-	notSupported(a.Excludes(variant))
-}
-
-// runCheck runs judge, turning a call to notSupported or notApplicable in
-// it into its outcome and reason. Any other panic (Ginkgo's own Fail, a
-// bug) goes on to Ginkgo.
-func runCheck(judge func() judgement) (j judgement, skipped outcome, reason string) {
-	defer func() {
-		if r := recover(); r != nil {
-			u, ok := r.(unsupported)
-			if !ok {
-				panic(r)
-			}
-			skipped, reason = outcomeNotSupported, u.reason
-			if u.inapplicable {
-				skipped = outcomeNotApplicable
-			}
-		}
-	}()
-	return judge(), 0, ""
+	return notSupported(a.Excludes(variant))
 }
 
 // registerRule registers one It that checks rule id with judge, and its
@@ -149,14 +119,14 @@ func (s *state) registerRule(id string, judge func() judgement) {
 	// has a budget of its own: the It needs no timeout (one would cap the
 	// BeforeAll, which runs inside the container's first It).
 	ginkgo.It(leaf, ginkgo.Label(r.Label(), "level:"+string(r.Level)), func() {
-		j, skipped, reason := runCheck(judge)
+		j := judge()
 		switch {
-		case skipped == outcomeNotSupported:
-			rec.outcome, rec.message = outcomeNotSupported, reason
-			ginkgo.Skip(notSupportedPrefix + reason)
-		case skipped == outcomeNotApplicable:
-			rec.outcome, rec.message = outcomeNotApplicable, reason
-			ginkgo.Skip(notApplicablePrefix + reason)
+		case j.inapplicable:
+			rec.outcome, rec.message = outcomeNotApplicable, j.unsupported
+			ginkgo.Skip(notApplicablePrefix + j.unsupported)
+		case j.unsupported != "":
+			rec.outcome, rec.message = outcomeNotSupported, j.unsupported
+			ginkgo.Skip(notSupportedPrefix + j.unsupported)
 		case len(j.problems) > 0:
 			msg := failureMessage(r, j)
 			rec.outcome, rec.message, rec.judged = outcomeFail, msg, j
