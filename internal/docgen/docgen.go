@@ -1,7 +1,8 @@
 // Package docgen writes the documentation that is generated from the code:
-// the rule table and the verdict matrix in README.md and the rules page
-// docs/rules.md, from package fixtures and the registry of built-in adapters. Run `go generate ./...` after changing
-// a rule; a test fails while the files are stale.
+// the rule table in README.md, the verdict matrix in docs/proof.md and the
+// rules page docs/rules.md, from package fixtures and the registry of
+// built-in adapters (internal/adapters/builtin). Run `go generate ./...`
+// after changing a rule; a test fails while the files are stale.
 package docgen
 
 import (
@@ -89,21 +90,23 @@ func FixturePage(fixture string) (Page, bool) {
 	return Page{}, false
 }
 
-// SpliceReadme replaces the generated parts of readme, the rule table and
-// the verdict matrix, with their current text.
+// SpliceReadme replaces the generated part of README.md, the rule table,
+// with its current text.
 func SpliceReadme(readme string) (string, error) {
-	readme, err := splice(readme, BeginRules, EndRules, RulesTable())
-	if err != nil {
-		return "", err
-	}
-	return splice(readme, BeginMatrix, EndMatrix, MatrixTable())
+	return splice(readme, BeginRules, EndRules, RulesTable())
+}
+
+// SpliceProof replaces the generated part of docs/proof.md, the verdict
+// matrix, with its current text.
+func SpliceProof(page string) (string, error) {
+	return splice(page, BeginMatrix, EndMatrix, MatrixTable())
 }
 
 func splice(text, beginMarker, endMarker, content string) (string, error) {
 	begin := strings.Index(text, beginMarker)
 	end := strings.Index(text, endMarker)
 	if begin < 0 || end < begin {
-		return "", fmt.Errorf("README.md lacks the markers %q and %q", beginMarker, endMarker)
+		return "", fmt.Errorf("the markers %q and %q are missing or out of order", beginMarker, endMarker)
 	}
 	return text[:begin+len(beginMarker)] + "\n" + content + text[end:], nil
 }
@@ -115,7 +118,7 @@ func anchor(id string) string {
 
 func escape(s string) string { return strings.ReplaceAll(s, "|", `\|`) }
 
-// Markers delimit the generated verdict matrix in README.md.
+// Markers delimit the generated verdict matrix in docs/proof.md.
 const (
 	BeginMatrix = "<!-- BEGIN GENERATED MATRIX: go generate ./... -->"
 	EndMatrix   = "<!-- END GENERATED MATRIX -->"

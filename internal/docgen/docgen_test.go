@@ -9,19 +9,27 @@ import (
 	"github.com/harmless-dev/harmless/internal/docgen"
 )
 
-// TestGeneratedDocsAreCurrent fails when README.md or docs/rules.md no
-// longer match the rule catalogue.
+// TestGeneratedDocsAreCurrent fails when README.md, docs/proof.md or
+// docs/rules.md no longer match the rule catalogue and the verdict matrix.
 func TestGeneratedDocsAreCurrent(t *testing.T) {
-	readme, err := os.ReadFile("../../README.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	want, err := docgen.SpliceReadme(string(readme))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if string(readme) != want {
-		t.Error("README.md's rule table is stale: run go generate ./...")
+	for _, f := range []struct {
+		path, part string
+		splice     func(string) (string, error)
+	}{
+		{"README.md", "rule table", docgen.SpliceReadme},
+		{"docs/proof.md", "verdict matrix", docgen.SpliceProof},
+	} {
+		text, err := os.ReadFile("../../" + f.path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err := f.splice(string(text))
+		if err != nil {
+			t.Fatalf("%s: %v", f.path, err)
+		}
+		if string(text) != want {
+			t.Errorf("%s's %s is stale: run go generate ./...", f.path, f.part)
+		}
 	}
 	page, err := os.ReadFile("../../docs/rules.md")
 	if err != nil {

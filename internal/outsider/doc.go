@@ -6,13 +6,14 @@
 // then go mod tidy), run as written; another test installs the command
 // from the checkout with the README's go install.
 //
-// Its test certifies the Go example of the README, extracted from README.md
-// as written, so that the example cannot drift from what works, and two
-// implementations written from the README alone (in testdata): one with a
-// pool of 2 connections, one whose transaction pgx.BeginTxFunc owns.
+// Its test certifies the Go example of the Go guide the README links,
+// extracted from docs/go.md as written, so that the example cannot drift
+// from what works, and two implementations written from the README alone,
+// when it held the guide (in testdata): one with a pool of 2 connections,
+// one whose transaction pgx.BeginTxFunc owns.
 //
-// Another runs the README's Ginkgo suite (suite.Register beside the
-// suite's own BeforeSuite and spec), as written, with the README's go test
+// Another runs the guide's Ginkgo suite (suite.Register beside the
+// suite's own BeforeSuite and spec), as written, with the guide's go test
 // label filters that play one fixture, on a DSN, and checks the specs
 // they ran and the certificate the suite wrote.
 package outsider

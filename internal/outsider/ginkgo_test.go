@@ -27,11 +27,11 @@ import (
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
 
-// ginkgoSection is the README section with the Ginkgo suite that embeds
-// harmless's specs.
-const ginkgoSection = "### In an existing Ginkgo suite"
+// ginkgoSection is the Go guide's section (docs/go.md) with the Ginkgo
+// suite that embeds harmless's specs.
+const ginkgoSection = "## In an existing Ginkgo suite"
 
-// The README's Ginkgo suite, as the test writes it into the consumer's
+// The guide's Ginkgo suite, as the test writes it into the consumer's
 // module, and what it says of the suite's own spec.
 const (
 	ginkgoPackage   = "consumer"
@@ -41,61 +41,63 @@ const (
 	certificateFile = "harmless-certificate.json"
 )
 
-// ginkgoLimit bounds each go test run of the README's suite: it builds the
+// ginkgoLimit bounds each go test run of the guide's suite: it builds the
 // test binary and plays one fixture on a DSN.
 const ginkgoLimit = 5 * time.Minute
 
-// TestReadmeGinkgoExample writes the README's Ginkgo suite, as written,
-// into a consumer's module made by the README's Install recipe, and runs
-// there, as written, the README's go test commands whose label filter
+// TestReadmeGinkgoExample writes the Ginkgo suite of the Go guide the
+// README links (docs/go.md; the suite was in the README itself until the
+// guide took it), as written, into a consumer's module made by the
+// README's Install recipe, and runs there, as written, the guide's go test
+// commands whose label filter
 // plays at most one of harmless's fixtures: each must exit 0, run the
 // suite's own spec and the specs of the rules it selects (Ginkgo's "Ran N
 // of M Specs"), and leave the certificate the suite writes, with those
-// rules passed and the others skipped. Every label filter of the README's
+// rules passed and the others skipped. Every label filter of the guide's
 // commands, the Ginkgo CLI's included, must parse and select a spec.
 func TestReadmeGinkgoExample(t *testing.T) {
 	root, err := filepath.Abs("../..")
 	if err != nil {
 		t.Fatal(err)
 	}
-	data, err := os.ReadFile(filepath.Join(root, "README.md"))
+	data, err := os.ReadFile(filepath.Join(root, goGuide))
 	if err != nil {
 		t.Fatal(err)
 	}
-	readme := string(data)
-	code, err := codeBlock(readme, ginkgoSection, "suite.Register(")
+	guide := string(data)
+	code, err := codeBlock(goGuide, guide, ginkgoSection, "suite.Register(")
 	if err != nil {
 		t.Fatal(err)
 	}
 	code, ok := strings.CutPrefix(code, "go\n")
 	if !ok {
-		t.Fatalf("the README's Ginkgo suite is not a Go code block:\n%s", code)
+		t.Fatalf("docs/go.md's Ginkgo suite is not a Go code block:\n%s", code)
 	}
 	if formatted, err := format.Source([]byte(code)); err != nil || string(formatted) != code {
-		t.Errorf("the README's Ginkgo suite is not gofmt'ed (%v); gofmt makes it:\n%s", err, formatted)
+		t.Errorf("docs/go.md's Ginkgo suite is not gofmt'ed (%v); gofmt makes it:\n%s", err, formatted)
 	}
 	for _, want := range []string{"RunSpecs(t, ", "BeforeSuite(", `Label("` + ownLabel + `")`, `It("` + ownSpec + `"`, "reference.Adapter()", `WriteJSON("` + certificateFile + `")`} {
 		if !strings.Contains(code, want) {
-			t.Fatalf("the README's Ginkgo suite lacks %q, which this test relies on:\n%s", want, code)
+			t.Fatalf("docs/go.md's Ginkgo suite lacks %q, which this test relies on:\n%s", want, code)
 		}
 	}
-	commands, err := codeBlock(readme, ginkgoSection, "-ginkgo.label-filter")
+	commands, err := codeBlock(goGuide, guide, ginkgoSection, "-ginkgo.label-filter")
 	if err != nil {
 		t.Fatal(err)
 	}
 	commands, ok = strings.CutPrefix(commands, "sh\n")
 	if !ok {
-		t.Fatalf("the README's commands for the Ginkgo suite are not a sh code block:\n%s", commands)
+		t.Fatalf("docs/go.md's commands for the Ginkgo suite are not a sh code block:\n%s", commands)
 	}
 	// The Ginkgo CLI's command is in the prose, in backquotes.
-	runs := readmeFilters(t, commands+"\n"+cliCommands(readme))
+	runs := guideFilters(t, commands+"\n"+cliCommands(guide))
 
 	dir := t.TempDir()
 	writeModule(t, root, dir, map[string][]byte{ginkgoFile: []byte(code)})
 	dsn := pgtest.DSN(t)
 
-	// The README quotes Ginkgo's summary of one of the runs.
-	quoted := ranSpecs.FindString(strings.Join(strings.Fields(readme[strings.Index(readme, "\n"+ginkgoSection+"\n"):]), " "))
+	// The guide quotes Ginkgo's summary of one of the runs.
+	quoted := ranSpecs.FindString(strings.Join(strings.Fields(guide[strings.Index(guide, "\n"+ginkgoSection+"\n"):]), " "))
 	counts := map[int]bool{}
 	printed := map[string]bool{}
 	for _, r := range runs {
@@ -103,20 +105,20 @@ func TestReadmeGinkgoExample(t *testing.T) {
 			continue
 		}
 		t.Run(r.filter, func(t *testing.T) {
-			ran, summary := runReadmeSuite(t, dir, dsn, r)
+			ran, summary := runGuideSuite(t, dir, dsn, r)
 			counts[ran] = true
 			printed[summary] = true
 		})
 	}
 	if quoted == "" || !printed[quoted] {
-		t.Errorf("the README's Ginkgo section quotes %q; the runs printed %v", quoted, slices.Collect(maps.Keys(printed)))
+		t.Errorf("docs/go.md's Ginkgo section quotes %q; the runs printed %v", quoted, slices.Collect(maps.Keys(printed)))
 	}
 	if len(counts) < 2 {
-		t.Errorf("the README's label filters that play one fixture ran %v specs; want two filters with different counts", counts)
+		t.Errorf("docs/go.md's label filters that play one fixture ran %v specs; want two filters with different counts", counts)
 	}
 }
 
-// filterRun is one command of the README that selects specs with a label
+// filterRun is one command of the guide that selects specs with a label
 // filter.
 type filterRun struct {
 	line   string
@@ -132,10 +134,10 @@ func labels(r fixtures.Rule) []string {
 	return []string{"fixture:" + r.Fixture, "rule:" + r.ID, "level:" + string(r.Level)}
 }
 
-// cliCommands returns the Ginkgo CLI commands of the README's Ginkgo
+// cliCommands returns the Ginkgo CLI commands of the guide's Ginkgo
 // section that are in backquotes, one a line.
-func cliCommands(readme string) string {
-	_, section, _ := strings.Cut(readme, "\n"+ginkgoSection+"\n")
+func cliCommands(guide string) string {
+	_, section, _ := strings.Cut(guide, "\n"+ginkgoSection+"\n")
 	if end := strings.Index(section, "\n#"); end >= 0 {
 		section = section[:end]
 	}
@@ -146,11 +148,11 @@ func cliCommands(readme string) string {
 	return strings.Join(lines, "\n")
 }
 
-// readmeFilters reads the commands of block, one a line, that select specs
+// guideFilters reads the commands of block, one a line, that select specs
 // with a label filter: go test -ginkgo.label-filter and ginkgo
 // --label-filter. Each filter must parse as Ginkgo parses it and select at
-// least one spec of the README's suite.
-func readmeFilters(t *testing.T, block string) []filterRun {
+// least one spec of the guide's suite.
+func guideFilters(t *testing.T, block string) []filterRun {
 	t.Helper()
 	var runs []filterRun
 	cli := false
@@ -161,7 +163,7 @@ func readmeFilters(t *testing.T, block string) []filterRun {
 		}
 		args, err := shellWords(line)
 		if err != nil {
-			t.Fatalf("the README's %q: %v", line, err)
+			t.Fatalf("docs/go.md's %q: %v", line, err)
 		}
 		var flag string
 		switch {
@@ -170,14 +172,14 @@ func readmeFilters(t *testing.T, block string) []filterRun {
 		case args[0] == "ginkgo":
 			flag = "--label-filter"
 		default:
-			t.Fatalf("the README's %q is neither go test nor ginkgo", line)
+			t.Fatalf("docs/go.md's %q is neither go test nor ginkgo", line)
 		}
 		i := slices.Index(args, flag)
 		if i < 0 {
 			continue // go test ./...: every spec
 		}
 		if i+1 >= len(args) {
-			t.Fatalf("the README's %q: %s has no value", line, flag)
+			t.Fatalf("docs/go.md's %q: %s has no value", line, flag)
 		}
 		r := filterRun{line: line, filter: args[i+1]}
 		if args[0] == "go" {
@@ -187,7 +189,7 @@ func readmeFilters(t *testing.T, block string) []filterRun {
 		}
 		match, err := types.ParseLabelFilter(r.filter)
 		if err != nil {
-			t.Fatalf("the README's %q: Ginkgo cannot parse its label filter: %v", line, err)
+			t.Fatalf("docs/go.md's %q: Ginkgo cannot parse its label filter: %v", line, err)
 		}
 		r.own = match([]string{ownLabel})
 		fixturesPlayed := map[string]bool{}
@@ -198,14 +200,14 @@ func readmeFilters(t *testing.T, block string) []filterRun {
 			}
 		}
 		if !r.own && len(r.rules) == 0 {
-			t.Errorf("the README's %q selects no spec", line)
+			t.Errorf("docs/go.md's %q selects no spec", line)
 		}
 		r.play = r.args != nil && len(fixturesPlayed) <= 1
 		t.Logf("%q selects %d of harmless's rules (own spec: %t)", line, len(r.rules), r.own)
 		runs = append(runs, r)
 	}
 	if !cli {
-		t.Errorf("the README's Ginkgo section shows no ginkgo --label-filter command")
+		t.Errorf("docs/go.md's Ginkgo section shows no ginkgo --label-filter command")
 	}
 	return runs
 }
@@ -252,10 +254,10 @@ var ranSpecs = regexp.MustCompile(`Ran (\d+) of (\d+) Specs?`)
 // ansi matches the colour codes Ginkgo writes.
 var ansi = regexp.MustCompile("\x1b\\[[0-9;]*m")
 
-// runReadmeSuite runs r's go test command in the module at dir, on dsn,
+// runGuideSuite runs r's go test command in the module at dir, on dsn,
 // checks what it ran and returns how many specs ran, and Ginkgo's summary
 // line.
-func runReadmeSuite(t *testing.T, dir, dsn string, r filterRun) (int, string) {
+func runGuideSuite(t *testing.T, dir, dsn string, r filterRun) (int, string) {
 	t.Helper()
 	report := filepath.Join(t.TempDir(), "report.json")
 	cert := filepath.Join(dir, ginkgoPackage, certificateFile)
@@ -264,7 +266,7 @@ func runReadmeSuite(t *testing.T, dir, dsn string, r filterRun) (int, string) {
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), ginkgoLimit)
 	defer cancel()
-	// The README's command, with the go test flags that make it
+	// The guide's command, with the go test flags that make it
 	// checkable: no cached result, events in JSON (so that the output of a
 	// passing package is kept), and Ginkgo's JSON report.
 	args := append(append([]string{"test", "-count=1", "-json"}, r.args...), "-ginkgo.json-report="+report)
@@ -284,7 +286,7 @@ func runReadmeSuite(t *testing.T, dir, dsn string, r filterRun) (int, string) {
 	results := readTestEvents(t, out)
 	err = cmd.Wait()
 	if ctx.Err() != nil {
-		t.Fatalf("the README's %q did not end within %s", r.line, ginkgoLimit)
+		t.Fatalf("docs/go.md's %q did not end within %s", r.line, ginkgoLimit)
 	}
 	p := results[modulePath+"/"+ginkgoPackage]
 	if p == nil {
@@ -292,21 +294,21 @@ func runReadmeSuite(t *testing.T, dir, dsn string, r filterRun) (int, string) {
 		for _, p := range results {
 			all.WriteString(p.output.String())
 		}
-		t.Fatalf("the README's %q reported nothing of package %s: %v\n%s\nstderr:\n%s", r.line, ginkgoPackage, err, all.String(), stderr.String())
+		t.Fatalf("docs/go.md's %q reported nothing of package %s: %v\n%s\nstderr:\n%s", r.line, ginkgoPackage, err, all.String(), stderr.String())
 	}
 	output := ansi.ReplaceAllString(p.output.String(), "")
 	if err != nil || p.action != "pass" {
-		t.Fatalf("the README's %q: %v, package %s; its output:\n%s\nstderr:\n%s", r.line, err, p.action, output, stderr.String())
+		t.Fatalf("docs/go.md's %q: %v, package %s; its output:\n%s\nstderr:\n%s", r.line, err, p.action, output, stderr.String())
 	}
 
 	m := ranSpecs.FindStringSubmatch(output)
 	if m == nil {
-		t.Fatalf("the README's %q printed no \"Ran N of M Specs\":\n%s", r.line, output)
+		t.Fatalf("docs/go.md's %q printed no \"Ran N of M Specs\":\n%s", r.line, output)
 	}
 	t.Logf("%q: %s in %s", r.line, m[0], time.Since(start).Round(100*time.Millisecond))
 	ran, total := checkSpecs(t, report, r)
 	if got := fmt.Sprintf("Ran %d of %d Specs", ran, total); m[0] != got {
-		t.Errorf("the README's %q: %s; its JSON report says %s", r.line, m[0], got)
+		t.Errorf("docs/go.md's %q: %s; its JSON report says %s", r.line, m[0], got)
 	}
 	checkCertificate(t, cert, r)
 	return ran, m[0]
@@ -382,14 +384,14 @@ func checkSpecs(t *testing.T, path string, r filterRun) (ran, total int) {
 	return ran, total
 }
 
-// checkCertificate reads the certificate the README's suite wrote and
+// checkCertificate reads the certificate the guide's suite wrote and
 // checks it: the reference's, with r's rules passed and the others
 // skipped, so partial.
 func checkCertificate(t *testing.T, path string, r filterRun) {
 	t.Helper()
 	data, err := os.ReadFile(path)
 	if err != nil {
-		t.Fatalf("the README's suite wrote no certificate: %v", err)
+		t.Fatalf("the guide's suite wrote no certificate: %v", err)
 	}
 	var c certificate.Certificate
 	if err := json.Unmarshal(data, &c); err != nil {

@@ -24,16 +24,16 @@ import (
 // certified from.
 const modulePath = "example.com/consumers"
 
-// implementations are the packages of the temporary module: the README's
-// example and the testdata directories, each with one test that certifies
-// it with suite.Run.
-var implementations = []string{"readme", "smallpool", "txfunc"}
+// implementations are the packages of the temporary module: the Go
+// guide's example (docs/go.md) and the testdata directories, each with one
+// test that certifies it with suite.Run.
+var implementations = []string{"guide", "smallpool", "txfunc"}
 
 // limit bounds the go test run of the temporary module, which builds it and
 // certifies its implementations at once, each on a throwaway cluster.
 const limit = 9 * time.Minute
 
-// TestGoConsumersFromAnotherModule writes the README's Go example and the
+// TestGoConsumersFromAnotherModule writes the Go guide's example and the
 // testdata implementations into a temporary module that requires harmless,
 // runs their tests there with go test, on throwaway clusters so that every
 // rule runs (crash-recovery too), and requires each rule of each to pass.
@@ -56,7 +56,7 @@ func TestGoConsumersFromAnotherModule(t *testing.T) {
 		// go.mod and go.sum are what the README's recipe made of them:
 		// the test must build without changing them.
 		"GOFLAGS=-mod=readonly",
-		// The README's example names no database: every rule runs on a
+		// The guide's example names no database: every rule runs on a
 		// throwaway cluster, none on a DSN.
 		"HARMLESS_DSN=", "DATABASE_URL=", "HARMLESS_PROVISION=cluster",
 	)
@@ -105,22 +105,22 @@ func TestGoConsumersFromAnotherModule(t *testing.T) {
 }
 
 // goConsumers returns the files of the temporary module's packages, by
-// path: the README's Go example in readme/ and the testdata
+// path: the Go guide's example in guide/ and the testdata
 // implementations.
 func goConsumers(t *testing.T, root string) map[string][]byte {
 	t.Helper()
-	readme, err := os.ReadFile(filepath.Join(root, "README.md"))
+	guide, err := os.ReadFile(filepath.Join(root, goGuide))
 	if err != nil {
 		t.Fatal(err)
 	}
-	example, err := goExample(string(readme))
+	example, err := goExample(string(guide))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if formatted, err := format.Source([]byte(example)); err != nil || string(formatted) != example {
-		t.Errorf("the README's Go example is not gofmt'ed (%v); gofmt makes it:\n%s", err, formatted)
+		t.Errorf("%s's Go example is not gofmt'ed (%v); gofmt makes it:\n%s", goGuide, err, formatted)
 	}
-	files := map[string][]byte{"readme/consumer_test.go": []byte(example)}
+	files := map[string][]byte{"guide/consumer_test.go": []byte(example)}
 	for _, name := range implementations[1:] {
 		src, err := os.ReadFile(filepath.Join("testdata", name, "consumer_test.go"))
 		if err != nil {
@@ -173,7 +173,7 @@ const placeholder = "/path/to/harmless"
 // then requires harmless, taken from root.
 func readmeRecipe(t *testing.T, readme, root, dir string) {
 	t.Helper()
-	block, err := codeBlock(readme, installSection, "go mod edit -replace")
+	block, err := codeBlock("README.md", readme, installSection, "go mod edit -replace")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -234,12 +234,13 @@ func requiredVersion(t *testing.T, root, path string) string {
 // installSection is the README section that says how to install harmless.
 const installSection = "### Install"
 
-// codeBlock returns the fenced code block of the README's section heading
-// (up to the next heading of any level) that contains marker.
-func codeBlock(readme, heading, marker string) (string, error) {
-	_, section, ok := strings.Cut(readme, "\n"+heading+"\n")
+// codeBlock returns the fenced code block of the section heading of text,
+// the page named page (up to the next heading of any level), that contains
+// marker.
+func codeBlock(page, text, heading, marker string) (string, error) {
+	_, section, ok := strings.Cut(text, "\n"+heading+"\n")
 	if !ok {
-		return "", fmt.Errorf("README.md has no section %q", heading)
+		return "", fmt.Errorf("%s has no section %q", page, heading)
 	}
 	if end := strings.Index(section, "\n#"); end >= 0 {
 		section = section[:end]
@@ -250,7 +251,7 @@ func codeBlock(readme, heading, marker string) (string, error) {
 			return parts[i], nil
 		}
 	}
-	return "", fmt.Errorf("README.md's section %q has no code block with %q", heading, marker)
+	return "", fmt.Errorf("%s's section %q has no code block with %q", page, heading, marker)
 }
 
 // TestInstallFromACheckout runs the README's command that installs harmless
@@ -265,7 +266,7 @@ func TestInstallFromACheckout(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	block, err := codeBlock(string(readme), installSection, "go install ./cmd/harmless")
+	block, err := codeBlock("README.md", string(readme), installSection, "go install ./cmd/harmless")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -286,15 +287,20 @@ func TestInstallFromACheckout(t *testing.T) {
 	t.Logf("%q installed harmless, whose version says: %s", line, strings.TrimSpace(string(out)))
 }
 
-// exampleSection is the README section whose Go code block is the example.
-const exampleSection = "## Certifying a Go implementation"
+// goGuide is the page, from the repository's root, that holds the Go
+// example and the Ginkgo suite: the guide to certifying a Go
+// implementation, which the README links.
+const goGuide = "docs/go.md"
 
-// goExample returns the one Go code block of the README's section on
-// certifying a Go implementation, before its first subsection.
-func goExample(readme string) (string, error) {
-	_, section, ok := strings.Cut(readme, "\n"+exampleSection+"\n")
+// exampleSection is the guide's section whose Go code block is the example.
+const exampleSection = "## A complete consumer"
+
+// goExample returns the one Go code block of the guide's section with the
+// complete consumer, before its first subsection.
+func goExample(guide string) (string, error) {
+	_, section, ok := strings.Cut(guide, "\n"+exampleSection+"\n")
 	if !ok {
-		return "", fmt.Errorf("README.md has no section %q", exampleSection)
+		return "", fmt.Errorf("%s has no section %q", goGuide, exampleSection)
 	}
 	// The section's own text: its subsections (the Ginkgo suite's, say)
 	// have code blocks of their own.
@@ -306,11 +312,11 @@ func goExample(readme string) (string, error) {
 	}
 	blocks := strings.Split(section, "\n```go\n")
 	if len(blocks) != 2 {
-		return "", fmt.Errorf("README.md's section %q has %d Go code blocks; want 1", exampleSection, len(blocks)-1)
+		return "", fmt.Errorf("%s's section %q has %d Go code blocks; want 1", goGuide, exampleSection, len(blocks)-1)
 	}
 	code, _, ok := strings.Cut(blocks[1], "\n```\n")
 	if !ok {
-		return "", fmt.Errorf("README.md's Go example in %q does not end", exampleSection)
+		return "", fmt.Errorf("%s's Go example in %q does not end", goGuide, exampleSection)
 	}
 	return code + "\n", nil
 }

@@ -1,9 +1,9 @@
 // Package verdicttable makes the table of the integrations' verdicts, in
-// README.md and integrations/README.md, from evidence only: each package's
+// docs/integrations.md and integrations/README.md, from evidence only: each package's
 // committed certificate (testdata/certificate.json), the library's version
 // pinned in integrations/go.mod, and the reproductions in its
 // repro_test.go. Run `go generate ./...` in integrations after -update; a
-// test fails while either README is stale.
+// test fails while either page is stale.
 //
 // A package names its library with a directive in one of its files:
 //
@@ -40,7 +40,7 @@ import (
 	"github.com/harmless-dev/harmless/suite/certificate"
 )
 
-// Markers delimit the generated table in both READMEs.
+// Markers delimit the generated table in both pages.
 const (
 	Begin = "<!-- BEGIN GENERATED INTEGRATIONS: cd integrations && go generate ./... -->"
 	End   = "<!-- END GENERATED INTEGRATIONS -->"
@@ -227,8 +227,8 @@ func (l Library) Check() error {
 }
 
 // Table is the Markdown of the verdicts of libs, with links relative to
-// base (the integrations directory as seen from the README that holds it:
-// "integrations/" or "").
+// base (the integrations directory as seen from the page that holds it:
+// "../integrations/" or "").
 func Table(libs []Library, base string) string {
 	var b strings.Builder
 	b.WriteString("| | " + join(libs, func(l Library) string {
@@ -334,5 +334,5 @@ type Doc struct{ Path, Base string }
 
 // Docs returns the files that hold the table.
 func Docs() []Doc {
-	return []Doc{{Path: "README.md", Base: "integrations/"}, {Path: "integrations/README.md", Base: ""}}
+	return []Doc{{Path: "docs/integrations.md", Base: "../integrations/"}, {Path: "integrations/README.md", Base: ""}}
 }

@@ -19,7 +19,7 @@ const root = "../../.."
 // go generate, after the certificates, never by this test.
 var _ = flag.Bool("update", false, "ignored here: run go generate ./... to rewrite the verdict table")
 
-// TestTablesUpToDate fails while README.md or integrations/README.md does
+// TestTablesUpToDate fails while docs/integrations.md or integrations/README.md does
 // not hold the table the committed certificates and reproductions make.
 func TestTablesUpToDate(t *testing.T) {
 	libs, err := Load(filepath.Join(root, "integrations"))
@@ -42,7 +42,7 @@ func TestTablesUpToDate(t *testing.T) {
 }
 
 // TestTableLinksResolve checks that every link of the table leads to a file
-// of the repository, from both READMEs.
+// of the repository, from both pages.
 func TestTableLinksResolve(t *testing.T) {
 	libs, err := Load(filepath.Join(root, "integrations"))
 	if err != nil {

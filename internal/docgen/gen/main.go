@@ -1,5 +1,6 @@
-// Command gen regenerates README.md's rule table and docs/rules.md from the
-// rule catalogue. It runs from `go generate ./...`.
+// Command gen regenerates README.md's rule table, docs/proof.md's verdict
+// matrix and docs/rules.md from the rule catalogue and the verdict matrix.
+// It runs from `go generate ./...`.
 package main
 
 import (
@@ -21,17 +22,25 @@ func main() {
 }
 
 func generate(root string) error {
-	readmePath := filepath.Join(root, "README.md")
-	readme, err := os.ReadFile(readmePath)
-	if err != nil {
-		return err
-	}
-	spliced, err := docgen.SpliceReadme(string(readme))
-	if err != nil {
-		return err
-	}
-	if err := os.WriteFile(readmePath, []byte(spliced), 0o644); err != nil {
-		return err
+	for _, f := range []struct {
+		path   string
+		splice func(string) (string, error)
+	}{
+		{"README.md", docgen.SpliceReadme},
+		{filepath.Join("docs", "proof.md"), docgen.SpliceProof},
+	} {
+		path := filepath.Join(root, f.path)
+		text, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		spliced, err := f.splice(string(text))
+		if err != nil {
+			return fmt.Errorf("%s: %w", f.path, err)
+		}
+		if err := os.WriteFile(path, []byte(spliced), 0o644); err != nil {
+			return err
+		}
 	}
 	return os.WriteFile(filepath.Join(root, "docs", "rules.md"), []byte(docgen.RulesPage()), 0o644)
 }

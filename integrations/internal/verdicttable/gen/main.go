@@ -1,5 +1,6 @@
-// Command gen rewrites the verdict table of the integrations in README.md
-// and integrations/README.md from the committed certificates. It runs from
+// Command gen rewrites the verdict table of the integrations in
+// docs/integrations.md and integrations/README.md from the committed
+// certificates. It runs from
 // `go generate ./...` in the integrations module.
 package main
 
