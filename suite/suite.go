@@ -125,7 +125,7 @@ func WithDSN(dsn string) Option { return Option{impl.WithDSN(dsn)} }
 func WithProvisioning(kind string) Option { return Option{impl.WithProvisioning(kind)} }
 
 // ContainerServer is a throwaway PostgreSQL server in a container, such as
-// the *Server that package github.com/harmless-dev/harmless/suite/container
+// the *Server that package github.com/harmless-dev/harmless/suite/docker
 // starts: the suite owns it, crashes and restarts it for the
 // crash-recovery fixture, and removes it at the end.
 type ContainerServer interface {
@@ -147,10 +147,10 @@ type ContainerServer interface {
 }
 
 // WithContainers lets the suite start PostgreSQL in a throwaway container
-// when no DSN is given: pass container.Start from package
-// github.com/harmless-dev/harmless/suite/container.
+// when no DSN is given: pass docker.Start from package
+// github.com/harmless-dev/harmless/suite/docker.
 //
-//	suite.RunWith(t, []suite.Option{suite.WithContainers(container.Start)}, adapter)
+//	suite.RunWith(t, []suite.Option{suite.WithContainers(docker.Start)}, adapter)
 //
 // The suite does not link the container machinery (testcontainers-go, the
 // moby client) itself, so that a program that never asks for a container

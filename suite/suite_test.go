@@ -61,7 +61,7 @@ func TestAZeroOptionIsIgnored(t *testing.T) {
 // another way.
 func TestWithProvisioningForcesTheWay(t *testing.T) {
 	_, err := suite.Certify(t.Context(), reference.Adapter(), suite.WithProvisioning("container"))
-	if !errors.Is(err, suite.ErrSetup) || !strings.Contains(err.Error(), "container.Start") {
-		t.Fatalf("Certify forced to a container without WithContainers: %v; want ErrSetup saying to pass container.Start", err)
+	if !errors.Is(err, suite.ErrSetup) || !strings.Contains(err.Error(), "docker.Start") {
+		t.Fatalf("Certify forced to a container without WithContainers: %v; want ErrSetup saying to pass docker.Start", err)
 	}
 }

@@ -25,7 +25,7 @@ import (
 	"github.com/harmless-dev/harmless/internal/redact"
 	"github.com/harmless-dev/harmless/internal/suite"
 	"github.com/harmless-dev/harmless/suite/certificate"
-	"github.com/harmless-dev/harmless/suite/container"
+	"github.com/harmless-dev/harmless/suite/docker"
 )
 
 // Exit codes.
@@ -329,7 +329,7 @@ func implementation(ctx context.Context, f certifyFlags) (adapters.Adapter, []su
 // it links package container, which the suite alone does not.
 func suiteOptions(f certifyFlags) []suite.Option {
 	opts := []suite.Option{
-		suite.WithContainers(container.Start),
+		suite.WithContainers(docker.Start),
 		suite.WithContenders(f.contenders),
 		suite.WithRounds(f.rounds, f.overlapRounds),
 		suite.WithDeliveryTimeout(f.deliveryTimeout),

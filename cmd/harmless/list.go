@@ -14,7 +14,7 @@ import (
 	"github.com/harmless-dev/harmless/fixtures"
 	"github.com/harmless-dev/harmless/internal/adapters/builtin"
 	"github.com/harmless-dev/harmless/internal/provision"
-	"github.com/harmless-dev/harmless/suite/container"
+	"github.com/harmless-dev/harmless/suite/docker"
 )
 
 // adapterInfo is an adapter and what it declares, as list prints it.
@@ -204,7 +204,7 @@ func planOf(ctx context.Context, f certifyFlags) (runPlan, error) {
 	}
 	// Choose probes the Docker daemon and looks for server binaries, as
 	// certify's Open would try them, but starts neither.
-	choice, err := provision.Options{DSN: f.dsn, Image: f.image, Only: provision.Kind(f.provision), Container: provision.Engine(container.Start)}.Choose(ctx)
+	choice, err := provision.Options{DSN: f.dsn, Image: f.image, Only: provision.Kind(f.provision), Container: provision.Engine(docker.Start)}.Choose(ctx)
 	if err != nil {
 		return runPlan{}, err
 	}

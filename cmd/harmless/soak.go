@@ -21,7 +21,7 @@ import (
 	"github.com/harmless-dev/harmless/internal/provision"
 	"github.com/harmless-dev/harmless/internal/soak"
 	"github.com/harmless-dev/harmless/internal/suite"
-	"github.com/harmless-dev/harmless/suite/container"
+	"github.com/harmless-dev/harmless/suite/docker"
 )
 
 // Exit codes of soak besides those certify shares: 0 clean, 1 anomalies
@@ -174,7 +174,7 @@ func (m *masker) soak(ctx context.Context, f soakFlags, stop <-chan struct{}) (*
 		return nil, exitUsage
 	}
 	popts := provision.Options{DSN: f.dsn, Image: f.image, Only: provision.Kind(f.provision),
-		Container: provision.Engine(container.Start), Logf: logf}
+		Container: provision.Engine(docker.Start), Logf: logf}
 	kind, err := popts.Planned()
 	if err != nil {
 		fmt.Fprintf(m.stderr, "harmless soak: %v\n", err)

@@ -32,7 +32,7 @@ var light = []struct {
 	// The certificate and its reports: no test framework, no pool.
 	{pkg: module + "/suite/certificate", forbid: []string{"github.com/jackc/pgx/v5/pgxpool", "github.com/onsi/"}},
 	// The suite a Go test certifies with: the container engine is package
-	// container, linked by who passes suite.WithContainers(container.Start).
+	// container, linked by who passes suite.WithContainers(docker.Start).
 	{pkg: module + "/suite"},
 	// Provisioning takes the container engine as a hook.
 	{pkg: module + "/internal/provision"},
@@ -40,7 +40,7 @@ var light = []struct {
 
 // heavyUsers are the packages that do link the container machinery: the
 // container engine itself and the command, which always offers it.
-var heavyUsers = []string{module + "/suite/container", module + "/cmd/harmless"}
+var heavyUsers = []string{module + "/suite/docker", module + "/cmd/harmless"}
 
 // deps returns the packages that a program importing pkgs links and that
 // are not in the standard library, the module's own included.

@@ -4,7 +4,7 @@
 // an implementer imports must not pull in the machinery that provisions
 // PostgreSQL in containers (testcontainers, the moby client, gopsutil):
 // that is package container, which the harmless command links and a Go test
-// passes to the suite with suite.WithContainers(container.Start) when it
+// passes to the suite with suite.WithContainers(docker.Start) when it
 // wants containers.
 //
 // It asks the go command (go list -deps), the same tool that decides what a

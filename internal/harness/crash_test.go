@@ -16,7 +16,7 @@ import (
 	"github.com/harmless-dev/harmless/adapters"
 	"github.com/harmless-dev/harmless/internal/harness"
 	"github.com/harmless-dev/harmless/internal/provision"
-	"github.com/harmless-dev/harmless/suite/container"
+	"github.com/harmless-dev/harmless/suite/docker"
 )
 
 func TestCrashServerRefusesAServerTheRunDoesNotOwn(t *testing.T) {
@@ -71,7 +71,7 @@ func TestCrashAndRestartServer(t *testing.T) {
 func TestCrashAndRestartAContainer(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
 	defer cancel()
-	r, err := harness.Start(ctx, harness.Options{Provision: provision.Options{Only: provision.KindContainer, Container: provision.Engine(container.Start)}, Logf: t.Logf})
+	r, err := harness.Start(ctx, harness.Options{Provision: provision.Options{Only: provision.KindContainer, Container: provision.Engine(docker.Start)}, Logf: t.Logf})
 	if errors.Is(err, provision.ErrNoDatabase) && os.Getenv("HARMLESS_REQUIRE_CONTAINER") != "1" {
 		t.Skipf("no container for the run (start an engine with ci/start-docker.sh, build the image with ci/build-postgres-image.sh, source ci/env.sh): %v", err)
 	}

@@ -29,7 +29,7 @@ import (
 	"time"
 
 	"github.com/harmless-dev/harmless/internal/provision"
-	"github.com/harmless-dev/harmless/suite/container"
+	"github.com/harmless-dev/harmless/suite/docker"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -52,7 +52,7 @@ func server() (*provision.Server, error) {
 	shared.once.Do(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), openTimeout)
 		defer cancel()
-		shared.srv, shared.err = provision.Open(ctx, provision.Options{Logf: logf, Container: provision.Engine(container.Start)})
+		shared.srv, shared.err = provision.Open(ctx, provision.Options{Logf: logf, Container: provision.Engine(docker.Start)})
 	})
 	return shared.srv, shared.err
 }

@@ -19,7 +19,7 @@ import (
 	"github.com/moby/moby/client"
 	"github.com/testcontainers/testcontainers-go"
 
-	"github.com/harmless-dev/harmless/suite/container"
+	"github.com/harmless-dev/harmless/suite/docker"
 	// Dot-imported: the tests read as the package's own, as they did there.
 	. "github.com/harmless-dev/harmless/internal/provision"
 )
@@ -49,14 +49,14 @@ func runChild(mode string) int {
 			return 1
 		}
 		// Open with the real process environment, as the CLI would.
-		_, err := Open(ctx, Options{Logf: logf, Container: Engine(container.Start)})
+		_, err := Open(ctx, Options{Logf: logf, Container: Engine(docker.Start)})
 		fmt.Println(err)
 		if !errors.Is(err, ErrNoDatabase) {
 			return 1
 		}
 		return 0
 	case "hold-container":
-		srv, err := Open(ctx, Options{Only: KindContainer, Logf: logf, Container: Engine(container.Start)})
+		srv, err := Open(ctx, Options{Only: KindContainer, Logf: logf, Container: Engine(docker.Start)})
 		if err != nil {
 			fmt.Println("error:", err)
 			return 1
@@ -130,7 +130,7 @@ func needEngine(t *testing.T) {
 // openContainer opens a server the container way, with package
 // container's engine, as the CLI does.
 func openContainer(ctx context.Context, logf func(string, ...any)) (*Server, error) {
-	return Open(ctx, Options{Only: KindContainer, Getenv: Env("HARMLESS_IMAGE", os.Getenv("HARMLESS_IMAGE")), Logf: logf, Container: Engine(container.Start)})
+	return Open(ctx, Options{Only: KindContainer, Getenv: Env("HARMLESS_IMAGE", os.Getenv("HARMLESS_IMAGE")), Logf: logf, Container: Engine(docker.Start)})
 }
 
 // TestContainerWayNeedsAnEngine checks that a program that links no
@@ -143,7 +143,7 @@ func TestContainerWayNeedsAnEngine(t *testing.T) {
 	if !errors.Is(err, ErrNoDatabase) {
 		t.Fatalf("Open forced to a container without an engine = %v, want ErrNoDatabase", err)
 	}
-	for _, w := range []string{"2) container engine: not linked into this program", "container.Start", "suite.WithContainers"} {
+	for _, w := range []string{"2) container engine: not linked into this program", "docker.Start", "suite.WithContainers"} {
 		if !strings.Contains(err.Error(), w) {
 			t.Errorf("error %q\n lacks %q", err, w)
 		}

@@ -52,8 +52,8 @@ func Engine[S Container](start func(ctx context.Context, image string, logf func
 
 // errNoContainerEngine is the container way's reason when the program did
 // not link one: it says how to enable it.
-const errNoContainerEngine = "not linked into this program: pass container.Start from " +
-	"github.com/harmless-dev/harmless/suite/container (suite.WithContainers(container.Start)); the harmless command links it"
+const errNoContainerEngine = "not linked into this program: pass docker.Start from " +
+	"github.com/harmless-dev/harmless/suite/docker (suite.WithContainers(docker.Start)); the harmless command links it"
 
 // openContainer starts a throwaway server through st.container.
 func openContainer(ctx context.Context, st settings) (*Server, error) {

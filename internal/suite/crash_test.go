@@ -19,7 +19,7 @@ import (
 	"github.com/harmless-dev/harmless/internal/adapters/builtin"
 	"github.com/harmless-dev/harmless/internal/provision"
 	"github.com/harmless-dev/harmless/suite/certificate"
-	"github.com/harmless-dev/harmless/suite/container"
+	"github.com/harmless-dev/harmless/suite/docker"
 )
 
 // crashChildEnv names, in a child process of TestCrashRecovery, the case of
@@ -254,7 +254,7 @@ func TestCrashChild(t *testing.T) {
 		c, ok := crashCases[name]
 		// The suite links no container engine: a test that wants one
 		// passes it, as a user's would.
-		return c.adapter, []Option{WithContainers(container.Start)}, ok
+		return c.adapter, []Option{WithContainers(docker.Start)}, ok
 	})
 }
 

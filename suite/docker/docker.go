@@ -1,5 +1,6 @@
-// Package container starts the PostgreSQL servers harmless runs against in
-// throwaway containers, through testcontainers-go. It is a package of its
+// Package docker starts the PostgreSQL servers harmless runs against in
+// throwaway Docker containers, through testcontainers-go (any engine it
+// finds: Docker, or Podman behind DOCKER_HOST). It is a package of its
 // own so that only a program that asks for containers links that machinery
 // (testcontainers-go, the moby client, gopsutil, OpenTelemetry): the suite
 // and the adapters do not. The harmless command links it. A Go test that
@@ -7,7 +8,7 @@
 // container when no DSN is set (in CI with a container engine, say) passes
 // Start:
 //
-//	suite.RunWith(t, []suite.Option{suite.WithContainers(container.Start)}, adapter)
+//	suite.RunWith(t, []suite.Option{suite.WithContainers(docker.Start)}, adapter)
 //
 // Without it, the suite uses a DSN or a throwaway cluster from local
 // server binaries, and forcing the container way is an error that says to
@@ -38,7 +39,7 @@
 // elsewhere (DOCKER_HOST=tcp://another-host, or the host's engine seen from
 // inside a container) is refused before anything starts: the port it would
 // publish is on its own loopback, out of reach.
-package container
+package docker
 
 import (
 	"context"
