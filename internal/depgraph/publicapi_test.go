@@ -352,8 +352,9 @@ func analyze(ctx context.Context, root string) (*apiReport, error) {
 		}
 	}
 
-	// README.md's Go code blocks are certified as written by
-	// internal/outsider in a module of their own: outsider code.
+	// The Go code blocks of the README and of the Go guide are certified
+	// as written by internal/outsider in a module of their own: outsider
+	// code.
 	if err := r.scanReadme(root, keys, mod, modIfaces); err != nil {
 		return nil, err
 	}
@@ -429,13 +430,13 @@ func (r *apiReport) scan(keys *keyer, fl file, f *ast.File, info *types.Info, pu
 	})
 }
 
-// scanReadme type-checks README.md's Go code blocks against the packages
-// the module load found and records their references.
+// guides are the pages whose Go code blocks internal/outsider certifies as
+// written.
+var guides = []string{"README.md", "docs/go.md"}
+
+// scanReadme type-checks the Go code blocks of the guides against the
+// packages the module load found and records their references.
 func (r *apiReport) scanReadme(root string, keys *keyer, mod []*packages.Package, pubIfaces []*types.TypeName) error {
-	readme, err := os.ReadFile(filepath.Join(root, "README.md"))
-	if err != nil {
-		return err
-	}
 	// Imports resolve to the module's non-test packages first, then to
 	// whatever else the load holds (Ginkgo, Gomega, pgxpool...).
 	byPath := map[string]*types.Package{}
@@ -459,14 +460,29 @@ func (r *apiReport) scanReadme(root string, keys *keyer, mod []*packages.Package
 		}
 		return nil, fmt.Errorf("%s is imported by no package of the module", path)
 	})
-	blocks := strings.Split(string(readme), "\n```go\n")
+	for _, guide := range guides {
+		text, err := os.ReadFile(filepath.Join(root, guide))
+		if err != nil {
+			return err
+		}
+		if err := r.scanBlocks(guide, string(text), imp, keys, pubIfaces); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// scanBlocks type-checks the Go code blocks of text, the guide called
+// guide, with imp and records their references.
+func (r *apiReport) scanBlocks(guide, text string, imp types.Importer, keys *keyer, pubIfaces []*types.TypeName) error {
+	blocks := strings.Split(text, "\n```go\n")
 	for i, b := range blocks[1:] {
 		code, _, _ := strings.Cut(b, "\n```")
 		if !strings.HasPrefix(code, "package ") {
 			continue // a fragment, not a file
 		}
 		fset := token.NewFileSet()
-		name := fmt.Sprintf("README.md, Go block %d", i+1)
+		name := fmt.Sprintf("%s, Go block %d", guide, i+1)
 		f, err := parser.ParseFile(fset, name, code, 0)
 		if err != nil {
 			return err
@@ -478,7 +494,7 @@ func (r *apiReport) scanReadme(root string, keys *keyer, mod []*packages.Package
 		if len(errs) > 0 {
 			return fmt.Errorf("%s does not type-check, so its references cannot be counted: %w", name, errors.Join(errs...))
 		}
-		r.scan(keys, file{area: areaReadme, pkg: "README.md", label: "README.md", test: true}, f, info, pubIfaces)
+		r.scan(keys, file{area: areaReadme, pkg: guide, label: guide, test: true}, f, info, pubIfaces)
 		r.readme++
 	}
 	return nil
@@ -948,7 +964,7 @@ func TestPublicAPIIsUsedByOutsiders(t *testing.T) {
 			}
 		}
 	}
-	t.Logf("all %d public packages: %d of %d exports used only inside the module (package-level: %d of %d); README.md Go blocks read: %d", len(r.public), total, totalExports, totalLevel, totalLevelExports, r.readme)
+	t.Logf("all %d public packages: %d of %d exports used only inside the module (package-level: %d of %d); Go blocks of %s read: %d", len(r.public), total, totalExports, totalLevel, totalLevelExports, strings.Join(guides, " and "), r.readme)
 	for _, key := range sortedKeys(listed) {
 		switch u := r.usage(key); {
 		case !exported[key]:
@@ -1011,20 +1027,20 @@ func TestPublicAPIDetectorWorks(t *testing.T) {
 				sources["internal/outsider"] = true
 			case strings.HasSuffix(label, " Example"):
 				sources["Example"] = true
-			case label == "README.md":
-				sources["README.md"] = true
+			case slices.Contains(guides, label):
+				sources["the guides"] = true
 			default:
 				sources["public packages"] = true
 			}
 		}
 	}
-	for _, s := range []string{"integrations", "internal/outsider/testdata", "internal/outsider", "Example", "README.md", "public packages"} {
+	for _, s := range []string{"integrations", "internal/outsider/testdata", "internal/outsider", "Example", "the guides", "public packages"} {
 		if !sources[s] {
 			t.Errorf("no export is used by %s: its code was not read", s)
 		}
 	}
-	if u := r.usage("suite.Run"); !u.by[outsider]["README.md"] {
-		t.Errorf("suite.Run's outsiders are %v; want README.md among them", sortedKeys(u.by[outsider]))
+	if u := r.usage("suite.Run"); !u.by[outsider]["docs/go.md"] {
+		t.Errorf("suite.Run's outsiders are %v; want docs/go.md, the Go guide, among them", sortedKeys(u.by[outsider]))
 	}
 	if u := r.usage("adapters.Adapter"); !u.by[outsider]["suite Example"] {
 		t.Errorf("adapters.Adapter's outsiders are %v; want suite Example (ExampleRun) among them", sortedKeys(u.by[outsider]))
