@@ -77,7 +77,7 @@ func TestRunPrintsEvidenceOnce(t *testing.T) {
 		if n := strings.Count(output, evidence); n != 1 {
 			t.Errorf("rule %s: its evidence %q is in the output %d times; want once", r.ID, evidence, n)
 		}
-		if want := "--- FAIL: TestRunChild/" + r.ID + " "; !strings.Contains(output, want) {
+		if want := "--- FAIL: TestRunChild/" + r.Fixture + "/" + ruleSubtest(r.ID, r.Fixture) + " "; !strings.Contains(output, want) {
 			t.Errorf("the output lacks %q", want)
 		}
 	}
@@ -91,7 +91,7 @@ func TestRunPrintsEvidenceOnce(t *testing.T) {
 
 // TestRunSelectsRulesWithRun: go test's -run selects rules: -run
 // TestX/<fixture> plays that fixture's specs only and reports its rules,
-// and -run TestX/<rule> one rule; the child passes, no rule left out
+// and -run TestX/<fixture>/<rule> one rule; the child passes, no rule left out
 // failing. A pattern that names no rule fails, saying how to name one.
 func TestRunSelectsRulesWithRun(t *testing.T) {
 	env := []string{"HARMLESS_DSN=" + pgtest.DSN(t), runChildEnv + "=" + reference.Name}
@@ -109,7 +109,7 @@ func TestRunSelectsRulesWithRun(t *testing.T) {
 		code  int
 	}{
 		{"^TestRunChild$/" + fixtures.DoubleDelivery, []string{fixtures.DoubleDeliveryFirstApplied, fixtures.DoubleDeliveryRedeliveryDuplicate, fixtures.DoubleDeliveryOneEffect}, 0},
-		{"^TestRunChild$/" + fixtures.DoubleDeliveryOneEffect, []string{fixtures.DoubleDeliveryOneEffect}, 0},
+		{"^TestRunChild$/" + fixtures.DoubleDelivery + "/one-effect", []string{fixtures.DoubleDeliveryOneEffect}, 0},
 	} {
 		t.Run(c.run, func(t *testing.T) {
 			cert, output, _ := runTestChild(t, "TestRunChild", []string{"-test.run=" + c.run}, env, c.code)
@@ -118,11 +118,11 @@ func TestRunSelectsRulesWithRun(t *testing.T) {
 			}
 			reported := 0
 			for _, r := range fixtures.Rules() {
-				line := "--- PASS: TestRunChild/" + r.ID + " "
+				line := "--- PASS: TestRunChild/" + r.Fixture + "/" + ruleSubtest(r.ID, r.Fixture) + " "
 				if slices.Contains(c.rules, r.ID) != strings.Contains(output, line) {
 					t.Errorf("rule %s: %q in the output: %t; want %t", r.ID, line, !slices.Contains(c.rules, r.ID), slices.Contains(c.rules, r.ID))
 				}
-				if strings.Contains(output, "TestRunChild/"+r.ID+" ") {
+				if strings.Contains(output, "TestRunChild/"+r.Fixture+"/"+ruleSubtest(r.ID, r.Fixture)+" ") {
 					reported++
 				}
 			}

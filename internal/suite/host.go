@@ -248,19 +248,42 @@ func reportRules(t *testing.T, cert certificate.Certificate) {
 		t.Errorf("harmless: the run could not start: %s", cert.Error)
 		return
 	}
-	for _, r := range cert.Rules {
-		t.Run(r.ID, func(t *testing.T) {
-			switch r.Verdict {
-			case certificate.VerdictFail:
-				t.Errorf("%s %s failed:\n%s", r.Level, r.ID, r.Excerpt(certificate.ExcerptLines, goTestEvidence))
-			case certificate.VerdictSkipped:
-				t.Errorf("%s %s did not run (%s): a certification runs every rule", r.Level, r.ID, r.Message)
-			case certificate.VerdictNotSupported:
-				t.Skipf("%s %s could not run: %s", r.Level, r.ID, r.Message)
-			case certificate.VerdictNotApplicable:
-				t.Skipf("%s %s is not-applicable: %s", r.Level, r.ID, r.Message)
+	// A subtest per fixture, and in it one per rule, named by the part
+	// of its id after the fixture's: -run TestX/double-delivery/one-effect
+	// names one rule.
+	for i := 0; i < len(cert.Rules); {
+		fixture := cert.Rules[i].Fixture
+		j := i
+		for j < len(cert.Rules) && cert.Rules[j].Fixture == fixture {
+			j++
+		}
+		rules := cert.Rules[i:j]
+		t.Run(fixture, func(t *testing.T) {
+			for _, r := range rules {
+				t.Run(ruleSubtest(r.ID, r.Fixture), func(t *testing.T) { reportRule(t, r) })
 			}
 		})
+		i = j
+	}
+}
+
+// ruleSubtest is the name of rule id's subtest, below its fixture's: the
+// id without the fixture's prefix ("one-effect" for
+// "double-delivery.one-effect").
+func ruleSubtest(id, fixture string) string { return strings.TrimPrefix(id, fixture+".") }
+
+// reportRule reports one rule's verdict through its subtest t.
+func reportRule(t *testing.T, r certificate.RuleResult) {
+	t.Helper()
+	switch r.Verdict {
+	case certificate.VerdictFail:
+		t.Errorf("%s %s failed:\n%s", r.Level, r.ID, r.Excerpt(certificate.ExcerptLines, goTestEvidence))
+	case certificate.VerdictSkipped:
+		t.Errorf("%s %s did not run (%s): a certification runs every rule", r.Level, r.ID, r.Message)
+	case certificate.VerdictNotSupported:
+		t.Skipf("%s %s could not run: %s", r.Level, r.ID, r.Message)
+	case certificate.VerdictNotApplicable:
+		t.Skipf("%s %s is not-applicable: %s", r.Level, r.ID, r.Message)
 	}
 }
 

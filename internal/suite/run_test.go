@@ -46,7 +46,7 @@ func TestRunReportsEveryRule(t *testing.T) {
 			t.Errorf("%d rules skipped; want all %d", cert.Count(certificate.VerdictSkipped), len(fixtures.Rules()))
 		}
 		for _, r := range fixtures.Rules() {
-			if want := "--- FAIL: TestRunChild/" + r.ID + " "; !strings.Contains(output, want) {
+			if want := "--- FAIL: TestRunChild/" + r.Fixture + "/" + ruleSubtest(r.ID, r.Fixture) + " "; !strings.Contains(output, want) {
 				t.Errorf("the output lacks %q", want)
 			}
 		}
@@ -61,11 +61,11 @@ func TestRunReportsEveryRule(t *testing.T) {
 			var want string
 			switch r.Fixture {
 			case fixtures.DoubleDelivery:
-				want = "--- PASS: TestRunChild/" + r.ID + " "
+				want = "--- PASS: TestRunChild/" + r.Fixture + "/" + ruleSubtest(r.ID, r.Fixture) + " "
 			case fixtures.CrashRecovery:
-				want = "--- SKIP: TestRunChild/" + r.ID + " "
+				want = "--- SKIP: TestRunChild/" + r.Fixture + "/" + ruleSubtest(r.ID, r.Fixture) + " "
 			default:
-				want = "--- FAIL: TestRunChild/" + r.ID + " "
+				want = "--- FAIL: TestRunChild/" + r.Fixture + "/" + ruleSubtest(r.ID, r.Fixture) + " "
 			}
 			if !strings.Contains(output, want) {
 				t.Errorf("the output lacks %q", want)

@@ -14,7 +14,8 @@ import (
 // decides whether a subtest runs only when it is started, which RunWith
 // does once the suite has run; reading the flags the way package testing
 // matches them lets the suite play only the rules whose verdicts will be
-// reported, so that -run TestX/double-delivery plays one fixture, not all.
+// reported, so that -run TestX/double-delivery plays one fixture, not all,
+// and -run TestX/double-delivery/one-effect one rule.
 // A pattern that is not a valid regular expression selects every rule:
 // package testing has refused it already.
 func selectedRules(test, adapter string) (ids []string, all bool) {
@@ -25,7 +26,7 @@ func selectedRules(test, adapter string) (ids []string, all bool) {
 		if adapter != "" {
 			name = append(name, adapter)
 		}
-		name = append(name, r.ID)
+		name = append(name, r.Fixture, ruleSubtest(r.ID, r.Fixture))
 		ok, _ := matchPath(run, name, true)
 		skipped, partial := matchPath(skip, name, false)
 		if ok && !(skipped && !partial) {

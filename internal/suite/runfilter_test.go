@@ -7,7 +7,7 @@ import "testing"
 // parentheses, each element unanchored, a pattern deeper than the name
 // matching it partly.
 func TestMatchPathAsGoTest(t *testing.T) {
-	name := []string{"TestX", "double-delivery.one-effect"}
+	name := []string{"TestX", "double-delivery", "one-effect"}
 	for _, c := range []struct {
 		pattern     string
 		ok, partial bool
@@ -16,9 +16,12 @@ func TestMatchPathAsGoTest(t *testing.T) {
 		{"TestX/double-delivery", true, false},
 		{"TestX/concurrent-delivery", false, false},
 		{"TestX/(double|bad)-", true, false},
-		{"TestX/bad-input|TestX/one-effect", true, false},
+		{"TestX/bad-input|TestX/double/one-effect", true, false},
 		{"TestY|TestX/double", true, false},
-		{"TestX/double-delivery/deeper", true, true},
+		{"TestX/double-delivery/one-effect", true, false},
+		{"TestX/double-delivery/^one-effect$", true, false},
+		{"TestX/double-delivery/first-applied", false, false},
+		{"TestX/double-delivery/one-effect/deeper", true, true},
 		{"^TestX$/^one-effect", false, false},
 		{"TestX/[/]", false, false},
 	} {

@@ -116,7 +116,7 @@ func TestRunAndOwnSuiteInOneBinary(t *testing.T) {
 				if r.Fixture != fixtures.DoubleDelivery {
 					continue
 				}
-				if want := "--- PASS: " + c.runTest + "/" + r.ID + " "; !strings.Contains(output, want) {
+				if want := "--- PASS: " + c.runTest + "/" + r.Fixture + "/" + strings.TrimPrefix(r.ID, r.Fixture+".") + " "; !strings.Contains(output, want) {
 					t.Errorf("suite.Run did not certify double-delivery: the output lacks %q", want)
 				}
 			}
