@@ -83,7 +83,7 @@ func RunWith(t *testing.T, opts []Option, adapters ...adapters.Adapter) {
 		}
 	}
 	if len(selected) == 0 {
-		t.Errorf("harmless: -test.run %q (or -test.skip %q) selects no rule's subtest below %s: name a fixture or a rule, as in -run '%s/double-delivery' or -run '%s/double-delivery.one-effect'",
+		t.Errorf("harmless: -test.run %q (or -test.skip %q) selects no rule's subtest below %s: name a fixture or a rule, as in -run '%s/double-delivery' or -run '%s/double-delivery/one-effect'",
 			flagValue("test.run"), flagValue("test.skip"), t.Name(), t.Name(), t.Name())
 		return
 	}
