@@ -11,41 +11,35 @@ import (
 
 	"github.com/harmless-dev/harmless/adapters"
 	"github.com/harmless-dev/harmless/faults"
+	"github.com/harmless-dev/harmless/internal/faulttest"
 )
 
-func wantHookFired(t *testing.T, f *faults.HookFault, want int64) {
-	t.Helper()
-	if got, err := f.Fired(t.Context()); err != nil || got != want {
-		t.Errorf("%s fired %d times, want %d", f, got, want)
-	}
-}
-
 func TestHookError(t *testing.T) {
-	fx := setup(t)
+	fx := faulttest.Setup(t)
 	h := faults.NewHooks()
 	f := h.Arm(faults.HookPlan{Namespace: "ns", ID: "42", Attempt: 1, Action: faults.HookError})
-	d := delivery("ns", "42", 1)
+	d := faulttest.Delivery("ns", "42", 1)
 
-	at, err := deliver(t.Context(), fx.pool, fx.effect(h.Effect), d)
-	if at != stageApply || !errors.Is(err, faults.ErrInjected) {
+	at, err := faulttest.Deliver(t.Context(), fx.Pool, fx.Effect(h.Effect), d)
+	if at != faulttest.StageApply || !errors.Is(err, faults.ErrInjected) {
 		t.Fatalf("delivery failed at %q with %v, want at apply with ErrInjected", at, err)
 	}
 	if !strings.Contains(err.Error(), "error in effect hook for ns/42 attempt 1") {
 		t.Errorf("error %q does not name the fault", err)
 	}
-	wantHookFired(t, f, 1)
-	fx.wantEffects(t, d, 0)
+	faulttest.WantFired(t, f, 1)
+	fx.WantEffects(t, d, 0)
 }
 
 func TestHookPanic(t *testing.T) {
-	fx := setup(t)
+	fx := faulttest.Setup(t)
 	h := faults.NewHooks()
 	f := h.Arm(faults.HookPlan{Namespace: "ns", ID: "42", Action: faults.HookPanic})
-	d := delivery("ns", "42", 3)
+	d := faulttest.Delivery("ns", "42", 3)
 
 	recovered := func() (r any) {
 		defer func() { r = recover() }()
-		_, _ = deliver(t.Context(), fx.pool, fx.effect(h.Effect), d)
+		_, _ = faulttest.Deliver(t.Context(), fx.Pool, fx.Effect(h.Effect), d)
 		return nil
 	}()
 	p, ok := recovered.(faults.InjectedPanic)
@@ -61,46 +55,46 @@ func TestHookPanic(t *testing.T) {
 	if want := "harmless injected panic in the effect of ns/42 attempt 3"; p.String() != want || p.Error() != want {
 		t.Errorf("panic value says %q / %q, want %q", p.String(), p.Error(), want)
 	}
-	wantHookFired(t, f, 1)
-	fx.wantEffects(t, d, 0)
+	faulttest.WantFired(t, f, 1)
+	fx.WantEffects(t, d, 0)
 }
 
 func TestHookCancel(t *testing.T) {
-	fx := setup(t)
+	fx := faulttest.Setup(t)
 	h := faults.NewHooks()
 	f := h.Arm(faults.HookPlan{Namespace: "ns", ID: "42", Action: faults.HookCancel})
-	d := delivery("ns", "42", 1)
+	d := faulttest.Delivery("ns", "42", 1)
 
 	ctx, cancel := context.WithCancelCause(t.Context())
 	defer cancel(nil)
-	tx, err := fx.pool.Begin(ctx)
+	tx, err := fx.Pool.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer func() { _ = tx.Rollback(t.Context()) }()
 
-	err = fx.effect(h.Effect).Apply(faults.WithCancel(ctx, cancel), tx, d)
+	err = fx.Effect(h.Effect).Apply(faults.WithCancel(ctx, cancel), tx, d)
 	if !errors.Is(err, context.Canceled) {
 		t.Errorf("Apply = %v, want the INSERT to fail with context canceled", err)
 	}
 	if cause := context.Cause(ctx); !errors.Is(cause, faults.ErrInjectedCancel) {
 		t.Errorf("context cause = %v, want ErrInjectedCancel", cause)
 	}
-	wantHookFired(t, f, 1)
+	faulttest.WantFired(t, f, 1)
 	if err := tx.Rollback(t.Context()); err != nil {
 		t.Errorf("rollback after the cancelled INSERT: %v", err)
 	}
-	fx.wantEffects(t, d, 0)
+	fx.WantEffects(t, d, 0)
 }
 
 func TestHookCancelNeedsCancelFunc(t *testing.T) {
 	h := faults.NewHooks()
 	f := h.Arm(faults.HookPlan{Namespace: "ns", ID: "42", Action: faults.HookCancel})
-	err := h.Effect(t.Context(), delivery("ns", "42", 1))
+	err := h.Effect(t.Context(), faulttest.Delivery("ns", "42", 1))
 	if err == nil || !strings.Contains(err.Error(), "no cancel func") {
 		t.Errorf("Effect without a cancel func in ctx = %v, want an error saying so", err)
 	}
-	wantHookFired(t, f, 1)
+	faulttest.WantFired(t, f, 1)
 }
 
 func TestHookMatching(t *testing.T) {
@@ -115,7 +109,7 @@ func TestHookMatching(t *testing.T) {
 		{"other id", faults.HookPlan{Namespace: "ns", ID: "43"}, false},
 		{"other namespace", faults.HookPlan{Namespace: "other", ID: "42"}, false},
 	}
-	d := delivery("ns", "42", 2)
+	d := faulttest.Delivery("ns", "42", 2)
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			h := faults.NewHooks()
@@ -125,7 +119,7 @@ func TestHookMatching(t *testing.T) {
 			if got := errors.Is(err, faults.ErrInjected); got != tt.fires {
 				t.Errorf("%s on %s attempt %d: Effect = %v, want fired %v", f, d.Event, d.Attempt, err, tt.fires)
 			}
-			wantHookFired(t, f, map[bool]int64{true: 1}[tt.fires])
+			faulttest.WantFired(t, f, map[bool]int64{true: 1}[tt.fires])
 		})
 	}
 }
@@ -138,12 +132,12 @@ func TestHooksFireInArmOrderUntilOneFails(t *testing.T) {
 	failed := h.Arm(faults.HookPlan{Namespace: "ns", ID: "42", Action: faults.HookError})
 	panicked := h.Arm(faults.HookPlan{Namespace: "ns", ID: "42", Action: faults.HookPanic})
 
-	if err := h.Effect(faults.WithCancel(ctx, cancel), delivery("ns", "42", 1)); !errors.Is(err, faults.ErrInjected) {
+	if err := h.Effect(faults.WithCancel(ctx, cancel), faulttest.Delivery("ns", "42", 1)); !errors.Is(err, faults.ErrInjected) {
 		t.Errorf("Effect = %v, want ErrInjected", err)
 	}
-	wantHookFired(t, cancelled, 1)
-	wantHookFired(t, failed, 1)
-	wantHookFired(t, panicked, 0)
+	faulttest.WantFired(t, cancelled, 1)
+	faulttest.WantFired(t, failed, 1)
+	faulttest.WantFired(t, panicked, 0)
 }
 
 func TestHooksArmPanicsOnInvalidPlan(t *testing.T) {
@@ -192,7 +186,7 @@ func TestHooksConcurrentUse(t *testing.T) {
 	}
 	wg.Wait()
 	for _, f := range armed {
-		wantHookFired(t, f, deliveries)
+		faulttest.WantFired(t, f, deliveries)
 	}
 }
 
@@ -202,10 +196,10 @@ func TestHookTimes(t *testing.T) {
 	h := faults.NewHooks()
 	f := h.Arm(faults.HookPlan{Namespace: "ns", ID: "42", Times: 1, Action: faults.HookError})
 	for i, want := range []bool{true, false, false} {
-		err := h.Effect(t.Context(), delivery("ns", "42", 1))
+		err := h.Effect(t.Context(), faulttest.Delivery("ns", "42", 1))
 		if got := errors.Is(err, faults.ErrInjected); got != want {
 			t.Errorf("effect %d: %v; want fired %t", i+1, err, want)
 		}
 	}
-	wantHookFired(t, f, 1)
+	faulttest.WantFired(t, f, 1)
 }

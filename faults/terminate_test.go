@@ -10,15 +10,16 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/harmless-dev/harmless/faults"
+	"github.com/harmless-dev/harmless/internal/faulttest"
 	"github.com/harmless-dev/harmless/internal/pgtest"
 )
 
 func TestTerminateBackendsKillsOnlyTaggedConnections(t *testing.T) {
-	pool := setup(t).pool
-	run := "harmless-faults-test-" + unique(t)
-	victim := connect(t, run+"-victim")
-	otherRun := connect(t, "harmless-faults-test-"+unique(t))
-	bystander := connect(t, "")
+	pool := faulttest.Setup(t).Pool
+	run := "harmless-faults-test-" + faulttest.Unique(t)
+	victim := faulttest.Connect(t, run+"-victim")
+	otherRun := faulttest.Connect(t, "harmless-faults-test-"+faulttest.Unique(t))
+	bystander := faulttest.Connect(t, "")
 
 	pids, err := faults.TerminateBackends(t.Context(), pool, run)
 	if err != nil {
@@ -27,18 +28,18 @@ func TestTerminateBackendsKillsOnlyTaggedConnections(t *testing.T) {
 	if want := []int{int(victim.PgConn().PID())}; !slices.Equal(pids, want) {
 		t.Errorf("terminated %v, want %v", pids, want)
 	}
-	wantDead(t, pool, victim, victim.PgConn().PID(), victim.Ping(t.Context()))
-	if !alive(t, bystander) {
+	faulttest.WantDead(t, pool, victim, victim.PgConn().PID(), victim.Ping(t.Context()))
+	if !faulttest.Alive(t, bystander) {
 		t.Error("the untagged bystander connection died")
 	}
-	if !alive(t, otherRun) {
+	if !faulttest.Alive(t, otherRun) {
 		t.Error("another run's connection died")
 	}
 }
 
 func TestTerminateBackendsSparesItsCaller(t *testing.T) {
-	run := "harmless-faults-test-" + unique(t)
-	self := connect(t, run+"-self")
+	run := "harmless-faults-test-" + faulttest.Unique(t)
+	self := faulttest.Connect(t, run+"-self")
 	pids, err := faults.TerminateBackends(t.Context(), self, run)
 	if err != nil {
 		t.Fatal(err)
@@ -46,13 +47,13 @@ func TestTerminateBackendsSparesItsCaller(t *testing.T) {
 	if len(pids) != 0 {
 		t.Errorf("terminated %v, want none", pids)
 	}
-	if !alive(t, self) {
+	if !faulttest.Alive(t, self) {
 		t.Error("the caller's own connection died")
 	}
 }
 
 func TestTerminateBackendsMatchesThePrefixLiterally(t *testing.T) {
-	pool := setup(t).pool
+	pool := faulttest.Setup(t).Pool
 	tests := []struct {
 		name        string
 		appName     string // after the run's tag
@@ -67,8 +68,8 @@ func TestTerminateBackendsMatchesThePrefixLiterally(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			run := "harmless-t" + unique(t)
-			conn := connect(t, run+tt.appName)
+			run := "harmless-t" + faulttest.Unique(t)
+			conn := faulttest.Connect(t, run+tt.appName)
 			pids, err := faults.TerminateBackends(t.Context(), pool, run+tt.prefix)
 			if err != nil {
 				t.Fatal(err)
@@ -76,7 +77,7 @@ func TestTerminateBackendsMatchesThePrefixLiterally(t *testing.T) {
 			if got := len(pids) == 1; got != tt.terminating || len(pids) > 1 {
 				t.Errorf("prefix %q on %q terminated %v, want terminated: %v", run+tt.prefix, run+tt.appName, pids, tt.terminating)
 			}
-			if got := alive(t, conn); got == tt.terminating {
+			if got := faulttest.Alive(t, conn); got == tt.terminating {
 				t.Errorf("connection %q alive: %v, want %v", run+tt.appName, got, !tt.terminating)
 			}
 		})
@@ -84,7 +85,7 @@ func TestTerminateBackendsMatchesThePrefixLiterally(t *testing.T) {
 }
 
 func TestTerminateBackendsRefusesForeignPrefixes(t *testing.T) {
-	pool := setup(t).pool
+	pool := faulttest.Setup(t).Pool
 	tests := []struct{ prefix, want string }{
 		{"", "empty prefix"},
 		{"app-", `does not start with "harmless-"`},
@@ -106,11 +107,11 @@ func TestTerminateBackendsRefusesForeignPrefixes(t *testing.T) {
 // prefix is not the run's, and is not terminated, though the caller, a
 // superuser, could.
 func TestTerminateBackendsSparesOtherRoles(t *testing.T) {
-	pool := setup(t).pool
-	run := "harmless-faults-test-" + unique(t)
-	victim := connect(t, run+"-w1")
+	pool := faulttest.Setup(t).Pool
+	run := "harmless-faults-test-" + faulttest.Unique(t)
+	victim := faulttest.Connect(t, run+"-w1")
 	other := pgtest.NewRole(t)
-	faker := connectAs(t, other, run+"-w2")
+	faker := faulttest.ConnectAs(t, other, run+"-w2")
 
 	pids, err := faults.TerminateBackends(t.Context(), pool, run)
 	if err != nil {
@@ -119,8 +120,8 @@ func TestTerminateBackendsSparesOtherRoles(t *testing.T) {
 	if want := []int{int(victim.PgConn().PID())}; !slices.Equal(pids, want) {
 		t.Errorf("terminated %v, want %v: only the connection of the caller's role", pids, want)
 	}
-	wantDead(t, pool, victim, victim.PgConn().PID(), victim.Ping(t.Context()))
-	if !alive(t, faker) {
+	faulttest.WantDead(t, pool, victim, victim.PgConn().PID(), victim.Ping(t.Context()))
+	if !faulttest.Alive(t, faker) {
 		t.Errorf("the connection of role %s carrying the run's prefix was terminated", other.Name)
 	}
 }
@@ -129,8 +130,8 @@ func TestTerminateBackendsSparesOtherRoles(t *testing.T) {
 // start time, so a pid reused by a later backend is not waited for. A
 // live backend given with another start time stands for such a newcomer.
 func TestWaitGoneMatchesPIDAndStart(t *testing.T) {
-	pool := setup(t).pool
-	live := connect(t, "harmless-faults-test-"+unique(t))
+	pool := faulttest.Setup(t).Pool
+	live := faulttest.Connect(t, "harmless-faults-test-"+faulttest.Unique(t))
 	pid := int(live.PgConn().PID())
 
 	// -1 is no backend's pid: it is left out.
@@ -160,7 +161,7 @@ func TestWaitGoneMatchesPIDAndStart(t *testing.T) {
 	if err := faults.WaitGone(t.Context(), pool, newcomer); err != nil {
 		t.Errorf("WaitGone(%v) on a pid whose backend started at %s = %v, want nil", newcomer, start, err)
 	}
-	if !alive(t, live) {
+	if !faulttest.Alive(t, live) {
 		t.Error("the live connection died")
 	}
 }
