@@ -59,15 +59,10 @@
 // delivery's context (stored with [WithCancel]) so that the effect's Exec
 // fails. [HookFault.Fired] is the evidence.
 //
-// # Killing connections from outside
+// # Moved under internal/
 //
-// [TerminateBackends] terminates the backends whose application_name starts
-// with a prefix of this run (the harness tags every connection it hands
-// out) and whose user is the caller's role, and waits until they are gone
-// ([WaitGone], which names a backend by pid and start time, so that a pid
-// the system reuses is not mistaken for its victim);
-// [CancelSleeping] cancels those that sleep in a [Sleep] fault. Both refuse
-// prefixes that could reach connections the run does not own, and neither
-// touches a backend of another role, whatever its application_name says:
-// anyone can choose one.
+// What only the harness can use is no longer here (issue 23): terminating
+// the backends of a run's tagged connections, cancelling those that sleep in
+// a [Sleep] fault and waiting for cut backends to go are in the module's
+// internal/backends.
 package faults

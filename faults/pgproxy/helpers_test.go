@@ -13,8 +13,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/goleak"
 
-	"github.com/harmless-dev/harmless/faults"
 	"github.com/harmless-dev/harmless/faults/pgproxy"
+	"github.com/harmless-dev/harmless/internal/backends"
 	"github.com/harmless-dev/harmless/internal/faulttest"
 	"github.com/harmless-dev/harmless/internal/pgtest"
 )
@@ -171,11 +171,11 @@ func (e env) waitGone(t testing.TB, f *pgproxy.Fault) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), testTimeout)
 	defer cancel()
-	backends, err := faults.Backends(ctx, e.direct, f.PIDs()...)
+	pinned, err := backends.Backends(ctx, e.direct, f.PIDs()...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := faults.WaitGone(ctx, e.direct, backends...); err != nil {
+	if err := backends.WaitGone(ctx, e.direct, pinned...); err != nil {
 		t.Fatal(err)
 	}
 	for _, pid := range f.PIDs() {

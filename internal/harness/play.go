@@ -14,6 +14,7 @@ import (
 
 	"github.com/harmless-dev/harmless/adapters"
 	"github.com/harmless-dev/harmless/faults"
+	"github.com/harmless-dev/harmless/internal/backends"
 	"github.com/harmless-dev/harmless/internal/ledger"
 )
 
@@ -422,7 +423,7 @@ func (s *Play) Close(ctx context.Context) error {
 			errs = append(errs, fmt.Errorf("close the play's proxy: %w", err))
 		}
 	}
-	if _, err := faults.TerminateBackends(ctx, s.run.admin, s.AppNamePrefix()); err != nil {
+	if _, err := backends.TerminateBackends(ctx, s.run.admin, s.AppNamePrefix()); err != nil {
 		errs = append(errs, err)
 	}
 	if err := s.tally(ctx); err != nil {

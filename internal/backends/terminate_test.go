@@ -1,4 +1,4 @@
-package faults_test
+package backends_test
 
 import (
 	"context"
@@ -10,18 +10,21 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/harmless-dev/harmless/faults"
+	"github.com/harmless-dev/harmless/internal/backends"
 	"github.com/harmless-dev/harmless/internal/faulttest"
 	"github.com/harmless-dev/harmless/internal/pgtest"
 )
 
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
 func TestTerminateBackendsKillsOnlyTaggedConnections(t *testing.T) {
-	pool := faulttest.Setup(t).Pool
+	pool := pgtest.Pool(t)
 	run := "harmless-faults-test-" + faulttest.Unique(t)
 	victim := faulttest.Connect(t, run+"-victim")
 	otherRun := faulttest.Connect(t, "harmless-faults-test-"+faulttest.Unique(t))
 	bystander := faulttest.Connect(t, "")
 
-	pids, err := faults.TerminateBackends(t.Context(), pool, run)
+	pids, err := backends.TerminateBackends(t.Context(), pool, run)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -40,7 +43,7 @@ func TestTerminateBackendsKillsOnlyTaggedConnections(t *testing.T) {
 func TestTerminateBackendsSparesItsCaller(t *testing.T) {
 	run := "harmless-faults-test-" + faulttest.Unique(t)
 	self := faulttest.Connect(t, run+"-self")
-	pids, err := faults.TerminateBackends(t.Context(), self, run)
+	pids, err := backends.TerminateBackends(t.Context(), self, run)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,7 +56,7 @@ func TestTerminateBackendsSparesItsCaller(t *testing.T) {
 }
 
 func TestTerminateBackendsMatchesThePrefixLiterally(t *testing.T) {
-	pool := faulttest.Setup(t).Pool
+	pool := pgtest.Pool(t)
 	tests := []struct {
 		name        string
 		appName     string // after the run's tag
@@ -70,7 +73,7 @@ func TestTerminateBackendsMatchesThePrefixLiterally(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			run := "harmless-t" + faulttest.Unique(t)
 			conn := faulttest.Connect(t, run+tt.appName)
-			pids, err := faults.TerminateBackends(t.Context(), pool, run+tt.prefix)
+			pids, err := backends.TerminateBackends(t.Context(), pool, run+tt.prefix)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -85,7 +88,7 @@ func TestTerminateBackendsMatchesThePrefixLiterally(t *testing.T) {
 }
 
 func TestTerminateBackendsRefusesForeignPrefixes(t *testing.T) {
-	pool := faulttest.Setup(t).Pool
+	pool := pgtest.Pool(t)
 	tests := []struct{ prefix, want string }{
 		{"", "empty prefix"},
 		{"app-", `does not start with "harmless-"`},
@@ -95,7 +98,7 @@ func TestTerminateBackendsRefusesForeignPrefixes(t *testing.T) {
 		{"harmless-" + strings.Repeat("x", 60), "longer than the 63 bytes"},
 	}
 	for _, tt := range tests {
-		pids, err := faults.TerminateBackends(t.Context(), pool, tt.prefix)
+		pids, err := backends.TerminateBackends(t.Context(), pool, tt.prefix)
 		if err == nil || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("TerminateBackends(%q) = %v, %v; want an error saying %q", tt.prefix, pids, err, tt.want)
 		}
@@ -107,13 +110,13 @@ func TestTerminateBackendsRefusesForeignPrefixes(t *testing.T) {
 // prefix is not the run's, and is not terminated, though the caller, a
 // superuser, could.
 func TestTerminateBackendsSparesOtherRoles(t *testing.T) {
-	pool := faulttest.Setup(t).Pool
+	pool := pgtest.Pool(t)
 	run := "harmless-faults-test-" + faulttest.Unique(t)
 	victim := faulttest.Connect(t, run+"-w1")
 	other := pgtest.NewRole(t)
 	faker := faulttest.ConnectAs(t, other, run+"-w2")
 
-	pids, err := faults.TerminateBackends(t.Context(), pool, run)
+	pids, err := backends.TerminateBackends(t.Context(), pool, run)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -130,12 +133,12 @@ func TestTerminateBackendsSparesOtherRoles(t *testing.T) {
 // start time, so a pid reused by a later backend is not waited for. A
 // live backend given with another start time stands for such a newcomer.
 func TestWaitGoneMatchesPIDAndStart(t *testing.T) {
-	pool := faulttest.Setup(t).Pool
+	pool := pgtest.Pool(t)
 	live := faulttest.Connect(t, "harmless-faults-test-"+faulttest.Unique(t))
 	pid := int(live.PgConn().PID())
 
 	// -1 is no backend's pid: it is left out.
-	backends, err := faults.Backends(t.Context(), pool, pid, -1)
+	pinned, err := backends.Backends(t.Context(), pool, pid, -1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -143,8 +146,8 @@ func TestWaitGoneMatchesPIDAndStart(t *testing.T) {
 	if err := pool.QueryRow(t.Context(), "SELECT backend_start FROM pg_stat_activity WHERE pid = $1", pid).Scan(&start); err != nil {
 		t.Fatal(err)
 	}
-	if want := []faults.Backend{{PID: pid, Start: start}}; len(backends) != 1 || backends[0].PID != pid || !backends[0].Start.Equal(start) {
-		t.Fatalf("Backends(%d, -1) = %v, want %v", pid, backends, want)
+	if want := []backends.Backend{{PID: pid, Start: start}}; len(pinned) != 1 || pinned[0].PID != pid || !pinned[0].Start.Equal(start) {
+		t.Fatalf("Backends(%d, -1) = %v, want %v", pid, pinned, want)
 	}
 
 	// The live backend is there: WaitGone keeps polling until its context
@@ -152,13 +155,13 @@ func TestWaitGoneMatchesPIDAndStart(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	once := cancelAfterQuery{DB: pool, cancel: cancel}
-	if err := faults.WaitGone(ctx, once, backends...); err == nil || !strings.Contains(err.Error(), "1 still there") {
+	if err := backends.WaitGone(ctx, once, pinned...); err == nil || !strings.Contains(err.Error(), "1 still there") {
 		t.Errorf("WaitGone on a live backend = %v, want an error saying it is still there", err)
 	}
 
 	// The same pid with another start time is another backend, gone.
-	newcomer := faults.Backend{PID: pid, Start: start.Add(-time.Second)}
-	if err := faults.WaitGone(t.Context(), pool, newcomer); err != nil {
+	newcomer := backends.Backend{PID: pid, Start: start.Add(-time.Second)}
+	if err := backends.WaitGone(t.Context(), pool, newcomer); err != nil {
 		t.Errorf("WaitGone(%v) on a pid whose backend started at %s = %v, want nil", newcomer, start, err)
 	}
 	if !faulttest.Alive(t, live) {

@@ -1,4 +1,4 @@
-package faults_test
+package backends_test
 
 import (
 	"errors"
@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/harmless-dev/harmless/faults"
+	"github.com/harmless-dev/harmless/internal/backends"
 	"github.com/harmless-dev/harmless/internal/faulttest"
 	"github.com/harmless-dev/harmless/internal/pgtest"
 )
@@ -54,7 +55,7 @@ func TestCancelSleepingFailsTheSleepingTransaction(t *testing.T) {
 				done <- result{at, err}
 			}()
 			faulttest.WaitSleeping(t, fx.Pool, append([]*pgx.Conn{conn}, others...)...)
-			pids, err := faults.CancelSleeping(t.Context(), fx.Pool, run)
+			pids, err := backends.CancelSleeping(t.Context(), fx.Pool, run)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -95,9 +96,9 @@ func TestCancelSleepingFailsTheSleepingTransaction(t *testing.T) {
 }
 
 func TestCancelSleepingRefusesForeignPrefixes(t *testing.T) {
-	pool := faulttest.Setup(t).Pool
+	pool := pgtest.Pool(t)
 	for _, prefix := range []string{"", "app-", "harmless-"} {
-		if pids, err := faults.CancelSleeping(t.Context(), pool, prefix); err == nil || !strings.Contains(err.Error(), "refusing") {
+		if pids, err := backends.CancelSleeping(t.Context(), pool, prefix); err == nil || !strings.Contains(err.Error(), "refusing") {
 			t.Errorf("CancelSleeping(%q) = %v, %v; want a refusal", prefix, pids, err)
 		}
 	}
