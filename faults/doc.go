@@ -51,18 +51,13 @@
 // Functions that reach the database take a [DB]: a *pgxpool.Pool, a
 // *pgx.Conn or a pgx.Tx.
 //
-// # Go-level hooks
-//
-// In-process Go implementations can also be failed before the INSERT is
-// sent: [Hooks.Effect], run by the effect before its INSERT, returns an error
-// wrapping [ErrInjected], panics with an [InjectedPanic], or cancels the
-// delivery's context (stored with [WithCancel]) so that the effect's Exec
-// fails. [HookFault.Fired] is the evidence.
-//
 // # Moved under internal/
 //
-// What only the harness can use is no longer here (issue 23): terminating
+// What only the harness can use is no longer here (issue 23). The Go hooks
+// that fail the effect of an in-process implementation before its INSERT
+// (an error, a panic, a cancelled context) are in the module's
+// internal/hooks: only the effect the harness builds runs them. Terminating
 // the backends of a run's tagged connections, cancelling those that sleep in
-// a [Sleep] fault and waiting for cut backends to go are in the module's
+// a [Sleep] fault and waiting for cut backends to go are in
 // internal/backends.
 package faults

@@ -6,14 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/harmless-dev/harmless/adapters"
+	"github.com/harmless-dev/harmless/internal/faultplan"
 	"github.com/harmless-dev/harmless/internal/ledger"
 )
 
@@ -107,38 +106,7 @@ func (p Plan) validate() error {
 	if p.Times < 0 || p.Times > math.MaxInt32 {
 		return fmt.Errorf("times %d out of range (0 for every time, else 1 to %d)", p.Times, math.MaxInt32)
 	}
-	return validateTarget(p.ID, p.Attempt)
-}
-
-// validateTarget checks the event and attempt of a database-side or Go-level
-// plan.
-func validateTarget(id string, attempt int) error {
-	if id == "" {
-		return errors.New("no event id: a plan for an empty id never fires")
-	}
-	if attempt < 0 || attempt > math.MaxInt32 {
-		return fmt.Errorf("attempt %d out of range (0 for every attempt, else 1 to %d)", attempt, math.MaxInt32)
-	}
-	return nil
-}
-
-// describe tells which deliveries a plan targets, e.g. "ns/42 attempt 1"
-// or "ns/42, once".
-func describe(namespace, id string, attempt, times int) string {
-	s := adapters.Event{Namespace: namespace, ID: id}.String()
-	switch {
-	case attempt == 0 && times == 0:
-		return s + " every attempt"
-	case attempt != 0:
-		s += " attempt " + strconv.Itoa(attempt)
-	}
-	switch times {
-	case 0:
-		return s
-	case 1:
-		return s + ", once"
-	}
-	return s + ", at most " + strconv.Itoa(times) + " times"
+	return faultplan.ValidateTarget(p.ID, p.Attempt)
 }
 
 // Kind is the kind of a fault armed with the plan (see [Armed]): "db:"
@@ -156,7 +124,7 @@ func (p Plan) String() string {
 	case Gate:
 		action = "gate (at most " + p.Sleep.String() + ")"
 	}
-	return fmt.Sprintf("%s at %s for %s", action, p.Point, describe(p.Namespace, p.ID, p.Attempt, p.Times))
+	return fmt.Sprintf("%s at %s for %s", action, p.Point, faultplan.DescribeTarget(p.Namespace, p.ID, p.Attempt, p.Times))
 }
 
 //go:embed plan.sql

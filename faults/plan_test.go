@@ -13,6 +13,7 @@ import (
 
 	"github.com/harmless-dev/harmless/faults"
 	"github.com/harmless-dev/harmless/internal/faulttest"
+	"github.com/harmless-dev/harmless/internal/hooks"
 )
 
 func TestSleep(t *testing.T) {
@@ -250,7 +251,7 @@ func TestIsInjected(t *testing.T) {
 		{"other SQLSTATE", &pgconn.PgError{Code: "23505"}, false},
 		{"injected", injected, true},
 		{"injected, wrapped", fmt.Errorf("deliver: %w", injected), true},
-		{"hook error", fmt.Errorf("x: %w", faults.ErrInjected), false},
+		{"hook error", fmt.Errorf("x: %w", hooks.ErrInjected), false},
 	}
 	for _, tt := range tests {
 		if got := faults.IsInjected(tt.err); got != tt.want {

@@ -15,6 +15,7 @@ import (
 	"github.com/harmless-dev/harmless/adapters"
 	"github.com/harmless-dev/harmless/faults"
 	"github.com/harmless-dev/harmless/internal/backends"
+	"github.com/harmless-dev/harmless/internal/hooks"
 	"github.com/harmless-dev/harmless/internal/ledger"
 )
 
@@ -71,7 +72,7 @@ type Play struct {
 type eventKey struct{ namespace, id string }
 
 func (s *Play) install(ctx context.Context) error {
-	s.hooks = &Hooks{hooks: faults.NewHooks(), play: s}
+	s.hooks = &Hooks{hooks: hooks.NewSet(), play: s}
 	s.clock = adapters.SystemClock{}
 	if s.adapter.Declares.AcceptsClock && !s.opts.SystemClock {
 		s.manual = NewRunningClock(ClockStart(s.run.opts.Seed, s.name))
@@ -264,7 +265,7 @@ func (s *Play) CrashesOf(n int) []string {
 // implementation, as [Play.CrashesOf] counts it. A caller that keeps no
 // history (PlayOptions.NoHistory) counts them with it as deliveries end.
 func PanicCrash(a Attempt) (string, bool) {
-	if !errors.Is(a.Err, ErrPanicked) || errors.Is(a.Err, faults.ErrInjected) {
+	if !errors.Is(a.Err, ErrPanicked) || errors.Is(a.Err, hooks.ErrInjected) {
 		return "", false
 	}
 	return fmt.Sprintf("the delivery of %s attempt %d panicked: %s", a.Delivery.Event, a.Delivery.Attempt, firstLine(a.Err.Error())), true
