@@ -188,7 +188,7 @@ func Arm(ctx context.Context, db DB, schema string, p Plan) (*Fault, error) {
 		id:       id,
 		plan:     p,
 		plans:    plans,
-		evidence: pgx.Identifier{schema, fmt.Sprintf("harmless_fault_%d_fired", id)}.Sanitize(),
+		evidence: pgx.Identifier{schema, faultplan.EvidenceSequence(id)}.Sanitize(),
 	}
 	// Should the INSERT fail, unused sequences are left behind: harmless.
 	if _, err := db.Exec(ctx, "CREATE SEQUENCE "+f.evidence); err != nil {
@@ -276,20 +276,6 @@ func (f *Fault) Plan() Plan { return f.plan }
 
 // String describes the fault, e.g. "raise at commit for ns/42 attempt 1".
 func (f *Fault) String() string { return f.plan.String() }
-
-// CountArmed reports how many faults [Arm] armed in schema, disarmed or
-// not: one evidence sequence each, which Disarm leaves in place. Sequences
-// are created by DDL, which is transactional and comes back exactly from a
-// crash of the server, so the count does too. An Arm that failed after
-// creating its sequence counts as well.
-func CountArmed(ctx context.Context, db DB, schema string) (int, error) {
-	n, err := queryOne[int64](ctx, db, `SELECT count(*) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-WHERE n.nspname = $1 AND c.relkind = 'S' AND c.relname LIKE 'harmless\_fault\_%\_fired'`, schema)
-	if err != nil {
-		return 0, fmt.Errorf("count the faults armed in schema %q: %w", schema, err)
-	}
-	return int(n), nil
-}
 
 // IsInjected reports whether err, possibly wrapped, is the error raised by a
 // [Raise] fault.

@@ -290,35 +290,6 @@ func TestDisarm(t *testing.T) {
 	faulttest.WantFired(t, other, 1)
 }
 
-// TestCountArmed counts every fault armed in a schema, a disarmed one too,
-// and only that schema's.
-func TestCountArmed(t *testing.T) {
-	fx, elsewhere := faulttest.Setup(t), faulttest.Setup(t)
-	count := func(schema string) int {
-		t.Helper()
-		n, err := faults.CountArmed(t.Context(), fx.Pool, schema)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return n
-	}
-	if n := count(fx.Schema); n != 0 {
-		t.Errorf("before Arm: %d faults, want 0", n)
-	}
-	disarmed := fx.Arm(t, faults.Plan{Namespace: "ns", ID: "1", Point: faults.AtEffect, Action: faults.Raise})
-	fx.Arm(t, faults.Plan{Namespace: "ns", ID: "2", Point: faults.AtCommit, Action: faults.Terminate})
-	elsewhere.Arm(t, faults.Plan{Namespace: "ns", ID: "3", Point: faults.AtCommit, Action: faults.Raise})
-	if err := disarmed.Disarm(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-	if n := count(fx.Schema); n != 2 {
-		t.Errorf("two faults armed, one disarmed: %d faults, want 2", n)
-	}
-	if n := count(elsewhere.Schema); n != 1 {
-		t.Errorf("the other schema: %d faults, want 1", n)
-	}
-}
-
 // TestDisarmLeavesASleepingTransactionAsleep disarms a sleep fault while a
 // transaction sleeps in it: the transaction sleeps on, and the next
 // delivery is not held.

@@ -15,8 +15,6 @@ import (
 	"github.com/harmless-dev/harmless/internal/pgtest"
 )
 
-func TestMain(m *testing.M) { pgtest.Main(m) }
-
 func TestTerminateBackendsKillsOnlyTaggedConnections(t *testing.T) {
 	pool := pgtest.Pool(t)
 	run := "harmless-faults-test-" + faulttest.Unique(t)

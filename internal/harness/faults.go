@@ -8,6 +8,7 @@ import (
 	"github.com/harmless-dev/harmless/adapters"
 	"github.com/harmless-dev/harmless/faults"
 	"github.com/harmless-dev/harmless/faults/pgproxy"
+	"github.com/harmless-dev/harmless/internal/faultplan"
 	"github.com/harmless-dev/harmless/internal/hooks"
 )
 
@@ -32,7 +33,7 @@ import (
 // [Hooks] and [Proxy] keep the underlying [hooks.Set] and
 // [pgproxy.Proxy] to themselves, and their Arm records what it arms. A
 // database-side fault armed with faults.Arm directly in the play's schema
-// is noticed: [Play.Close] then fails (see [faults.CountArmed]).
+// is noticed: [Play.Close] then fails (see [faultplan.CountArmed]).
 const (
 	// ServerCrashKind counts the crashes of [Run.CrashServer].
 	ServerCrashKind = "server:crash"
@@ -211,7 +212,7 @@ func (s *Play) tally(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	inSchema, err := faults.CountArmed(ctx, s.run.admin, s.schema)
+	inSchema, err := faultplan.CountArmed(ctx, s.run.admin, s.schema)
 	if err != nil {
 		return err
 	}

@@ -46,7 +46,7 @@ type Play struct {
 	armed    []faults.Armed
 	dbFaults []*dbFault
 	// failedArms counts the calls of Arm that failed: each may have left
-	// an evidence sequence (see faults.CountArmed).
+	// an evidence sequence (see faultplan.CountArmed).
 	failedArms int
 	tallied    bool // the run has the counts
 
