@@ -2,7 +2,7 @@
 // an implementation's transaction: the effect.
 //
 // Every implementation under test applies its effect as one INSERT into the
-// spec's ledger table (see [adapters.Effect]), in the same transaction that
+// spec's ledger table (see adapters.Effect), in the same transaction that
 // claims the event's deduplication marker. That INSERT is the harness's
 // foothold. A fault planned on it fails the transaction at a known point,
 // and the harness then checks that the marker rolled back with the effect,

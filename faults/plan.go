@@ -132,13 +132,32 @@ var installSQL string
 
 // Install creates the fault points on the ledger of schema: a plan table, a
 // trigger function and two triggers ([AtEffect], [AtCommit]), all in schema.
-// The ledger must already be installed. Dropping the schema removes
-// everything.
+// Dropping the schema removes everything.
+//
+// The ledger is the table harmless_effects of schema, the one the harness's
+// effect (adapters.Effect) inserts into: a row per applied effect, with the
+// event's namespace and id as bytea, the hex SHA-256 digest of its payload
+// (adapters.PayloadDigest) and the delivery attempt:
+//
+//	INSERT INTO <schema>.harmless_effects (namespace, event_id, payload_digest, attempt) VALUES ($1, $2, $3, $4)
+//
+// The fault points fire on those inserts. Install creates the ledger when
+// schema has none, so that a test of one's own can install the fault points
+// in a schema of its own and apply its effects with that statement.
 //
 // The triggers run as the role that inserts the effect, which therefore
 // needs to read the plan table and advance the faults' sequences: the same
-// role as the harness's, as [adapters.Env] intends.
+// role as the harness's, as adapters.Env intends.
 func Install(ctx context.Context, db DB, schema string) error {
+	hasLedger, err := queryOne[bool](ctx, db, "SELECT to_regclass($1) IS NOT NULL", ledger.Table(schema))
+	if err != nil {
+		return fmt.Errorf("install fault points in schema %q: look for its ledger: %w", schema, err)
+	}
+	if !hasLedger {
+		if err := ledger.Install(ctx, db, schema); err != nil {
+			return fmt.Errorf("install fault points in schema %q: %w", schema, err)
+		}
+	}
 	sql := strings.NewReplacer(
 		"{{schema}}", pgx.Identifier{schema}.Sanitize(),
 		"{{ledger}}", ledger.Table(schema),

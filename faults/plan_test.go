@@ -11,9 +11,11 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/harmless-dev/harmless/adapters"
 	"github.com/harmless-dev/harmless/faults"
 	"github.com/harmless-dev/harmless/internal/faulttest"
 	"github.com/harmless-dev/harmless/internal/hooks"
+	"github.com/harmless-dev/harmless/internal/pgtest"
 )
 
 func TestSleep(t *testing.T) {
@@ -208,6 +210,38 @@ func TestArmRejectsInvalidPlans(t *testing.T) {
 	if at, err := faulttest.Deliver(t.Context(), fx.Pool, fx.Effect(nil), d); err != nil {
 		t.Errorf("delivery failed at %s: %v", at, err)
 	}
+}
+
+// TestInstallCreatesTheLedger installs the fault points in a schema that
+// has no ledger yet, as a test outside the harness does, and fails an
+// effect inserted with the statement Install documents.
+func TestInstallCreatesTheLedger(t *testing.T) {
+	pool := pgtest.Pool(t)
+	schema := "harmless_test_faults_" + faulttest.Unique(t)
+	quoted := pgx.Identifier{schema}.Sanitize()
+	if _, err := pool.Exec(t.Context(), "CREATE SCHEMA "+quoted); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if _, err := pool.Exec(context.WithoutCancel(t.Context()), "DROP SCHEMA "+quoted+" CASCADE"); err != nil {
+			t.Errorf("drop schema %s: %v", schema, err)
+		}
+	})
+	if err := faults.Install(t.Context(), pool, schema); err != nil {
+		t.Fatal(err)
+	}
+	f, err := faults.Arm(t.Context(), pool, schema, faults.Plan{Namespace: "ns", ID: "42", Times: 1, Point: faults.AtEffect, Action: faults.Raise})
+	if err != nil {
+		t.Fatal(err)
+	}
+	insert := "INSERT INTO " + quoted + ".harmless_effects (namespace, event_id, payload_digest, attempt) VALUES ($1, $2, $3, $4)"
+	for i, want := range []bool{true, false} {
+		_, err := pool.Exec(t.Context(), insert, []byte("ns"), []byte("42"), adapters.PayloadDigest([]byte("payload")), 1)
+		if got := faults.IsInjected(err); got != want || (!want && err != nil) {
+			t.Errorf("insert %d: %v; want injected %t", i+1, err, want)
+		}
+	}
+	faulttest.WantFired(t, f, 1)
 }
 
 func TestArmWithoutInstall(t *testing.T) {
