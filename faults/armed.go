@@ -4,14 +4,14 @@ import "context"
 
 // Armed is what every armed fault tells, whatever injects it: its kind and
 // how often it fired. A fault that never fired proves nothing, so whoever
-// arms one counts its firings through this interface: [*Fault],
-// [*HookFault] and the wire proxy's faults (package faults/pgproxy)
-// implement it, and so does the harness's record of a server crash.
+// arms one counts its firings through this interface: [*Fault] and the
+// wire proxy's faults (package faults/pgproxy) implement it, and so do the
+// harness's Go hooks and its record of a server crash.
 type Armed interface {
 	// Kind names where the fault is injected and what it does, never
 	// which event it targets, so that kinds are the same from run to run:
-	// "db:<action>@<point>" ([Plan.Kind]), "hook:<action>"
-	// ([HookPlan.Kind]), "proxy:<action>@<point>" (the proxy's rules),
+	// "db:<action>@<point>" ([Plan.Kind]), "hook:<action>" (the
+	// harness's Go hooks), "proxy:<action>@<point>" (the proxy's rules),
 	// "server:crash".
 	Kind() string
 	// Fired reports how many times the fault fired so far. A firing is
@@ -21,7 +21,4 @@ type Armed interface {
 }
 
 // The faults of this package are Armed.
-var (
-	_ Armed = (*Fault)(nil)
-	_ Armed = (*HookFault)(nil)
-)
+var _ Armed = (*Fault)(nil)

@@ -1,8 +1,11 @@
 // Package faults injects failures into the one place the harness owns inside
-// an implementation's transaction: the effect.
+// an implementation's transaction: the effect. It is the harness's
+// database fault points, and a user's too: a test of one's own can install
+// them in a schema of its own, on its own database, and fail its own
+// transactions at the effect or at COMMIT (see the example).
 //
 // Every implementation under test applies its effect as one INSERT into the
-// spec's ledger table (see [adapters.Effect]), in the same transaction that
+// spec's ledger table (see adapters.Effect), in the same transaction that
 // claims the event's deduplication marker. That INSERT is the harness's
 // foothold. A fault planned on it fails the transaction at a known point,
 // and the harness then checks that the marker rolled back with the effect,
@@ -11,10 +14,12 @@
 // # Database-side faults
 //
 // [Install] puts a plan table, a trigger function and two triggers on the
-// ledger, all in the spec's own schema, so dropping the schema removes them.
+// ledger, all in the spec's own schema, so dropping the schema removes them;
+// in a schema without a ledger it creates one, whose INSERT it documents.
 // [Arm] records a [Plan]: which event (namespace and id, compared as exact
 // bytes with the ledger row), which delivery attempt (0 for every attempt),
-// where it fires ([Point]) and what it does ([Action]):
+// how many times at most ([Plan.Times]), where it fires ([Point]) and what
+// it does ([Action]):
 //
 //   - [AtEffect] fires as the effect row is inserted (a plain AFTER INSERT
 //     row trigger); [AtCommit] fires when the transaction commits (a
@@ -23,9 +28,10 @@
 //   - [Raise] fails the statement (or the COMMIT) with SQLSTATE
 //     [InjectedSQLState]; [IsInjected] recognises the error. [Sleep] holds
 //     the transaction open to widen race windows between concurrent
-//     deliveries. [Terminate] makes the backend terminate itself: the client
-//     sees SQLSTATE 57P01 or a closed connection, and the transaction is
-//     gone.
+//     deliveries; [SleepThenRaise] holds it, then fails it; a [Gate] holds
+//     it, without a lock, until [Fault.Open]. [Terminate] makes the backend
+//     terminate itself: the client sees SQLSTATE 57P01 or a closed
+//     connection, and the transaction is gone.
 //
 // Because they are triggers, these faults work for implementations written
 // in any language and using any driver.
@@ -44,30 +50,23 @@
 // terminated.
 //
 // Every armed fault, whatever injects it, is [Armed]: it tells its kind
-// ("db:raise@commit", "hook:panic", "proxy:cut@before-commit") and how often
-// it fired, and the harness counts every fault it arms through that one
-// interface.
+// ("db:raise@commit", "proxy:cut@before-commit", and the harness's own
+// "hook:panic" or "server:crash") and how often it fired, and the harness
+// counts every fault it arms through that one interface. The wire proxy
+// that cuts connections at protocol points, package faults/pgproxy, arms
+// Armed faults too.
 //
 // Functions that reach the database take a [DB]: a *pgxpool.Pool, a
 // *pgx.Conn or a pgx.Tx.
 //
-// # Go-level hooks
+// # What is not here
 //
-// In-process Go implementations can also be failed before the INSERT is
-// sent: [Hooks.Effect], run by the effect before its INSERT, returns an error
-// wrapping [ErrInjected], panics with an [InjectedPanic], or cancels the
-// delivery's context (stored with [WithCancel]) so that the effect's Exec
-// fails. [HookFault.Fired] is the evidence.
-//
-// # Killing connections from outside
-//
-// [TerminateBackends] terminates the backends whose application_name starts
-// with a prefix of this run (the harness tags every connection it hands
-// out) and whose user is the caller's role, and waits until they are gone
-// ([WaitGone], which names a backend by pid and start time, so that a pid
-// the system reuses is not mistaken for its victim);
-// [CancelSleeping] cancels those that sleep in a [Sleep] fault. Both refuse
-// prefixes that could reach connections the run does not own, and neither
-// touches a backend of another role, whatever its application_name says:
-// anyone can choose one.
+// What only the harness can use moved under the module's internal/ (issue
+// 23). The Go hooks that fail the effect of an in-process implementation
+// before its INSERT (an error, a panic, a cancelled context) are
+// internal/hooks': only the effect the harness builds runs them.
+// Terminating the backends of a run's tagged connections, cancelling those
+// that sleep in a [Sleep] fault and waiting for cut backends to go are
+// internal/backends'. Counting the faults armed in a schema, as the harness
+// does to notice one armed around its count, is internal/faultplan's.
 package faults

@@ -6,14 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/harmless-dev/harmless/adapters"
+	"github.com/harmless-dev/harmless/internal/faultplan"
 	"github.com/harmless-dev/harmless/internal/ledger"
 )
 
@@ -107,38 +106,7 @@ func (p Plan) validate() error {
 	if p.Times < 0 || p.Times > math.MaxInt32 {
 		return fmt.Errorf("times %d out of range (0 for every time, else 1 to %d)", p.Times, math.MaxInt32)
 	}
-	return validateTarget(p.ID, p.Attempt)
-}
-
-// validateTarget checks the event and attempt of a database-side or Go-level
-// plan.
-func validateTarget(id string, attempt int) error {
-	if id == "" {
-		return errors.New("no event id: a plan for an empty id never fires")
-	}
-	if attempt < 0 || attempt > math.MaxInt32 {
-		return fmt.Errorf("attempt %d out of range (0 for every attempt, else 1 to %d)", attempt, math.MaxInt32)
-	}
-	return nil
-}
-
-// describe tells which deliveries a plan targets, e.g. "ns/42 attempt 1"
-// or "ns/42, once".
-func describe(namespace, id string, attempt, times int) string {
-	s := adapters.Event{Namespace: namespace, ID: id}.String()
-	switch {
-	case attempt == 0 && times == 0:
-		return s + " every attempt"
-	case attempt != 0:
-		s += " attempt " + strconv.Itoa(attempt)
-	}
-	switch times {
-	case 0:
-		return s
-	case 1:
-		return s + ", once"
-	}
-	return s + ", at most " + strconv.Itoa(times) + " times"
+	return faultplan.ValidateTarget(p.ID, p.Attempt)
 }
 
 // Kind is the kind of a fault armed with the plan (see [Armed]): "db:"
@@ -156,7 +124,7 @@ func (p Plan) String() string {
 	case Gate:
 		action = "gate (at most " + p.Sleep.String() + ")"
 	}
-	return fmt.Sprintf("%s at %s for %s", action, p.Point, describe(p.Namespace, p.ID, p.Attempt, p.Times))
+	return fmt.Sprintf("%s at %s for %s", action, p.Point, faultplan.DescribeTarget(p.Namespace, p.ID, p.Attempt, p.Times))
 }
 
 //go:embed plan.sql
@@ -164,13 +132,32 @@ var installSQL string
 
 // Install creates the fault points on the ledger of schema: a plan table, a
 // trigger function and two triggers ([AtEffect], [AtCommit]), all in schema.
-// The ledger must already be installed. Dropping the schema removes
-// everything.
+// Dropping the schema removes everything.
+//
+// The ledger is the table harmless_effects of schema, the one the harness's
+// effect (adapters.Effect) inserts into: a row per applied effect, with the
+// event's namespace and id as bytea, the hex SHA-256 digest of its payload
+// (adapters.PayloadDigest) and the delivery attempt:
+//
+//	INSERT INTO <schema>.harmless_effects (namespace, event_id, payload_digest, attempt) VALUES ($1, $2, $3, $4)
+//
+// The fault points fire on those inserts. Install creates the ledger when
+// schema has none, so that a test of one's own can install the fault points
+// in a schema of its own and apply its effects with that statement.
 //
 // The triggers run as the role that inserts the effect, which therefore
 // needs to read the plan table and advance the faults' sequences: the same
-// role as the harness's, as [adapters.Env] intends.
+// role as the harness's, as adapters.Env intends.
 func Install(ctx context.Context, db DB, schema string) error {
+	hasLedger, err := queryOne[bool](ctx, db, "SELECT to_regclass($1) IS NOT NULL", ledger.Table(schema))
+	if err != nil {
+		return fmt.Errorf("install fault points in schema %q: look for its ledger: %w", schema, err)
+	}
+	if !hasLedger {
+		if err := ledger.Install(ctx, db, schema); err != nil {
+			return fmt.Errorf("install fault points in schema %q: %w", schema, err)
+		}
+	}
 	sql := strings.NewReplacer(
 		"{{schema}}", pgx.Identifier{schema}.Sanitize(),
 		"{{ledger}}", ledger.Table(schema),
@@ -220,7 +207,7 @@ func Arm(ctx context.Context, db DB, schema string, p Plan) (*Fault, error) {
 		id:       id,
 		plan:     p,
 		plans:    plans,
-		evidence: pgx.Identifier{schema, fmt.Sprintf("harmless_fault_%d_fired", id)}.Sanitize(),
+		evidence: pgx.Identifier{schema, faultplan.EvidenceSequence(id)}.Sanitize(),
 	}
 	// Should the INSERT fail, unused sequences are left behind: harmless.
 	if _, err := db.Exec(ctx, "CREATE SEQUENCE "+f.evidence); err != nil {
@@ -308,20 +295,6 @@ func (f *Fault) Plan() Plan { return f.plan }
 
 // String describes the fault, e.g. "raise at commit for ns/42 attempt 1".
 func (f *Fault) String() string { return f.plan.String() }
-
-// CountArmed reports how many faults [Arm] armed in schema, disarmed or
-// not: one evidence sequence each, which Disarm leaves in place. Sequences
-// are created by DDL, which is transactional and comes back exactly from a
-// crash of the server, so the count does too. An Arm that failed after
-// creating its sequence counts as well.
-func CountArmed(ctx context.Context, db DB, schema string) (int, error) {
-	n, err := queryOne[int64](ctx, db, `SELECT count(*) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-WHERE n.nspname = $1 AND c.relkind = 'S' AND c.relname LIKE 'harmless\_fault\_%\_fired'`, schema)
-	if err != nil {
-		return 0, fmt.Errorf("count the faults armed in schema %q: %w", schema, err)
-	}
-	return int(n), nil
-}
 
 // IsInjected reports whether err, possibly wrapped, is the error raised by a
 // [Raise] fault.

@@ -11,36 +11,30 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/harmless-dev/harmless/adapters"
 	"github.com/harmless-dev/harmless/faults"
+	"github.com/harmless-dev/harmless/internal/faulttest"
+	"github.com/harmless-dev/harmless/internal/hooks"
+	"github.com/harmless-dev/harmless/internal/pgtest"
 )
-
-var points = []faults.Point{faults.AtEffect, faults.AtCommit}
-
-// failedAt is where a fault at point makes a delivery fail.
-func failedAt(p faults.Point) stage {
-	if p == faults.AtCommit {
-		return stageCommit
-	}
-	return stageApply
-}
 
 func TestSleep(t *testing.T) {
 	const nap = 150 * time.Millisecond
-	for _, point := range points {
+	for _, point := range faulttest.Points {
 		t.Run(string(point), func(t *testing.T) {
-			fx := setup(t)
-			d := delivery("ns", "42", 1)
-			f := fx.arm(t, faults.Plan{Namespace: "ns", ID: "42", Point: point, Action: faults.Sleep, Sleep: nap})
+			fx := faulttest.Setup(t)
+			d := faulttest.Delivery("ns", "42", 1)
+			f := fx.Arm(t, faults.Plan{Namespace: "ns", ID: "42", Point: point, Action: faults.Sleep, Sleep: nap})
 
 			start := time.Now()
-			if at, err := deliver(t.Context(), fx.pool, fx.effect(nil), d); err != nil {
+			if at, err := faulttest.Deliver(t.Context(), fx.Pool, fx.Effect(nil), d); err != nil {
 				t.Fatalf("delivery failed at %s: %v", at, err)
 			}
 			if took := time.Since(start); took < nap {
 				t.Errorf("delivery took %s, less than the %s sleep", took, nap)
 			}
-			fx.wantEffects(t, d, 1)
-			fx.wantFired(t, f, 1)
+			fx.WantEffects(t, d, 1)
+			faulttest.WantFired(t, f, 1)
 		})
 	}
 }
@@ -49,17 +43,17 @@ func TestSleep(t *testing.T) {
 // usable, a terminate kills it.
 func TestFailingFaults(t *testing.T) {
 	for _, action := range []faults.Action{faults.Raise, faults.Terminate} {
-		for _, point := range points {
+		for _, point := range faulttest.Points {
 			t.Run(string(action)+" at "+string(point), func(t *testing.T) {
-				fx := setup(t)
-				d := delivery("ns", "42", 1)
-				f := fx.arm(t, faults.Plan{Namespace: "ns", ID: "42", Attempt: 1, Point: point, Action: action})
-				fx.wantFired(t, f, 0)
-				conn := connect(t, "harmless-faults-test-"+unique(t))
+				fx := faulttest.Setup(t)
+				d := faulttest.Delivery("ns", "42", 1)
+				f := fx.Arm(t, faults.Plan{Namespace: "ns", ID: "42", Attempt: 1, Point: point, Action: action})
+				faulttest.WantFired(t, f, 0)
+				conn := faulttest.Connect(t, "harmless-faults-test-"+faulttest.Unique(t))
 
-				at, err := deliver(t.Context(), conn, fx.effect(nil), d)
-				if at != failedAt(point) {
-					t.Fatalf("delivery failed at %q (%v), want at %q", at, err, failedAt(point))
+				at, err := faulttest.Deliver(t.Context(), conn, fx.Effect(nil), d)
+				if at != faulttest.FailedAt(point) {
+					t.Fatalf("delivery failed at %q (%v), want at %q", at, err, faulttest.FailedAt(point))
 				}
 				t.Logf("delivery failed at %s: %v", at, err)
 				if action == faults.Raise {
@@ -69,14 +63,14 @@ func TestFailingFaults(t *testing.T) {
 					if !strings.Contains(err.Error(), f.String()) {
 						t.Errorf("error %q does not name the fault %q", err, f)
 					}
-					if !alive(t, conn) {
+					if !faulttest.Alive(t, conn) {
 						t.Error("a raise fault killed the connection")
 					}
 				} else {
-					wantDead(t, fx.pool, conn, conn.PgConn().PID(), err)
+					faulttest.WantDead(t, fx.Pool, conn, conn.PgConn().PID(), err)
 				}
-				fx.wantEffects(t, d, 0)
-				fx.wantFired(t, f, 1)
+				fx.WantEffects(t, d, 0)
+				faulttest.WantFired(t, f, 1)
 			})
 		}
 	}
@@ -93,11 +87,11 @@ func TestAttemptMatching(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(fmt.Sprintf("planned attempt %d", tt.planned), func(t *testing.T) {
-			fx := setup(t)
-			f := fx.arm(t, faults.Plan{Namespace: "ns", ID: "42", Attempt: tt.planned, Point: faults.AtEffect, Action: faults.Raise})
+			fx := faulttest.Setup(t)
+			f := fx.Arm(t, faults.Plan{Namespace: "ns", ID: "42", Attempt: tt.planned, Point: faults.AtEffect, Action: faults.Raise})
 			var fired, applied int
 			for i, attempt := range tt.delivered {
-				_, err := deliver(t.Context(), fx.pool, fx.effect(nil), delivery("ns", "42", attempt))
+				_, err := faulttest.Deliver(t.Context(), fx.Pool, fx.Effect(nil), faulttest.Delivery("ns", "42", attempt))
 				switch {
 				case tt.fires[i] && !faults.IsInjected(err):
 					t.Errorf("attempt %d: got %v, want the injected fault", attempt, err)
@@ -110,15 +104,15 @@ func TestAttemptMatching(t *testing.T) {
 					applied++
 				}
 			}
-			fx.wantEffects(t, delivery("ns", "42", 0), applied)
-			fx.wantFired(t, f, int64(fired))
+			fx.WantEffects(t, faulttest.Delivery("ns", "42", 0), applied)
+			faulttest.WantFired(t, f, int64(fired))
 		})
 	}
 }
 
 func TestPlanForAnotherEventDoesNotFire(t *testing.T) {
-	fx := setup(t)
-	f := fx.arm(t, faults.Plan{Namespace: "ns", ID: "42", Point: faults.AtEffect, Action: faults.Raise})
+	fx := faulttest.Setup(t)
+	f := fx.Arm(t, faults.Plan{Namespace: "ns", ID: "42", Point: faults.AtEffect, Action: faults.Raise})
 	others := []struct{ name, ns, id string }{
 		{"other id", "ns", "43"},
 		{"other namespace", "other", "42"},
@@ -130,14 +124,14 @@ func TestPlanForAnotherEventDoesNotFire(t *testing.T) {
 	}
 	for _, o := range others {
 		t.Run(o.name, func(t *testing.T) {
-			d := delivery(o.ns, o.id, 1)
-			if at, err := deliver(t.Context(), fx.pool, fx.effect(nil), d); err != nil {
+			d := faulttest.Delivery(o.ns, o.id, 1)
+			if at, err := faulttest.Deliver(t.Context(), fx.Pool, fx.Effect(nil), d); err != nil {
 				t.Errorf("%s failed at %s: %v", d.Event, at, err)
 			}
-			fx.wantEffects(t, d, 1)
+			fx.WantEffects(t, d, 1)
 		})
 	}
-	fx.wantFired(t, f, 0)
+	faulttest.WantFired(t, f, 0)
 }
 
 func TestFaultsOnOneInsertFireInPlanOrder(t *testing.T) {
@@ -157,29 +151,29 @@ func TestFaultsOnOneInsertFireInPlanOrder(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			fx := setup(t)
+			fx := faulttest.Setup(t)
 			var armedFaults []*faults.Fault
 			for _, a := range tt.plans {
 				p := faults.Plan{Namespace: "ns", ID: "42", Point: a.point, Action: a.action}
 				if a.action == faults.Sleep {
 					p.Sleep = time.Millisecond
 				}
-				armedFaults = append(armedFaults, fx.arm(t, p))
+				armedFaults = append(armedFaults, fx.Arm(t, p))
 			}
-			d := delivery("ns", "42", 1)
-			if _, err := deliver(t.Context(), fx.pool, fx.effect(nil), d); !faults.IsInjected(err) {
+			d := faulttest.Delivery("ns", "42", 1)
+			if _, err := faulttest.Deliver(t.Context(), fx.Pool, fx.Effect(nil), d); !faults.IsInjected(err) {
 				t.Fatalf("got %v, want the injected fault", err)
 			}
-			fx.wantEffects(t, d, 0)
+			fx.WantEffects(t, d, 0)
 			for i, f := range armedFaults {
-				fx.wantFired(t, f, tt.plans[i].fires)
+				faulttest.WantFired(t, f, tt.plans[i].fires)
 			}
 		})
 	}
 }
 
 func TestArmRejectsInvalidPlans(t *testing.T) {
-	fx := setup(t)
+	fx := faulttest.Setup(t)
 	valid := faults.Plan{Namespace: "ns", ID: "42", Attempt: 1, Point: faults.AtEffect, Action: faults.Raise}
 	tests := []struct {
 		name   string
@@ -201,7 +195,7 @@ func TestArmRejectsInvalidPlans(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			p := valid
 			tt.change(&p)
-			f, err := faults.Arm(t.Context(), fx.pool, fx.schema, p)
+			f, err := faults.Arm(t.Context(), fx.Pool, fx.Schema, p)
 			if err == nil {
 				t.Fatalf("Arm(%+v) armed %s, want an error", p, f)
 			}
@@ -212,22 +206,54 @@ func TestArmRejectsInvalidPlans(t *testing.T) {
 	}
 	// None of them was recorded: a delivery the valid plan would match
 	// commits.
-	d := delivery("ns", "42", 1)
-	if at, err := deliver(t.Context(), fx.pool, fx.effect(nil), d); err != nil {
+	d := faulttest.Delivery("ns", "42", 1)
+	if at, err := faulttest.Deliver(t.Context(), fx.Pool, fx.Effect(nil), d); err != nil {
 		t.Errorf("delivery failed at %s: %v", at, err)
 	}
 }
 
+// TestInstallCreatesTheLedger installs the fault points in a schema that
+// has no ledger yet, as a test outside the harness does, and fails an
+// effect inserted with the statement Install documents.
+func TestInstallCreatesTheLedger(t *testing.T) {
+	pool := pgtest.Pool(t)
+	schema := "harmless_test_faults_" + faulttest.Unique(t)
+	quoted := pgx.Identifier{schema}.Sanitize()
+	if _, err := pool.Exec(t.Context(), "CREATE SCHEMA "+quoted); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if _, err := pool.Exec(context.WithoutCancel(t.Context()), "DROP SCHEMA "+quoted+" CASCADE"); err != nil {
+			t.Errorf("drop schema %s: %v", schema, err)
+		}
+	})
+	if err := faults.Install(t.Context(), pool, schema); err != nil {
+		t.Fatal(err)
+	}
+	f, err := faults.Arm(t.Context(), pool, schema, faults.Plan{Namespace: "ns", ID: "42", Times: 1, Point: faults.AtEffect, Action: faults.Raise})
+	if err != nil {
+		t.Fatal(err)
+	}
+	insert := "INSERT INTO " + quoted + ".harmless_effects (namespace, event_id, payload_digest, attempt) VALUES ($1, $2, $3, $4)"
+	for i, want := range []bool{true, false} {
+		_, err := pool.Exec(t.Context(), insert, []byte("ns"), []byte("42"), adapters.PayloadDigest([]byte("payload")), 1)
+		if got := faults.IsInjected(err); got != want || (!want && err != nil) {
+			t.Errorf("insert %d: %v; want injected %t", i+1, err, want)
+		}
+	}
+	faulttest.WantFired(t, f, 1)
+}
+
 func TestArmWithoutInstall(t *testing.T) {
-	fx := setup(t)
-	_, err := faults.Arm(t.Context(), fx.pool, fx.schema+"_missing", faults.Plan{ID: "42", Point: faults.AtEffect, Action: faults.Raise})
+	fx := faulttest.Setup(t)
+	_, err := faults.Arm(t.Context(), fx.Pool, fx.Schema+"_missing", faults.Plan{ID: "42", Point: faults.AtEffect, Action: faults.Raise})
 	if err == nil || !strings.Contains(err.Error(), "arm fault raise at effect") {
 		t.Errorf("Arm in a schema without fault points = %v, want an error naming the fault", err)
 	}
 }
 
 func TestFaultString(t *testing.T) {
-	fx := setup(t)
+	fx := faulttest.Setup(t)
 	tests := []struct {
 		plan faults.Plan
 		want string
@@ -237,7 +263,7 @@ func TestFaultString(t *testing.T) {
 		{faults.Plan{Namespace: "a/b", ID: "x y", Attempt: 3, Point: faults.AtEffect, Action: faults.Terminate}, `terminate at effect for "a/b"/"x y" attempt 3`},
 	}
 	for _, tt := range tests {
-		f := fx.arm(t, tt.plan)
+		f := fx.Arm(t, tt.plan)
 		if got := f.String(); got != tt.want {
 			t.Errorf("String() = %q, want %q", got, tt.want)
 		}
@@ -259,7 +285,7 @@ func TestIsInjected(t *testing.T) {
 		{"other SQLSTATE", &pgconn.PgError{Code: "23505"}, false},
 		{"injected", injected, true},
 		{"injected, wrapped", fmt.Errorf("deliver: %w", injected), true},
-		{"hook error", fmt.Errorf("x: %w", faults.ErrInjected), false},
+		{"hook error", fmt.Errorf("x: %w", hooks.ErrInjected), false},
 	}
 	for _, tt := range tests {
 		if got := faults.IsInjected(tt.err); got != tt.want {
@@ -272,73 +298,44 @@ func TestIsInjected(t *testing.T) {
 // firings before it are still counted, and that only the disarmed fault
 // stops.
 func TestDisarm(t *testing.T) {
-	fx := setup(t)
-	disarmed := fx.arm(t, faults.Plan{Namespace: "ns", ID: "42", Point: faults.AtEffect, Action: faults.Raise})
-	other := fx.arm(t, faults.Plan{Namespace: "ns", ID: "43", Point: faults.AtCommit, Action: faults.Raise})
+	fx := faulttest.Setup(t)
+	disarmed := fx.Arm(t, faults.Plan{Namespace: "ns", ID: "42", Point: faults.AtEffect, Action: faults.Raise})
+	other := fx.Arm(t, faults.Plan{Namespace: "ns", ID: "43", Point: faults.AtCommit, Action: faults.Raise})
 
-	if _, err := deliver(t.Context(), fx.pool, fx.effect(nil), delivery("ns", "42", 1)); !faults.IsInjected(err) {
+	if _, err := faulttest.Deliver(t.Context(), fx.Pool, fx.Effect(nil), faulttest.Delivery("ns", "42", 1)); !faults.IsInjected(err) {
 		t.Fatalf("before Disarm: got %v, want the injected fault", err)
 	}
 	if err := disarmed.Disarm(t.Context()); err != nil {
 		t.Fatalf("Disarm: %v", err)
 	}
-	d := delivery("ns", "42", 2)
-	if at, err := deliver(t.Context(), fx.pool, fx.effect(nil), d); err != nil {
+	d := faulttest.Delivery("ns", "42", 2)
+	if at, err := faulttest.Deliver(t.Context(), fx.Pool, fx.Effect(nil), d); err != nil {
 		t.Errorf("after Disarm the delivery failed at %s: %v", at, err)
 	}
-	fx.wantEffects(t, d, 1)
-	fx.wantFired(t, disarmed, 1)
+	fx.WantEffects(t, d, 1)
+	faulttest.WantFired(t, disarmed, 1)
 
 	if err := disarmed.Disarm(t.Context()); err != nil {
 		t.Errorf("Disarm of a disarmed fault: %v", err)
 	}
-	if _, err := deliver(t.Context(), fx.pool, fx.effect(nil), delivery("ns", "43", 1)); !faults.IsInjected(err) {
+	if _, err := faulttest.Deliver(t.Context(), fx.Pool, fx.Effect(nil), faulttest.Delivery("ns", "43", 1)); !faults.IsInjected(err) {
 		t.Errorf("a fault that was not disarmed: got %v, want the injected fault", err)
 	}
-	fx.wantFired(t, other, 1)
-}
-
-// TestCountArmed counts every fault armed in a schema, a disarmed one too,
-// and only that schema's.
-func TestCountArmed(t *testing.T) {
-	fx, elsewhere := setup(t), setup(t)
-	count := func(schema string) int {
-		t.Helper()
-		n, err := faults.CountArmed(t.Context(), fx.pool, schema)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return n
-	}
-	if n := count(fx.schema); n != 0 {
-		t.Errorf("before Arm: %d faults, want 0", n)
-	}
-	disarmed := fx.arm(t, faults.Plan{Namespace: "ns", ID: "1", Point: faults.AtEffect, Action: faults.Raise})
-	fx.arm(t, faults.Plan{Namespace: "ns", ID: "2", Point: faults.AtCommit, Action: faults.Terminate})
-	elsewhere.arm(t, faults.Plan{Namespace: "ns", ID: "3", Point: faults.AtCommit, Action: faults.Raise})
-	if err := disarmed.Disarm(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-	if n := count(fx.schema); n != 2 {
-		t.Errorf("two faults armed, one disarmed: %d faults, want 2", n)
-	}
-	if n := count(elsewhere.schema); n != 1 {
-		t.Errorf("the other schema: %d faults, want 1", n)
-	}
+	faulttest.WantFired(t, other, 1)
 }
 
 // TestDisarmLeavesASleepingTransactionAsleep disarms a sleep fault while a
 // transaction sleeps in it: the transaction sleeps on, and the next
 // delivery is not held.
 func TestDisarmLeavesASleepingTransactionAsleep(t *testing.T) {
-	fx := setup(t)
-	f := fx.arm(t, faults.Plan{Namespace: "ns", ID: "42", Point: faults.AtEffect, Action: faults.Sleep, Sleep: time.Hour})
-	conn := connect(t, "harmless-faults-test-"+unique(t))
+	fx := faulttest.Setup(t)
+	f := fx.Arm(t, faults.Plan{Namespace: "ns", ID: "42", Point: faults.AtEffect, Action: faults.Sleep, Sleep: time.Hour})
+	conn := faulttest.Connect(t, "harmless-faults-test-"+faulttest.Unique(t))
 	pid := conn.PgConn().PID()
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error, 1)
 	go func() {
-		_, err := deliver(ctx, conn, fx.effect(nil), delivery("ns", "42", 1))
+		_, err := faulttest.Deliver(ctx, conn, fx.Effect(nil), faulttest.Delivery("ns", "42", 1))
 		done <- err
 	}()
 	defer func() {
@@ -347,45 +344,45 @@ func TestDisarmLeavesASleepingTransactionAsleep(t *testing.T) {
 			t.Error("the delivery held by an hour's sleep committed")
 		}
 	}()
-	waitSleeping(t, fx, conn)
+	faulttest.WaitSleeping(t, fx.Pool, conn)
 	if err := f.Disarm(t.Context()); err != nil {
 		t.Fatalf("Disarm: %v", err)
 	}
-	if !sleeping(t, fx.pool, pid) {
+	if !faulttest.Sleeping(t, fx.Pool, pid) {
 		t.Error("the transaction inside the fault stopped sleeping when the fault was disarmed")
 	}
 	// Bounded, so that a fault still armed fails the test instead of
 	// holding it for an hour.
 	bounded, stop := context.WithTimeout(t.Context(), 30*time.Second)
 	defer stop()
-	d := delivery("ns", "42", 2)
-	if at, err := deliver(bounded, fx.pool, fx.effect(nil), d); err != nil {
+	d := faulttest.Delivery("ns", "42", 2)
+	if at, err := faulttest.Deliver(bounded, fx.Pool, fx.Effect(nil), d); err != nil {
 		t.Errorf("after Disarm the delivery failed at %s: %v", at, err)
 	}
-	fx.wantEffects(t, d, 1)
-	fx.wantFired(t, f, 1)
+	fx.WantEffects(t, d, 1)
+	faulttest.WantFired(t, f, 1)
 }
 
 // TestTimesFiresOncePerEvent: a fault planned to fire once fails the first
 // delivery to reach its point, and none after it, whatever attempt number
 // they carry (an inbox retries its stored copy with the same one).
 func TestTimesFiresOncePerEvent(t *testing.T) {
-	for _, point := range points {
+	for _, point := range faulttest.Points {
 		t.Run(string(point), func(t *testing.T) {
-			fx := setup(t)
-			f := fx.arm(t, faults.Plan{Namespace: "ns", ID: "42", Times: 1, Point: point, Action: faults.Raise})
+			fx := faulttest.Setup(t)
+			f := fx.Arm(t, faults.Plan{Namespace: "ns", ID: "42", Times: 1, Point: point, Action: faults.Raise})
 			if !strings.Contains(f.String(), "once") {
 				t.Errorf("the fault reads %q; want it to say it fires once", f)
 			}
 			for i, want := range []bool{true, false, false} {
 				// The same attempt number every time, as an inbox's retries.
-				at, err := deliver(t.Context(), fx.pool, fx.effect(nil), delivery("ns", "42", 1))
+				at, err := faulttest.Deliver(t.Context(), fx.Pool, fx.Effect(nil), faulttest.Delivery("ns", "42", 1))
 				if failed := err != nil; failed != want {
 					t.Fatalf("delivery %d failed at %q (%v); want failed=%t", i+1, at, err, want)
 				}
 			}
-			fx.wantFired(t, f, 1)
-			fx.wantEffects(t, delivery("ns", "42", 1), 2)
+			faulttest.WantFired(t, f, 1)
+			fx.WantEffects(t, faulttest.Delivery("ns", "42", 1), 2)
 		})
 	}
 }
@@ -393,34 +390,34 @@ func TestTimesFiresOncePerEvent(t *testing.T) {
 // TestSleepThenRaise holds the transaction, then fails it.
 func TestSleepThenRaise(t *testing.T) {
 	const nap = 100 * time.Millisecond
-	fx := setup(t)
-	f := fx.arm(t, faults.Plan{Namespace: "ns", ID: "42", Times: 1, Point: faults.AtEffect, Action: faults.SleepThenRaise, Sleep: nap})
+	fx := faulttest.Setup(t)
+	f := fx.Arm(t, faults.Plan{Namespace: "ns", ID: "42", Times: 1, Point: faults.AtEffect, Action: faults.SleepThenRaise, Sleep: nap})
 	start := time.Now()
-	at, err := deliver(t.Context(), fx.pool, fx.effect(nil), delivery("ns", "42", 1))
-	if at != stageApply || !faults.IsInjected(err) {
+	at, err := faulttest.Deliver(t.Context(), fx.Pool, fx.Effect(nil), faulttest.Delivery("ns", "42", 1))
+	if at != faulttest.StageApply || !faults.IsInjected(err) {
 		t.Fatalf("the delivery failed at %q with %v; want the injected error at the effect", at, err)
 	}
 	if took := time.Since(start); took < nap {
 		t.Errorf("the delivery failed after %s, before the sleep of %s ended", took, nap)
 	}
-	fx.wantFired(t, f, 1)
-	fx.wantEffects(t, delivery("ns", "42", 1), 0)
+	faulttest.WantFired(t, f, 1)
+	fx.WantEffects(t, faulttest.Delivery("ns", "42", 1), 0)
 }
 
 // TestGate holds deliveries at the point until it is opened, in any
 // isolation level, and counts those it holds.
 func TestGate(t *testing.T) {
-	fx := setup(t)
-	f := fx.arm(t, faults.Plan{Namespace: "ns", ID: "42", Point: faults.AtEffect, Action: faults.Gate, Sleep: time.Minute})
+	fx := faulttest.Setup(t)
+	f := fx.Arm(t, faults.Plan{Namespace: "ns", ID: "42", Point: faults.AtEffect, Action: faults.Gate, Sleep: time.Minute})
 	ctx := t.Context()
 	done := make(chan error, 2)
 	for _, iso := range []string{"READ COMMITTED", "SERIALIZABLE"} {
 		go func() {
-			done <- pgx.BeginFunc(ctx, fx.pool, func(tx pgx.Tx) error {
+			done <- pgx.BeginFunc(ctx, fx.Pool, func(tx pgx.Tx) error {
 				if _, err := tx.Exec(ctx, "SET TRANSACTION ISOLATION LEVEL "+iso); err != nil {
 					return err
 				}
-				return fx.effect(nil).Apply(ctx, tx, delivery("ns", "42", 1))
+				return fx.Effect(nil).Apply(ctx, tx, faulttest.Delivery("ns", "42", 1))
 			})
 		}()
 	}
@@ -453,5 +450,5 @@ func TestGate(t *testing.T) {
 	if n, err := f.Held(ctx); err != nil || n != 0 {
 		t.Errorf("after the gate opened it holds %d, %v; want 0", n, err)
 	}
-	fx.wantFired(t, f, 2)
+	faulttest.WantFired(t, f, 2)
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/harmless-dev/harmless/faults/pgproxy"
 	"github.com/harmless-dev/harmless/fixtures"
 	"github.com/harmless-dev/harmless/internal/harness"
+	"github.com/harmless-dev/harmless/internal/hooks"
 	"github.com/harmless-dev/harmless/internal/pgtest"
 	"github.com/harmless-dev/harmless/internal/suite"
 	"github.com/harmless-dev/harmless/suite/certificate"
@@ -394,8 +395,8 @@ func TestReportsAreDocumented(t *testing.T) {
 			names = append(names, faults.Plan{Point: point, Action: action}.Kind())
 		}
 	}
-	for _, action := range []faults.HookAction{faults.HookError, faults.HookPanic, faults.HookCancel} {
-		names = append(names, faults.HookPlan{Action: action}.Kind())
+	for _, action := range []hooks.Action{hooks.Error, hooks.Panic, hooks.Cancel} {
+		names = append(names, hooks.Plan{Action: action}.Kind())
 	}
 	for _, point := range []pgproxy.Point{pgproxy.BeforeCommit, pgproxy.AfterCommitComplete, pgproxy.AfterStatement} {
 		for _, action := range []pgproxy.Action{pgproxy.Cut} {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/harmless-dev/harmless/internal/faulttest"
 	"github.com/harmless-dev/harmless/internal/pgtest"
 	"github.com/harmless-dev/harmless/internal/provision"
 )
@@ -130,7 +131,7 @@ func TestAuthenticationPassesThrough(t *testing.T) {
 	// own credentials (its DSN, rewritten to go through the proxy): a
 	// server harmless starts has a password of its own, which the
 	// cluster's DSN does not carry.
-	onCluster := connectDSN(t, pdsn, "harmless-pgproxy-test")
+	onCluster := faulttest.ConnectTo(t, pdsn, "harmless-pgproxy-test")
 	if err := p.SetUpstream(upstreamOf(t, shared)); err != nil {
 		t.Fatal(err)
 	}
@@ -138,7 +139,7 @@ func TestAuthenticationPassesThrough(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	onShared := connectDSN(t, sharedPDSN, "harmless-pgproxy-test")
+	onShared := faulttest.ConnectTo(t, sharedPDSN, "harmless-pgproxy-test")
 	port := func(c *pgx.Conn) int {
 		var port int
 		if err := c.QueryRow(ctx, "SELECT inet_server_port()").Scan(&port); err != nil {

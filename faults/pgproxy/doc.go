@@ -59,8 +59,8 @@
 // the server's backend then rolls back whatever it had not committed and
 // exits on its own time, possibly still holding locks for a moment.
 // [Fault.PIDs] names the cut backends; a fixture waits until they have
-// left pg_stat_activity (package faults' Backends and WaitGone) before it
-// goes on. The proxy itself holds no database connection.
+// left pg_stat_activity before it goes on. The proxy itself holds no
+// database connection.
 //
 // # Safety
 //

@@ -2,8 +2,6 @@ package pgproxy_test
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"net"
 	"strconv"
@@ -15,8 +13,9 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/goleak"
 
-	"github.com/harmless-dev/harmless/faults"
 	"github.com/harmless-dev/harmless/faults/pgproxy"
+	"github.com/harmless-dev/harmless/internal/backends"
+	"github.com/harmless-dev/harmless/internal/faulttest"
 	"github.com/harmless-dev/harmless/internal/pgtest"
 )
 
@@ -24,15 +23,6 @@ func TestMain(m *testing.M) { pgtest.Main(m) }
 
 // testTimeout bounds each waiting step of a test.
 const testTimeout = 30 * time.Second
-
-func unique(t testing.TB) string {
-	t.Helper()
-	b := make([]byte, 6)
-	if _, err := rand.Read(b); err != nil {
-		t.Fatal(err)
-	}
-	return hex.EncodeToString(b)
-}
 
 // checkLeaks fails t if, after its cleanups, goroutines are left that were
 // not there when checkLeaks was called. Call it before creating what the
@@ -93,13 +83,13 @@ func setup(t *testing.T) env {
 	t.Helper()
 	dsn := pgtest.DSN(t)
 	checkLeaks(t)
-	e := env{direct: pgtest.Pool(t), appPrefix: "harmless-pgproxy-test-" + unique(t)}
+	e := env{direct: pgtest.Pool(t), appPrefix: "harmless-pgproxy-test-" + faulttest.Unique(t)}
 	e.proxy = newProxy(t, upstreamOf(t, dsn))
 	var err error
 	if e.dsn, err = e.proxy.DSN(dsn); err != nil {
 		t.Fatal(err)
 	}
-	e.name = "harmless_test_pgproxy_" + unique(t)
+	e.name = "harmless_test_pgproxy_" + faulttest.Unique(t)
 	e.schema = pgx.Identifier{e.name}.Sanitize()
 	e.exec(t, "CREATE SCHEMA "+e.schema)
 	t.Cleanup(func() {
@@ -125,26 +115,7 @@ func (e env) exec(t testing.TB, sql string, args ...any) {
 // test's prefix), closed when the test ends.
 func (e env) connect(t testing.TB, app string) *pgx.Conn {
 	t.Helper()
-	return connectDSN(t, e.dsn, e.appPrefix+app)
-}
-
-func connectDSN(t testing.TB, dsn, app string) *pgx.Conn {
-	t.Helper()
-	cfg, err := pgx.ParseConfig(dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.RuntimeParams["application_name"] = app
-	conn, err := pgx.ConnectConfig(t.Context(), cfg)
-	if err != nil {
-		t.Fatalf("connect through the proxy: %v", err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
-		defer cancel()
-		_ = conn.Close(ctx)
-	})
-	return conn
+	return faulttest.ConnectTo(t, e.dsn, e.appPrefix+app)
 }
 
 // rows lists the ids in the test's table, read directly.
@@ -200,11 +171,11 @@ func (e env) waitGone(t testing.TB, f *pgproxy.Fault) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), testTimeout)
 	defer cancel()
-	backends, err := faults.Backends(ctx, e.direct, f.PIDs()...)
+	pinned, err := backends.Backends(ctx, e.direct, f.PIDs()...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := faults.WaitGone(ctx, e.direct, backends...); err != nil {
+	if err := backends.WaitGone(ctx, e.direct, pinned...); err != nil {
 		t.Fatal(err)
 	}
 	for _, pid := range f.PIDs() {

@@ -26,6 +26,7 @@ import (
 	"github.com/harmless-dev/harmless/adapters"
 	"github.com/harmless-dev/harmless/adapters/reference"
 	"github.com/harmless-dev/harmless/faults/pgproxy"
+	"github.com/harmless-dev/harmless/internal/faulttest"
 	"github.com/harmless-dev/harmless/internal/pgtest"
 )
 
@@ -106,7 +107,7 @@ func TestSSLRequestFallsBackToPlaintext(t *testing.T) {
 	if !strings.Contains(dsn, "sslmode=prefer") {
 		t.Fatalf("no sslmode=prefer in %s", dsn)
 	}
-	conn := connectDSN(t, dsn, e.appPrefix)
+	conn := faulttest.ConnectTo(t, dsn, e.appPrefix)
 	var ssl bool
 	if err := conn.QueryRow(t.Context(), "SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()").Scan(&ssl); err != nil {
 		t.Fatal(err)
@@ -461,7 +462,7 @@ func TestSetUpstreamRedirectsNewConnections(t *testing.T) {
 	if err := p.SetUpstream(upstreamOf(t, dsn)); err != nil {
 		t.Fatal(err)
 	}
-	conn := connectDSN(t, pdsn, "harmless-pgproxy-test")
+	conn := faulttest.ConnectTo(t, pdsn, "harmless-pgproxy-test")
 	if err := conn.Ping(t.Context()); err != nil {
 		t.Fatal(err)
 	}
@@ -631,7 +632,7 @@ func BenchmarkReferenceTx(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer direct.Close()
-	schema := "harmless_bench_pgproxy_" + unique(b)
+	schema := "harmless_bench_pgproxy_" + faulttest.Unique(b)
 	quoted := pgx.Identifier{schema}.Sanitize()
 	if _, err := direct.Exec(ctx, "CREATE SCHEMA "+quoted+"; CREATE TABLE "+quoted+".effects (id text NOT NULL)"); err != nil {
 		b.Fatal(err)
@@ -668,7 +669,7 @@ func benchReferenceTx(b *testing.B, dsn, schema string, clients int) {
 	defer pool.Close()
 	store := reference.NewStore(pool, reference.Config{Schema: schema})
 	insertEffect := "INSERT INTO " + pgx.Identifier{schema, "effects"}.Sanitize() + " (id) VALUES ($1)"
-	prefix := unique(b) + "-"
+	prefix := faulttest.Unique(b) + "-"
 	var latency atomic.Int64
 	// run delivers n new events from the clients.
 	run := func(n int, tag string, measure bool) {

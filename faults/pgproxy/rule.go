@@ -208,7 +208,7 @@ func (f *Fault) Statements() (inTransaction, autocommit int64) {
 
 // PIDs returns the process ids of the server backends of the connections
 // the fault cut, in firing order, for the caller to wait until they are
-// gone (package faults' Backends and WaitGone).
+// gone from pg_stat_activity.
 func (f *Fault) PIDs() []int {
 	f.mu.Lock()
 	defer f.mu.Unlock()

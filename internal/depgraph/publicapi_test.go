@@ -996,17 +996,17 @@ func TestPublicAPIDetectorWorks(t *testing.T) {
 			violator[key] = true
 		}
 	}
-	// The harness terminates the run's backends; no user does.
-	if !violator["faults.TerminateBackends"] {
-		t.Errorf("faults.TerminateBackends is not found harness-only")
-	} else if m := r.usage("faults.TerminateBackends").by[machinery]; !m["internal/harness"] || !m["internal/soak"] {
-		t.Errorf("faults.TerminateBackends's users are %v; want internal/harness and internal/soak among them", sortedKeys(m))
+	// The harness points its proxy at a restarted server; no user does.
+	if !violator["faults/pgproxy.Proxy.SetUpstream"] {
+		t.Errorf("faults/pgproxy.Proxy.SetUpstream is not found harness-only")
+	} else if m := r.usage("faults/pgproxy.Proxy.SetUpstream").by[machinery]; !m["internal/harness"] {
+		t.Errorf("faults/pgproxy.Proxy.SetUpstream's users are %v; want internal/harness among them", sortedKeys(m))
 	}
-	// faults.RunPrefix is referenced only inside faults.
-	if !violator["faults.RunPrefix"] {
-		t.Errorf("faults.RunPrefix is not found unused outside faults")
-	} else if got := r.usage("faults.RunPrefix").why(); got != "used only inside its own package" {
-		t.Errorf("faults.RunPrefix: %s; want used only inside its own package", got)
+	// faults.Fault.Plan is referenced only inside faults.
+	if !violator["faults.Fault.Plan"] {
+		t.Errorf("faults.Fault.Plan is not found unused outside faults")
+	} else if got := r.usage("faults.Fault.Plan").why(); got != "used only inside its own package" {
+		t.Errorf("faults.Fault.Plan: %s; want used only inside its own package", got)
 	}
 	for _, key := range []string{"suite.Run", "adapters.Adapter", "adapters.Implementation", "suite.Option"} {
 		if violator[key] {

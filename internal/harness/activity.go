@@ -4,7 +4,7 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/harmless-dev/harmless/faults"
+	"github.com/harmless-dev/harmless/internal/backends"
 )
 
 // Activity is what the connections of a play's implementation instances
@@ -44,9 +44,9 @@ WHERE backend_type = 'client backend' AND usename = current_user AND starts_with
 }
 
 // CancelSleeping cancels the statement of every connection of the play's
-// instances that sleeps in a sleep fault (see [faults.CancelSleeping]):
+// instances that sleeps in a sleep fault (see [backends.CancelSleeping]):
 // the transaction it holds fails now, where it sleeps. It returns the pids
 // of the backends it cancelled.
 func (s *Play) CancelSleeping(ctx context.Context) ([]int, error) {
-	return faults.CancelSleeping(ctx, s.run.admin, s.AppNamePrefix())
+	return backends.CancelSleeping(ctx, s.run.admin, s.AppNamePrefix())
 }

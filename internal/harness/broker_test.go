@@ -11,8 +11,8 @@ import (
 
 	"github.com/harmless-dev/harmless/adapters"
 	"github.com/harmless-dev/harmless/adapters/reference"
-	"github.com/harmless-dev/harmless/faults"
 	"github.com/harmless-dev/harmless/internal/harness"
+	"github.com/harmless-dev/harmless/internal/hooks"
 )
 
 // TestBackoff: the pause before the k-th redelivery is 10 ms doubling up
@@ -194,9 +194,9 @@ func TestCrashesOf(t *testing.T) {
 
 	injected := newPlay(t, run, reference.Adapter())
 	ev := event("injected")
-	injected.Hooks().Arm(faults.HookPlan{Namespace: ev.Namespace, ID: ev.ID, Times: 1, Action: faults.HookPanic})
-	if a := injected.Deliver(t.Context(), 1, ev); !errors.Is(a.Err, harness.ErrPanicked) || !errors.Is(a.Err, faults.ErrInjected) {
-		t.Fatalf("the delivery with an injected panic ended %v; want ErrPanicked and faults.ErrInjected", a.Err)
+	injected.Hooks().Arm(hooks.Plan{Namespace: ev.Namespace, ID: ev.ID, Times: 1, Action: hooks.Panic})
+	if a := injected.Deliver(t.Context(), 1, ev); !errors.Is(a.Err, harness.ErrPanicked) || !errors.Is(a.Err, hooks.ErrInjected) {
+		t.Fatalf("the delivery with an injected panic ended %v; want ErrPanicked and hooks.ErrInjected", a.Err)
 	}
 	if c := injected.CrashesOf(1); len(c) != 0 {
 		t.Errorf("CrashesOf(1) after a panic the harness injected = %q; want none", c)

@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/harmless-dev/harmless/adapters"
-	"github.com/harmless-dev/harmless/faults"
 	"github.com/harmless-dev/harmless/internal/harness"
+	"github.com/harmless-dev/harmless/internal/hooks"
 )
 
 // TestBudgetEndsCallsButNotTheEvidence: once a play's budget runs out, the
@@ -31,7 +31,7 @@ func TestBudgetEndsCallsButNotTheEvidence(t *testing.T) {
 		return 0, ctx.Err()
 	})
 	play := newPlay(t, startRun(t, ampleTimeout), adapter)
-	hook := play.Hooks().Arm(faults.HookPlan{Namespace: "harness-test", ID: "quick", Action: faults.HookError})
+	hook := play.Hooks().Arm(hooks.Plan{Namespace: "harness-test", ID: "quick", Action: hooks.Error})
 	_ = hook // never fires: the fake does not call the effect; it is counted as armed
 
 	if a := deliverBounded(t, play, 1, event("quick"), patience); !a.Acked() {

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/harmless-dev/harmless/adapters"
-	"github.com/harmless-dev/harmless/faults"
+	"github.com/harmless-dev/harmless/internal/hooks"
 )
 
 // Errors the driver records when an implementation misbehaves. They are
@@ -244,7 +244,7 @@ func (s *Play) guardDeliver(ctx context.Context, impl adapters.Implementation, d
 	timeout := s.run.opts.DeliveryTimeout
 	dctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	outcome, err := guard(faults.WithCancel(dctx, cancel), timeout, func(ctx context.Context) (adapters.Outcome, error) {
+	outcome, err := guard(hooks.WithCancel(dctx, cancel), timeout, func(ctx context.Context) (adapters.Outcome, error) {
 		return impl.Deliver(ctx, d)
 	})
 	switch {
@@ -341,7 +341,7 @@ func panicError(p any) error { return panicked{value: p, stack: string(debug.Sta
 
 // panicked is the error of a call that panicked: it quotes the panic's
 // value and the stack, and unwraps to ErrPanicked and, for a panic the
-// harness injected, to faults.ErrInjected, so that it is told apart from
+// harness injected, to hooks.ErrInjected, so that it is told apart from
 // the implementation's own; never to anything else the value wraps, which
 // could make a panic look like a refusal.
 type panicked struct {
@@ -352,8 +352,8 @@ type panicked struct {
 func (p panicked) Error() string { return fmt.Sprintf("%v: %v\n%s", ErrPanicked, p.value, p.stack) }
 
 func (p panicked) Unwrap() []error {
-	if err, ok := p.value.(error); ok && errors.Is(err, faults.ErrInjected) {
-		return []error{ErrPanicked, faults.ErrInjected}
+	if err, ok := p.value.(error); ok && errors.Is(err, hooks.ErrInjected) {
+		return []error{ErrPanicked, hooks.ErrInjected}
 	}
 	return []error{ErrPanicked}
 }

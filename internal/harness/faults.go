@@ -8,6 +8,8 @@ import (
 	"github.com/harmless-dev/harmless/adapters"
 	"github.com/harmless-dev/harmless/faults"
 	"github.com/harmless-dev/harmless/faults/pgproxy"
+	"github.com/harmless-dev/harmless/internal/faultplan"
+	"github.com/harmless-dev/harmless/internal/hooks"
 )
 
 // Every fault the harness arms is a [faults.Armed]: it tells its kind and
@@ -20,7 +22,7 @@ import (
 //     e.g. "db:raise@effect", "db:sleep@effect", "db:terminate@commit"
 //     (see [faults.Plan.Kind]);
 //   - "hook:<action>": a Go-level hook in the effect, e.g. "hook:panic"
-//     (see [faults.HookPlan.Kind]);
+//     (see [hooks.Plan.Kind]);
 //   - "proxy:<action>@<point>": a rule of the wire proxy, the point's words
 //     joined by hyphens, e.g. "proxy:cut@before-commit",
 //     "proxy:cut@after-commit-complete", "proxy:cut@after-statement"
@@ -28,10 +30,10 @@ import (
 //   - [ServerCrashKind]: a crash of the run's server.
 //
 // The play hands out no way to arm a fault that bypasses the count: its
-// [Hooks] and [Proxy] keep the underlying [faults.Hooks] and
+// [Hooks] and [Proxy] keep the underlying [hooks.Set] and
 // [pgproxy.Proxy] to themselves, and their Arm records what it arms. A
 // database-side fault armed with faults.Arm directly in the play's schema
-// is noticed: [Play.Close] then fails (see [faults.CountArmed]).
+// is noticed: [Play.Close] then fails (see [faultplan.CountArmed]).
 const (
 	// ServerCrashKind counts the crashes of [Run.CrashServer].
 	ServerCrashKind = "server:crash"
@@ -40,7 +42,7 @@ const (
 // Every kind of fault the harness arms is counted through faults.Armed.
 var (
 	_ faults.Armed = (*dbFault)(nil)
-	_ faults.Armed = (*faults.HookFault)(nil)
+	_ faults.Armed = (*hooks.Fault)(nil)
 	_ faults.Armed = (*pgproxy.Fault)(nil)
 	_ faults.Armed = serverCrash{}
 )
@@ -77,23 +79,23 @@ type serverCrash struct{}
 func (serverCrash) Kind() string                         { return ServerCrashKind }
 func (serverCrash) Fired(context.Context) (int64, error) { return 1, nil }
 
-// Hooks are a play's Go-level fault hooks: [faults.Hooks], whose Arm also
+// Hooks are a play's Go-level fault hooks: [hooks.Set], whose Arm also
 // records the fault, so that the run counts its firings.
 type Hooks struct {
-	hooks *faults.Hooks
+	hooks *hooks.Set
 	play  *Play
 }
 
-// Arm arms p as [faults.Hooks.Arm] does, and records the fault for
+// Arm arms p as [hooks.Set.Arm] does, and records the fault for
 // [Run.FaultsFired].
-func (h *Hooks) Arm(p faults.HookPlan) *faults.HookFault {
+func (h *Hooks) Arm(p hooks.Plan) *hooks.Fault {
 	f := h.hooks.Arm(p)
 	h.play.record(f)
 	return f
 }
 
 // Effect is the [adapters.EffectHook] the play's effect calls (see
-// [faults.Hooks.Effect]).
+// [hooks.Set.Effect]).
 func (h *Hooks) Effect(ctx context.Context, d adapters.Delivery) error {
 	return h.hooks.Effect(ctx, d)
 }
@@ -210,7 +212,7 @@ func (s *Play) tally(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	inSchema, err := faults.CountArmed(ctx, s.run.admin, s.schema)
+	inSchema, err := faultplan.CountArmed(ctx, s.run.admin, s.schema)
 	if err != nil {
 		return err
 	}

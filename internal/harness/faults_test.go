@@ -15,6 +15,7 @@ import (
 	"github.com/harmless-dev/harmless/faults"
 	"github.com/harmless-dev/harmless/faults/pgproxy"
 	"github.com/harmless-dev/harmless/internal/harness"
+	"github.com/harmless-dev/harmless/internal/hooks"
 )
 
 func TestFaultKinds(t *testing.T) {
@@ -22,7 +23,7 @@ func TestFaultKinds(t *testing.T) {
 		{faults.Plan{Point: faults.AtEffect, Action: faults.Raise}.Kind(), "db:raise@effect"},
 		{faults.Plan{Point: faults.AtCommit, Action: faults.Terminate}.Kind(), "db:terminate@commit"},
 		{faults.Plan{Point: faults.AtEffect, Action: faults.Sleep, Sleep: time.Second}.Kind(), "db:sleep@effect"},
-		{faults.HookPlan{Action: faults.HookPanic}.Kind(), "hook:panic"},
+		{hooks.Plan{Action: hooks.Panic}.Kind(), "hook:panic"},
 		{pgproxy.Rule{At: pgproxy.BeforeCommit, Action: pgproxy.Cut}.Kind(), "proxy:cut@before-commit"},
 		{pgproxy.Rule{At: pgproxy.AfterCommitComplete, Action: pgproxy.Cut}.Kind(), "proxy:cut@after-commit-complete"},
 		{pgproxy.Rule{At: pgproxy.AfterStatement, N: 3, Action: pgproxy.Cut}.Kind(), "proxy:cut@after-statement"},
@@ -71,8 +72,8 @@ func TestFaultsFiredCountsWhatFired(t *testing.T) {
 	}
 
 	hooked := event("hooked")
-	hook := play.Hooks().Arm(faults.HookPlan{Namespace: hooked.Namespace, ID: hooked.ID, Attempt: 1, Action: faults.HookError})
-	if a := play.Deliver(ctx, 1, hooked); !errors.Is(a.Err, faults.ErrInjected) || fired(t, hook) != 1 {
+	hook := play.Hooks().Arm(hooks.Plan{Namespace: hooked.Namespace, ID: hooked.ID, Attempt: 1, Action: hooks.Error})
+	if a := play.Deliver(ctx, 1, hooked); !errors.Is(a.Err, hooks.ErrInjected) || fired(t, hook) != 1 {
 		t.Fatalf("a delivery with a hook armed ended %s, the hook fired %d times; want the injected error, once", a.Result(), fired(t, hook))
 	}
 

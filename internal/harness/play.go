@@ -14,6 +14,8 @@ import (
 
 	"github.com/harmless-dev/harmless/adapters"
 	"github.com/harmless-dev/harmless/faults"
+	"github.com/harmless-dev/harmless/internal/backends"
+	"github.com/harmless-dev/harmless/internal/hooks"
 	"github.com/harmless-dev/harmless/internal/ledger"
 )
 
@@ -44,7 +46,7 @@ type Play struct {
 	armed    []faults.Armed
 	dbFaults []*dbFault
 	// failedArms counts the calls of Arm that failed: each may have left
-	// an evidence sequence (see faults.CountArmed).
+	// an evidence sequence (see faultplan.CountArmed).
 	failedArms int
 	tallied    bool // the run has the counts
 
@@ -70,7 +72,7 @@ type Play struct {
 type eventKey struct{ namespace, id string }
 
 func (s *Play) install(ctx context.Context) error {
-	s.hooks = &Hooks{hooks: faults.NewHooks(), play: s}
+	s.hooks = &Hooks{hooks: hooks.NewSet(), play: s}
 	s.clock = adapters.SystemClock{}
 	if s.adapter.Declares.AcceptsClock && !s.opts.SystemClock {
 		s.manual = NewRunningClock(ClockStart(s.run.opts.Seed, s.name))
@@ -263,7 +265,7 @@ func (s *Play) CrashesOf(n int) []string {
 // implementation, as [Play.CrashesOf] counts it. A caller that keeps no
 // history (PlayOptions.NoHistory) counts them with it as deliveries end.
 func PanicCrash(a Attempt) (string, bool) {
-	if !errors.Is(a.Err, ErrPanicked) || errors.Is(a.Err, faults.ErrInjected) {
+	if !errors.Is(a.Err, ErrPanicked) || errors.Is(a.Err, hooks.ErrInjected) {
 		return "", false
 	}
 	return fmt.Sprintf("the delivery of %s attempt %d panicked: %s", a.Delivery.Event, a.Delivery.Attempt, firstLine(a.Err.Error())), true
@@ -422,7 +424,7 @@ func (s *Play) Close(ctx context.Context) error {
 			errs = append(errs, fmt.Errorf("close the play's proxy: %w", err))
 		}
 	}
-	if _, err := faults.TerminateBackends(ctx, s.run.admin, s.AppNamePrefix()); err != nil {
+	if _, err := backends.TerminateBackends(ctx, s.run.admin, s.AppNamePrefix()); err != nil {
 		errs = append(errs, err)
 	}
 	if err := s.tally(ctx); err != nil {

@@ -8,8 +8,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/harmless-dev/harmless/faults"
 	"github.com/harmless-dev/harmless/faults/pgproxy"
+	"github.com/harmless-dev/harmless/internal/backends"
 )
 
 // UseProxy puts a wire-protocol proxy (package faults/pgproxy) between the
@@ -79,14 +79,14 @@ func (s *Play) serverDSN() (string, error) {
 // gone, so that what follows does not race their rollback: a cut backend
 // ends on its own time and may hold locks (an event's marker row) until
 // then. It pins the backends by pid and start time first (see
-// [faults.Backends]), so a pid the system reuses meanwhile is not waited
+// [backends.Backends]), so a pid the system reuses meanwhile is not waited
 // for.
 func (s *Play) WaitCut(ctx context.Context, fault *pgproxy.Fault) error {
-	backends, err := faults.Backends(ctx, s.run.admin, fault.PIDs()...)
+	pinned, err := backends.Backends(ctx, s.run.admin, fault.PIDs()...)
 	if err != nil {
 		return fmt.Errorf("wait for the backends cut by %s: %w", fault, err)
 	}
-	if err := faults.WaitGone(ctx, s.run.admin, backends...); err != nil {
+	if err := backends.WaitGone(ctx, s.run.admin, pinned...); err != nil {
 		return fmt.Errorf("wait for the backends cut by %s: %w", fault, err)
 	}
 	return nil

@@ -13,6 +13,7 @@ import (
 	"github.com/harmless-dev/harmless/adapters"
 	"github.com/harmless-dev/harmless/faults"
 	"github.com/harmless-dev/harmless/faults/pgproxy"
+	"github.com/harmless-dev/harmless/internal/backends"
 	"github.com/harmless-dev/harmless/internal/harness"
 )
 
@@ -179,7 +180,7 @@ func (n *nemesis) inject(ctx context.Context, kind string, hold time.Duration) (
 	s := n.s
 	switch kind {
 	case NemesisKill:
-		pids, err := faults.TerminateBackends(ctx, s.run.Admin(), s.play.AppNamePrefix())
+		pids, err := backends.TerminateBackends(ctx, s.run.Admin(), s.play.AppNamePrefix())
 		return fmt.Sprintf("terminated %d connections of the implementation", len(pids)), err
 
 	case NemesisCutBeforeCommit, NemesisCutAfterCommit:

@@ -12,6 +12,7 @@ import (
 	"github.com/harmless-dev/harmless/faults/pgproxy"
 	"github.com/harmless-dev/harmless/fixtures"
 	"github.com/harmless-dev/harmless/internal/harness"
+	"github.com/harmless-dev/harmless/internal/hooks"
 	"github.com/harmless-dev/harmless/internal/ledger"
 )
 
@@ -50,9 +51,9 @@ func dbFailure(point faults.Point, action faults.Action) func(context.Context, *
 	}
 }
 
-func hookFailure(action faults.HookAction) func(context.Context, *harness.Play, adapters.Event) planned {
+func hookFailure(action hooks.Action) func(context.Context, *harness.Play, adapters.Event) planned {
 	return func(_ context.Context, play *harness.Play, ev adapters.Event) planned {
-		f := play.Hooks().Arm(faults.HookPlan{Namespace: ev.Namespace, ID: ev.ID, Times: 1, Action: action})
+		f := play.Hooks().Arm(hooks.Plan{Namespace: ev.Namespace, ID: ev.ID, Times: 1, Action: action})
 		return planned{what: f.String(), fired: f.Fired}
 	}
 }
@@ -92,8 +93,8 @@ func proxyFailure(at pgproxy.Point, n int) func(context.Context, *harness.Play, 
 var failures = []failure{
 	{name: "an error raised at the effect", arm: dbFailure(faults.AtEffect, faults.Raise)},
 	{name: "an error raised at COMMIT", arm: dbFailure(faults.AtCommit, faults.Raise)},
-	{name: "a panic in the effect", arm: hookFailure(faults.HookPanic)},
-	{name: "a cancelled context", arm: hookFailure(faults.HookCancel)},
+	{name: "a panic in the effect", arm: hookFailure(hooks.Panic)},
+	{name: "a cancelled context", arm: hookFailure(hooks.Cancel)},
 	{name: "the connection killed at the effect", kills: true, arm: dbFailure(faults.AtEffect, faults.Terminate)},
 	{name: "the connection cut by the proxy after the transaction's first statement", kills: true, arm: proxyFailure(pgproxy.AfterStatement, 1)},
 	{name: "the connection cut by the proxy before COMMIT", kills: true, arm: proxyFailure(pgproxy.BeforeCommit, 0)},

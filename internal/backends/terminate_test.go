@@ -1,4 +1,4 @@
-package faults_test
+package backends_test
 
 import (
 	"context"
@@ -10,49 +10,51 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/harmless-dev/harmless/faults"
+	"github.com/harmless-dev/harmless/internal/backends"
+	"github.com/harmless-dev/harmless/internal/faulttest"
 	"github.com/harmless-dev/harmless/internal/pgtest"
 )
 
 func TestTerminateBackendsKillsOnlyTaggedConnections(t *testing.T) {
-	pool := setup(t).pool
-	run := "harmless-faults-test-" + unique(t)
-	victim := connect(t, run+"-victim")
-	otherRun := connect(t, "harmless-faults-test-"+unique(t))
-	bystander := connect(t, "")
+	pool := pgtest.Pool(t)
+	run := "harmless-faults-test-" + faulttest.Unique(t)
+	victim := faulttest.Connect(t, run+"-victim")
+	otherRun := faulttest.Connect(t, "harmless-faults-test-"+faulttest.Unique(t))
+	bystander := faulttest.Connect(t, "")
 
-	pids, err := faults.TerminateBackends(t.Context(), pool, run)
+	pids, err := backends.TerminateBackends(t.Context(), pool, run)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if want := []int{int(victim.PgConn().PID())}; !slices.Equal(pids, want) {
 		t.Errorf("terminated %v, want %v", pids, want)
 	}
-	wantDead(t, pool, victim, victim.PgConn().PID(), victim.Ping(t.Context()))
-	if !alive(t, bystander) {
+	faulttest.WantDead(t, pool, victim, victim.PgConn().PID(), victim.Ping(t.Context()))
+	if !faulttest.Alive(t, bystander) {
 		t.Error("the untagged bystander connection died")
 	}
-	if !alive(t, otherRun) {
+	if !faulttest.Alive(t, otherRun) {
 		t.Error("another run's connection died")
 	}
 }
 
 func TestTerminateBackendsSparesItsCaller(t *testing.T) {
-	run := "harmless-faults-test-" + unique(t)
-	self := connect(t, run+"-self")
-	pids, err := faults.TerminateBackends(t.Context(), self, run)
+	run := "harmless-faults-test-" + faulttest.Unique(t)
+	self := faulttest.Connect(t, run+"-self")
+	pids, err := backends.TerminateBackends(t.Context(), self, run)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(pids) != 0 {
 		t.Errorf("terminated %v, want none", pids)
 	}
-	if !alive(t, self) {
+	if !faulttest.Alive(t, self) {
 		t.Error("the caller's own connection died")
 	}
 }
 
 func TestTerminateBackendsMatchesThePrefixLiterally(t *testing.T) {
-	pool := setup(t).pool
+	pool := pgtest.Pool(t)
 	tests := []struct {
 		name        string
 		appName     string // after the run's tag
@@ -67,16 +69,16 @@ func TestTerminateBackendsMatchesThePrefixLiterally(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			run := "harmless-t" + unique(t)
-			conn := connect(t, run+tt.appName)
-			pids, err := faults.TerminateBackends(t.Context(), pool, run+tt.prefix)
+			run := "harmless-t" + faulttest.Unique(t)
+			conn := faulttest.Connect(t, run+tt.appName)
+			pids, err := backends.TerminateBackends(t.Context(), pool, run+tt.prefix)
 			if err != nil {
 				t.Fatal(err)
 			}
 			if got := len(pids) == 1; got != tt.terminating || len(pids) > 1 {
 				t.Errorf("prefix %q on %q terminated %v, want terminated: %v", run+tt.prefix, run+tt.appName, pids, tt.terminating)
 			}
-			if got := alive(t, conn); got == tt.terminating {
+			if got := faulttest.Alive(t, conn); got == tt.terminating {
 				t.Errorf("connection %q alive: %v, want %v", run+tt.appName, got, !tt.terminating)
 			}
 		})
@@ -84,7 +86,7 @@ func TestTerminateBackendsMatchesThePrefixLiterally(t *testing.T) {
 }
 
 func TestTerminateBackendsRefusesForeignPrefixes(t *testing.T) {
-	pool := setup(t).pool
+	pool := pgtest.Pool(t)
 	tests := []struct{ prefix, want string }{
 		{"", "empty prefix"},
 		{"app-", `does not start with "harmless-"`},
@@ -94,7 +96,7 @@ func TestTerminateBackendsRefusesForeignPrefixes(t *testing.T) {
 		{"harmless-" + strings.Repeat("x", 60), "longer than the 63 bytes"},
 	}
 	for _, tt := range tests {
-		pids, err := faults.TerminateBackends(t.Context(), pool, tt.prefix)
+		pids, err := backends.TerminateBackends(t.Context(), pool, tt.prefix)
 		if err == nil || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("TerminateBackends(%q) = %v, %v; want an error saying %q", tt.prefix, pids, err, tt.want)
 		}
@@ -106,21 +108,21 @@ func TestTerminateBackendsRefusesForeignPrefixes(t *testing.T) {
 // prefix is not the run's, and is not terminated, though the caller, a
 // superuser, could.
 func TestTerminateBackendsSparesOtherRoles(t *testing.T) {
-	pool := setup(t).pool
-	run := "harmless-faults-test-" + unique(t)
-	victim := connect(t, run+"-w1")
+	pool := pgtest.Pool(t)
+	run := "harmless-faults-test-" + faulttest.Unique(t)
+	victim := faulttest.Connect(t, run+"-w1")
 	other := pgtest.NewRole(t)
-	faker := connectAs(t, other, run+"-w2")
+	faker := faulttest.ConnectAs(t, other, run+"-w2")
 
-	pids, err := faults.TerminateBackends(t.Context(), pool, run)
+	pids, err := backends.TerminateBackends(t.Context(), pool, run)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if want := []int{int(victim.PgConn().PID())}; !slices.Equal(pids, want) {
 		t.Errorf("terminated %v, want %v: only the connection of the caller's role", pids, want)
 	}
-	wantDead(t, pool, victim, victim.PgConn().PID(), victim.Ping(t.Context()))
-	if !alive(t, faker) {
+	faulttest.WantDead(t, pool, victim, victim.PgConn().PID(), victim.Ping(t.Context()))
+	if !faulttest.Alive(t, faker) {
 		t.Errorf("the connection of role %s carrying the run's prefix was terminated", other.Name)
 	}
 }
@@ -129,12 +131,12 @@ func TestTerminateBackendsSparesOtherRoles(t *testing.T) {
 // start time, so a pid reused by a later backend is not waited for. A
 // live backend given with another start time stands for such a newcomer.
 func TestWaitGoneMatchesPIDAndStart(t *testing.T) {
-	pool := setup(t).pool
-	live := connect(t, "harmless-faults-test-"+unique(t))
+	pool := pgtest.Pool(t)
+	live := faulttest.Connect(t, "harmless-faults-test-"+faulttest.Unique(t))
 	pid := int(live.PgConn().PID())
 
 	// -1 is no backend's pid: it is left out.
-	backends, err := faults.Backends(t.Context(), pool, pid, -1)
+	pinned, err := backends.Backends(t.Context(), pool, pid, -1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -142,8 +144,8 @@ func TestWaitGoneMatchesPIDAndStart(t *testing.T) {
 	if err := pool.QueryRow(t.Context(), "SELECT backend_start FROM pg_stat_activity WHERE pid = $1", pid).Scan(&start); err != nil {
 		t.Fatal(err)
 	}
-	if want := []faults.Backend{{PID: pid, Start: start}}; len(backends) != 1 || backends[0].PID != pid || !backends[0].Start.Equal(start) {
-		t.Fatalf("Backends(%d, -1) = %v, want %v", pid, backends, want)
+	if want := []backends.Backend{{PID: pid, Start: start}}; len(pinned) != 1 || pinned[0].PID != pid || !pinned[0].Start.Equal(start) {
+		t.Fatalf("Backends(%d, -1) = %v, want %v", pid, pinned, want)
 	}
 
 	// The live backend is there: WaitGone keeps polling until its context
@@ -151,16 +153,16 @@ func TestWaitGoneMatchesPIDAndStart(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	once := cancelAfterQuery{DB: pool, cancel: cancel}
-	if err := faults.WaitGone(ctx, once, backends...); err == nil || !strings.Contains(err.Error(), "1 still there") {
+	if err := backends.WaitGone(ctx, once, pinned...); err == nil || !strings.Contains(err.Error(), "1 still there") {
 		t.Errorf("WaitGone on a live backend = %v, want an error saying it is still there", err)
 	}
 
 	// The same pid with another start time is another backend, gone.
-	newcomer := faults.Backend{PID: pid, Start: start.Add(-time.Second)}
-	if err := faults.WaitGone(t.Context(), pool, newcomer); err != nil {
+	newcomer := backends.Backend{PID: pid, Start: start.Add(-time.Second)}
+	if err := backends.WaitGone(t.Context(), pool, newcomer); err != nil {
 		t.Errorf("WaitGone(%v) on a pid whose backend started at %s = %v, want nil", newcomer, start, err)
 	}
-	if !alive(t, live) {
+	if !faulttest.Alive(t, live) {
 		t.Error("the live connection died")
 	}
 }

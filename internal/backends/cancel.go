@@ -1,27 +1,29 @@
-package faults
+package backends
 
 import (
 	"context"
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/harmless-dev/harmless/faults"
 )
 
 // CancelSleeping cancels the statement of every client backend whose
 // application_name starts with prefix, whose user is db's current_user and
 // that sleeps in pg_sleep
-// (wait_event PgSleep), as a [Sleep] fault does, and returns their pids.
+// (wait_event PgSleep), as a faults.Sleep fault does, and returns their pids.
 // The cancelled statement fails with SQLSTATE 57014 (query_canceled) and
 // its transaction is rolled back: it is how the harness makes a
 // transaction held by a sleep fail at the moment it chooses, rather than
-// when the sleep runs out. A [Sleep] fault at [AtCommit] sleeps inside the
+// when the sleep runs out. A sleep fault at faults.AtCommit sleeps inside the
 // COMMIT, which then fails.
 //
 // prefix is checked as [TerminateBackends] checks it, and as there only
 // the backends of db's current_user are cancelled. Cancelling is a
 // signal: the statements end shortly after CancelSleeping returns, not
 // before.
-func CancelSleeping(ctx context.Context, db DB, applicationNamePrefix string) ([]int, error) {
+func CancelSleeping(ctx context.Context, db faults.DB, applicationNamePrefix string) ([]int, error) {
 	if err := checkPrefix(applicationNamePrefix); err != nil {
 		return nil, fmt.Errorf("cancel sleeping backends: %w", err)
 	}

@@ -1,4 +1,4 @@
-package faults
+package backends
 
 import (
 	"context"
@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/harmless-dev/harmless/faults"
 )
 
 // RunPrefix is how every application_name of the harness's connections
@@ -33,7 +35,7 @@ const pollInterval = 10 * time.Millisecond
 // it is not the run's and is left alone, even when db could terminate it
 // (as a superuser can). If ctx ends before the backends are gone, the pids
 // are returned with an error.
-func TerminateBackends(ctx context.Context, db DB, applicationNamePrefix string) ([]int, error) {
+func TerminateBackends(ctx context.Context, db faults.DB, applicationNamePrefix string) ([]int, error) {
 	prefix := applicationNamePrefix
 	if err := checkPrefix(prefix); err != nil {
 		return nil, fmt.Errorf("terminate backends: %w", err)
@@ -106,7 +108,7 @@ type Backend struct {
 // of the connections it cuts), so that [WaitGone] can tell them from later
 // backends with a reused pid. A pid no longer there is left out: its
 // backend is gone already.
-func Backends(ctx context.Context, db DB, pids ...int) ([]Backend, error) {
+func Backends(ctx context.Context, db faults.DB, pids ...int) ([]Backend, error) {
 	if len(pids) == 0 {
 		return nil, nil
 	}
@@ -134,7 +136,7 @@ WHERE pid = ANY($1::int4[]) AND backend_start IS NOT NULL ORDER BY pid`, pids)
 // its own time: it notices, rolls back, and exits. Until then it may hold
 // locks, an event's marker row say, that the next delivery would wait on;
 // wait before going on.
-func WaitGone(ctx context.Context, db DB, backends ...Backend) error {
+func WaitGone(ctx context.Context, db faults.DB, backends ...Backend) error {
 	if len(backends) == 0 {
 		return nil
 	}
@@ -150,9 +152,13 @@ func WaitGone(ctx context.Context, db DB, backends ...Backend) error {
 		if _, err := db.Exec(ctx, "SELECT pg_stat_clear_snapshot()"); err != nil {
 			return fmt.Errorf("wait for backends %v to end: %w", pids, err)
 		}
-		left, err := queryOne[int64](ctx, db, `SELECT count(*)
+		rows, err := db.Query(ctx, `SELECT count(*)
 FROM pg_stat_activity a
 JOIN unnest($1::int4[], $2::timestamptz[]) AS v(pid, started) ON a.pid = v.pid AND a.backend_start = v.started`, pids, starts)
+		var left int64
+		if err == nil {
+			left, err = pgx.CollectExactlyOneRow(rows, pgx.RowTo[int64])
+		}
 		if err != nil {
 			return fmt.Errorf("wait for backends %v to end: %w", pids, err)
 		}

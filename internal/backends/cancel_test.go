@@ -1,7 +1,6 @@
-package faults_test
+package backends_test
 
 import (
-	"context"
 	"errors"
 	"slices"
 	"strings"
@@ -12,6 +11,8 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/harmless-dev/harmless/faults"
+	"github.com/harmless-dev/harmless/internal/backends"
+	"github.com/harmless-dev/harmless/internal/faulttest"
 	"github.com/harmless-dev/harmless/internal/pgtest"
 )
 
@@ -21,21 +22,21 @@ import (
 // connection that does not sleep, another run's sleeping connection, an
 // untagged one, and one of another role that carries the run's prefix.
 func TestCancelSleepingFailsTheSleepingTransaction(t *testing.T) {
-	for _, point := range points {
+	for _, point := range faulttest.Points {
 		t.Run(string(point), func(t *testing.T) {
-			fx := setup(t)
-			run := "harmless-faults-test-" + unique(t)
-			d := delivery("ns", "42", 1)
-			sleep := fx.arm(t, faults.Plan{Namespace: "ns", ID: "42", Attempt: 1, Point: point, Action: faults.Sleep, Sleep: time.Minute})
-			conn := connect(t, run+"-w1")
-			idle := connect(t, run+"-w2")
+			fx := faulttest.Setup(t)
+			run := "harmless-faults-test-" + faulttest.Unique(t)
+			d := faulttest.Delivery("ns", "42", 1)
+			sleep := fx.Arm(t, faults.Plan{Namespace: "ns", ID: "42", Attempt: 1, Point: point, Action: faults.Sleep, Sleep: time.Minute})
+			conn := faulttest.Connect(t, run+"-w1")
+			idle := faulttest.Connect(t, run+"-w2")
 			if _, err := idle.Exec(t.Context(), "BEGIN"); err != nil {
 				t.Fatal(err)
 			}
 			// Another run's connection, an untagged one, and one of another
 			// role that carries this run's prefix: the prefix is whatever a
 			// client says, so it alone does not make a connection the run's.
-			others := []*pgx.Conn{connect(t, "harmless-faults-test-"+unique(t)), connect(t, ""), connectAs(t, pgtest.NewRole(t), run+"-w3")}
+			others := []*pgx.Conn{faulttest.Connect(t, "harmless-faults-test-"+faulttest.Unique(t)), faulttest.Connect(t, ""), faulttest.ConnectAs(t, pgtest.NewRole(t), run+"-w3")}
 			asleep := make(chan error, len(others))
 			for _, c := range others {
 				go func() {
@@ -45,16 +46,16 @@ func TestCancelSleepingFailsTheSleepingTransaction(t *testing.T) {
 			}
 
 			type result struct {
-				at  stage
+				at  faulttest.Stage
 				err error
 			}
 			done := make(chan result, 1)
 			go func() {
-				at, err := deliver(t.Context(), conn, fx.effect(nil), d)
+				at, err := faulttest.Deliver(t.Context(), conn, fx.Effect(nil), d)
 				done <- result{at, err}
 			}()
-			waitSleeping(t, fx, append([]*pgx.Conn{conn}, others...)...)
-			pids, err := faults.CancelSleeping(t.Context(), fx.pool, run)
+			faulttest.WaitSleeping(t, fx.Pool, append([]*pgx.Conn{conn}, others...)...)
+			pids, err := backends.CancelSleeping(t.Context(), fx.Pool, run)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -63,13 +64,13 @@ func TestCancelSleepingFailsTheSleepingTransaction(t *testing.T) {
 			}
 			r := <-done
 			var pgErr *pgconn.PgError
-			if r.at != failedAt(point) || !errors.As(r.err, &pgErr) || pgErr.Code != "57014" {
-				t.Errorf("the delivery failed at %q with %v; want at %q with SQLSTATE 57014", r.at, r.err, failedAt(point))
+			if r.at != faulttest.FailedAt(point) || !errors.As(r.err, &pgErr) || pgErr.Code != "57014" {
+				t.Errorf("the delivery failed at %q with %v; want at %q with SQLSTATE 57014", r.at, r.err, faulttest.FailedAt(point))
 			}
-			fx.wantEffects(t, d, 0)
-			fx.wantFired(t, sleep, 1)
+			fx.WantEffects(t, d, 0)
+			faulttest.WantFired(t, sleep, 1)
 			for _, c := range []*pgx.Conn{conn, idle} {
-				if !alive(t, c) {
+				if !faulttest.Alive(t, c) {
 					t.Errorf("connection %d died", c.PgConn().PID())
 				}
 			}
@@ -83,7 +84,7 @@ func TestCancelSleepingFailsTheSleepingTransaction(t *testing.T) {
 			// End the other sleeps, and wait for them: their connections
 			// are closed when the test ends.
 			for _, c := range others {
-				if _, err := fx.pool.Exec(t.Context(), "SELECT pg_cancel_backend($1)", int32(c.PgConn().PID())); err != nil {
+				if _, err := fx.Pool.Exec(t.Context(), "SELECT pg_cancel_backend($1)", int32(c.PgConn().PID())); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -94,37 +95,10 @@ func TestCancelSleepingFailsTheSleepingTransaction(t *testing.T) {
 	}
 }
 
-// waitSleeping waits until the backends of conns all sleep in pg_sleep.
-func waitSleeping(t *testing.T, fx fixture, conns ...*pgx.Conn) {
-	t.Helper()
-	var pids []int32
-	for _, c := range conns {
-		pids = append(pids, int32(c.PgConn().PID()))
-	}
-	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
-	defer cancel()
-	tick := time.NewTicker(5 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		var got int
-		if err := fx.pool.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'PgSleep' AND pid = ANY($1)", pids).Scan(&got); err != nil {
-			t.Fatal(err)
-		}
-		if got == len(pids) {
-			return
-		}
-		select {
-		case <-ctx.Done():
-			t.Fatalf("%d of backends %v sleep; want all", got, pids)
-		case <-tick.C:
-		}
-	}
-}
-
 func TestCancelSleepingRefusesForeignPrefixes(t *testing.T) {
-	pool := setup(t).pool
+	pool := pgtest.Pool(t)
 	for _, prefix := range []string{"", "app-", "harmless-"} {
-		if pids, err := faults.CancelSleeping(t.Context(), pool, prefix); err == nil || !strings.Contains(err.Error(), "refusing") {
+		if pids, err := backends.CancelSleeping(t.Context(), pool, prefix); err == nil || !strings.Contains(err.Error(), "refusing") {
 			t.Errorf("CancelSleeping(%q) = %v, %v; want a refusal", prefix, pids, err)
 		}
 	}

@@ -1,0 +1,10 @@
+package backends_test
+
+import (
+	"testing"
+
+	"github.com/harmless-dev/harmless/internal/pgtest"
+)
+
+// TestMain closes the test server, should the tests have started one.
+func TestMain(m *testing.M) { pgtest.Main(m) }
