@@ -358,8 +358,10 @@ func readTestEvents(t *testing.T, r io.Reader) map[string]*packageResult {
 		case ev.Test == "" && (ev.Action == "pass" || ev.Action == "fail" || ev.Action == "skip"):
 			p.action, p.elapsed = ev.Action, ev.Elapsed
 		case ev.Action == "pass" || ev.Action == "fail" || ev.Action == "skip":
-			if _, rule, ok := strings.Cut(ev.Test, "/"); ok {
-				p.rules[rule] = ev.Action
+			// TestX/<fixture>/<rule>: a rule's subtest, below its
+			// fixture's.
+			if parts := strings.Split(ev.Test, "/"); len(parts) == 3 {
+				p.rules[parts[1]+"."+parts[2]] = ev.Action
 			}
 		}
 	}
