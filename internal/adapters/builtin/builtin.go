@@ -7,6 +7,7 @@ package builtin
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 
@@ -243,7 +244,7 @@ func Check(entries []Entry) []string {
 	var problems []string
 	for _, e := range entries {
 		seen := map[string]bool{}
-		ids := slices.Concat(e.Fails, keys(e.MayFail), keys(e.Unsupported))
+		ids := slices.Concat(e.Fails, slices.Sorted(maps.Keys(e.MayFail)), slices.Sorted(maps.Keys(e.Unsupported)))
 		for _, id := range ids {
 			if _, err := fixtures.Lookup(id); err != nil {
 				problems = append(problems, fmt.Sprintf("%s: %v", e.Adapter.Name, err))
@@ -258,15 +259,6 @@ func Check(entries []Entry) []string {
 		}
 	}
 	return problems
-}
-
-func keys(m map[string]string) []string {
-	var ks []string
-	for k := range m {
-		ks = append(ks, k)
-	}
-	slices.Sort(ks)
-	return ks
 }
 
 // EntryOf returns the registry's entry for the built-in adapter called

@@ -15,6 +15,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -44,7 +45,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	differ := false
 	for i, certs := range sets {
 		rules := 0
-		for _, name := range sortedKeys(certs) {
+		for _, name := range slices.Sorted(maps.Keys(certs)) {
 			entry, err := builtin.EntryOf(name)
 			if err != nil {
 				fmt.Fprintf(stderr, "comparecerts: %s: %v\n", args[i], err)
@@ -60,7 +61,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	if len(sets) == 2 {
 		moved, varied, same := 0, 0, 0
-		for _, name := range sortedKeys(sets[0]) {
+		for _, name := range slices.Sorted(maps.Keys(sets[0])) {
 			entry, _ := builtin.EntryOf(name) // every name was looked up above
 			after, ok := sets[1][name]
 			if !ok {
@@ -120,13 +121,4 @@ func load(dir string) (map[string]certificate.Certificate, error) {
 		certs[c.Adapter] = c
 	}
 	return certs, nil
-}
-
-func sortedKeys(m map[string]certificate.Certificate) []string {
-	var ks []string
-	for k := range m {
-		ks = append(ks, k)
-	}
-	slices.Sort(ks)
-	return ks
 }
