@@ -1,6 +1,7 @@
-// Package suite is the harmless conformance suite: Ginkgo v2 specs that play
-// the fixtures of package fixtures against any implementation behind an
-// [adapters.Adapter], and a certificate that says which rules held. The
+// Package suite is the harmless conformance suite: it plays the fixtures
+// of package fixtures against any implementation behind an
+// [adapters.Adapter], as Go subtests, as Ginkgo v2 specs or from a
+// program, and gives a certificate that says which rules held. The
 // certificate's model and its reports are package [certificate]
 // (suite/certificate), which a program that only reads or renders
 // certificates can import without linking Ginkgo or the harness.
@@ -27,10 +28,10 @@
 //
 //	cert, err := suite.Certify(ctx, myAdapter)
 //
-// Run, RunWith and Certify host a Ginkgo suite of their own: they may be
-// called any number of times in one process, one at a time, but not in a
-// test binary that has Ginkgo specs of its own (use Register there): they
-// refuse, saying so.
+// Run, RunWith and Certify need no test framework: they may be called any
+// number of times in one process, concurrently too, and in a test binary
+// that has Ginkgo specs of its own. Register makes Ginkgo specs that run
+// the same plays and judges.
 //
 // This package is the suite's public face, kept to what an implementer
 // needs; the suite itself is internal (docs/architecture.md), so that it
@@ -81,7 +82,8 @@ func Run(t *testing.T, adapters ...adapters.Adapter) {
 // test's -run (and -skip) select rules: the suite plays only the rules
 // whose subtests they let run (-run TestX/double-delivery, one fixture;
 // -run TestX/double-delivery/one-effect, one rule), and fails t when they
-// select none. NO_COLOR, set, turns Ginkgo's colours off.
+// select none. When t's context ends (the test's deadline), the run stops
+// before its next play.
 func RunWith(t *testing.T, opts []Option, adapters ...adapters.Adapter) {
 	t.Helper()
 	impl.RunWith(t, unwrap(opts), adapters...)
@@ -94,8 +96,10 @@ func RunWith(t *testing.T, opts []Option, adapters ...adapters.Adapter) {
 // (var _ = suite.Register(...)) or inside a container of your own, before
 // RunSpecs; it returns true so it can be used that way. The suite must
 // have Gomega's fail handler registered (RegisterFailHandler(Fail)). The
-// specs of one adapter must run in one process (not spread by ginkgo -p);
-// when they end, the certificate is passed to [WithCertificate].
+// container is Ordered and Serial, so its specs run one after another in
+// one process; each rule is one It, labelled "fixture:ID", "rule:ID" and
+// "level:LEVEL", that asserts the rule's judgement. When they end, the
+// certificate is passed to [WithCertificate].
 func Register(adapter adapters.Adapter, opts ...Option) bool {
 	return impl.Register(adapter, unwrap(opts)...)
 }
@@ -104,12 +108,10 @@ func Register(adapter adapters.Adapter, opts ...Option) bool {
 // does, and returns its certificate. The error says the run could not
 // start (it wraps [ErrSetup], and the certificate's Error says the same),
 // was cancelled (it wraps the context's cause), or could not release its
-// database; the certificate is valid either way. When ctx is done, the run
-// stops before its next spec and the certificate says it was interrupted.
-//
-// Ginkgo handles SIGINT and SIGTERM while the run lasts, and keeps
-// listening for them once it has ended, so a program that goes on after
-// Certify should handle them itself (see os/signal).
+// database; the certificate is valid either way. When ctx is done, the
+// play that runs is stopped, every cleanup runs, the rest is skipped and
+// the certificate says the run was interrupted. Certify handles no signal:
+// to stop it on SIGINT or SIGTERM, cancel ctx (see signal.NotifyContext).
 func Certify(ctx context.Context, adapter adapters.Adapter, opts ...Option) (certificate.Certificate, error) {
 	return impl.Certify(ctx, adapter, unwrap(opts)...)
 }
@@ -168,8 +170,9 @@ func WithCertificate(fn func(certificate.Certificate)) Option {
 }
 
 // WithSeed sets the seed of the suite's random choices, recorded in the
-// certificate so that a run can be repeated. Without it the suite uses
-// Ginkgo's random seed (-ginkgo.seed).
+// certificate so that a run can be repeated. Without it the suite picks
+// one at random; under [Register], it uses Ginkgo's random seed
+// (-ginkgo.seed).
 func WithSeed(seed uint64) Option { return Option{impl.WithSeed(seed)} }
 
 // WithDeliveryTimeout bounds one delivery (default 15s); a delivery that

@@ -15,9 +15,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/onsi/ginkgo/v2/formatter"
-	"github.com/onsi/ginkgo/v2/types"
-
 	"github.com/harmless-dev/harmless/adapters"
 	"github.com/harmless-dev/harmless/adapters/exec"
 	"github.com/harmless-dev/harmless/internal/adapters/builtin"
@@ -35,10 +32,6 @@ const (
 	exitUsage        = 2
 	exitPartial      = 3
 )
-
-// suiteTimeout is Ginkgo's cap on the whole run (its default is an hour),
-// far above any run's scenario budgets together.
-const suiteTimeout = 7 * 24 * time.Hour
 
 // exitCode is the exit code of a certificate's status.
 func exitCode(st certificate.Status) int {
@@ -226,7 +219,7 @@ func certifyFlagSet(f *certifyFlags) *flag.FlagSet {
 	fs.DurationVar(&f.patience, "redelivery-patience", suite.DefaultRedeliveryPatience, "how long the broker harmless plays goes on redelivering, after pauses growing from 10ms to 1s, while none of a play's deliveries is acknowledged; it models a real broker's redelivery (SQS's visibility timeout, RabbitMQ's requeue, Kafka's retries): raise it for an implementation that leans on the broker for longer (a lease, a slow restart)")
 	addSeedFlag(fs, f, "seed of the run's random choices, to repeat a run (default: random; the certificate records it)")
 	fs.IntVar(&f.repeat, "repeat", 1, "run the selected rules up to this many times, each with a fresh seed, to find a rare race: stop at the first run with a failed rule and print the --seed that replays it")
-	fs.BoolVar(&f.verbose, "v", false, "verbose: a line per spec and the suite's log on stderr, Ginkgo's verbose report on stdout")
+	fs.BoolVar(&f.verbose, "v", false, "verbose: a line per rule judged and the suite's log on stderr")
 	fs.BoolVar(&f.quiet, "quiet", false, "print only the final verdict lines and errors")
 	fs.BoolVar(&f.quiet, "q", false, "short for --quiet")
 	return fs
@@ -349,8 +342,7 @@ func suiteOptions(f certifyFlags) []suite.Option {
 }
 
 // randomSeed returns a random seed below 2^53, so that the certificate's
-// JSON number reads back exactly in any language, and as Ginkgo's random
-// seed it is the same number.
+// JSON number reads back exactly in any language.
 func randomSeed() uint64 {
 	var b [8]byte
 	_, _ = rand.Read(b[:]) // never fails: it crashes the program instead
@@ -362,7 +354,7 @@ func randomSeed() uint64 {
 }
 
 // certify runs the suite. Everything it writes, to stdout and stderr, its
-// own lines, the suite's and Ginkgo's, passes through writers that mask the
+// own lines and the suite's, passes through writers that mask the
 // run's secrets (see package internal/redact): the passwords of the DSNs it
 // may use, known before anything is printed, and those the suite learns.
 // The reports written to files are masked in the certificate they are
@@ -501,45 +493,59 @@ func (m *masker) certifyOnce(f certifyFlags, adapter adapters.Adapter, implOpts 
 		suite.WithLogf(out.logf),
 		suite.WithFixtureProgress(out.fixture),
 		suite.WithSecrets(m.add),
-		suite.WithGinkgoConfig(func(suiteConfig *types.SuiteConfig, reporterConfig *types.ReporterConfig) {
-			suiteConfig.LabelFilter = f.selection.filter()
-			suiteConfig.RandomSeed = int64(f.seed)
-			// Every scenario has a budget that follows from
-			// --delivery-timeout; a suite-wide cap would only cut a slow
-			// implementation's run short.
-			suiteConfig.Timeout = suiteTimeout
-			reporterConfig.Succinct = !f.verbose
-			reporterConfig.Verbose = f.verbose
-			reporterConfig.NoColor = !out.colorOut
-		}),
+		suite.WithRules(f.selection.selected()),
 	)
-	// Ginkgo's own report repeats the progress lines and the failures
-	// certify prints: it is shown only when verbose.
-	ginkgoOut := formatter.ColorableStdOut
-	formatter.ColorableStdOut = io.Discard
-	if f.verbose {
-		formatter.ColorableStdOut = stdout
-	}
-	// Ginkgo handles SIGINT and SIGTERM itself: it stops the spec that
-	// runs, runs every cleanup and skips the rest. This only notes which
-	// signal came, for the exit code.
+	// SIGINT and SIGTERM stop the run: the play that runs is stopped,
+	// every cleanup runs and the rest is skipped. The signal that came
+	// names the interruption, and the exit code.
 	signals := make(chan os.Signal, 1)
 	signal.Notify(signals, syscall.SIGINT, syscall.SIGTERM)
-	cert, err := suite.Certify(context.Background(), adapter, opts...)
-	signal.Stop(signals)
-	formatter.ColorableStdOut = ginkgoOut
+	ctx, stop := context.WithCancelCause(context.Background())
 	var sig os.Signal
-	select {
-	case sig = <-signals:
-	default:
-	}
+	caught := make(chan struct{})
+	go func() {
+		defer close(caught)
+		if s, ok := <-signals; ok {
+			sig = s
+			stop(interruptedBy{s})
+		}
+	}()
+	cert, err := suite.Certify(ctx, adapter, opts...)
+	signal.Stop(signals)
+	close(signals)
+	<-caught
+	stop(nil)
 	if sig != nil {
-		// Ginkgo says "Interrupted by User" for either signal; name it. A
-		// run stopped while it set up, or in the moment after its last
-		// spec, is interrupted too.
+		// The interruption is the verdict's to state, not an error.
+		err = withoutInterruption(err)
+		// A run stopped while it set up, or in the moment after its last
+		// play, is interrupted too.
 		cert.Status, cert.Certified, cert.Interrupted = certificate.StatusInterrupted, false, "interrupted by "+signalName(sig)
 	}
 	return certified{cert: cert, err: err, sig: sig, out: out}
+}
+
+// interruptedBy is the cause of a run stopped by a signal.
+type interruptedBy struct{ sig os.Signal }
+
+func (i interruptedBy) Error() string { return "interrupted by " + signalName(i.sig) }
+
+// withoutInterruption is err without the part that says the run was
+// interrupted by a signal: what is left is a failure to clean up.
+func withoutInterruption(err error) error {
+	if joined, ok := err.(interface{ Unwrap() []error }); ok {
+		var kept []error
+		for _, e := range joined.Unwrap() {
+			if kept1 := withoutInterruption(e); kept1 != nil {
+				kept = append(kept, kept1)
+			}
+		}
+		return errors.Join(kept...)
+	}
+	if errors.As(err, new(interruptedBy)) {
+		return nil
+	}
+	return err
 }
 
 // finish prints a run's verdicts, writes its reports and returns its exit

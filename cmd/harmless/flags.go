@@ -51,8 +51,7 @@ func setUsage(fs *flag.FlagSet, synopsis string) {
 // seedValue is --seed, the same for certify and soak: a whole number from
 // 0 to 2^63-1. Both print their seed and record it in their reports, and
 // a user copies it from one into the other's --seed, so one cannot take
-// what the other refuses: certify's seed is also Ginkgo's (an int64), and
-// soak's fits its report's int64.
+// what the other refuses: both fit an int64, as soak's report has it.
 type seedValue struct {
 	n   *uint64
 	set *bool

@@ -25,8 +25,7 @@ const interruptLimit = 2 * time.Minute
 var (
 	runIDLine = regexp.MustCompile(`, run ([0-9a-f]{8}), seed `)
 	// rulePassed matches the progress line of a rule that passed, e.g.
-	// "[   1.9s] PASSED  ambiguous-commit / ...", and none of Ginkgo's own
-	// lines (such as "[BeforeEach] PASSED").
+	// "[   1.9s] PASSED  ambiguous-commit / ...".
 	rulePassed  = regexp.MustCompile(`^\[\s*[0-9.]+s\] PASSED `)
 	clusterLine = regexp.MustCompile(`starting throwaway cluster in (\S+)`)
 )
@@ -41,12 +40,10 @@ type interrupted struct {
 // interruptCertify runs certify with -v and args, sends sig once the
 // third rule has passed, and returns what the run left.
 //
-// The third rule is the first of bad-input, an Ordered container of two:
-// the signal lands within it, often between its two specs, where Ginkgo
-// skips the cleanup its BeforeAll registered, and the run must clean up all
-// the same. The two rules before it have surely passed by then: a rule's
-// PASSED line is printed by a report node that may still be running when
-// the signal comes, and Ginkgo then reports that spec as interrupted.
+// The third rule is the first of bad-input, a play of two rules: the
+// signal lands while the play runs or between the judging of its rules,
+// and the run must clean up all the same. The two rules before it have
+// surely passed by then.
 func interruptCertify(t *testing.T, bin string, sig syscall.Signal, args ...string) interrupted {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "c.json")

@@ -12,8 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/onsi/ginkgo/v2/types"
-
 	"github.com/harmless-dev/harmless/adapters"
 	harmlessexec "github.com/harmless-dev/harmless/adapters/exec"
 	"github.com/harmless-dev/harmless/fixtures"
@@ -286,9 +284,7 @@ func TestListAgreesWithTheRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	cert, err := suite.Certify(t.Context(), adapter, suite.WithDSN(dsn),
-		suite.WithGinkgoConfig(func(s *types.SuiteConfig, _ *types.ReporterConfig) {
-			s.LabelFilter = "fixture:" + fixtures.FailureAfterMarker + " || fixture:" + fixtures.CrashRecovery
-		}))
+		suite.WithFixtures(fixtures.FailureAfterMarker, fixtures.CrashRecovery))
 	if err != nil || cert.Error != "" {
 		t.Fatalf("certify: %v %s", err, cert.Error)
 	}

@@ -40,8 +40,7 @@ const (
 	quiet verbosity = iota
 	// normal adds one progress line per fixture on stderr.
 	normal
-	// verbose adds a line per spec and the suite's log on stderr, and
-	// Ginkgo's verbose report on stdout.
+	// verbose adds a line per rule judged and the suite's log on stderr.
 	verbose
 )
 

@@ -46,6 +46,27 @@ func (s selection) filter() string {
 	return strings.Join(parts, " && ")
 }
 
+// selected returns the ids of the rules s selects, nil when it selects
+// every rule. The labels are read with Ginkgo's label filter syntax, which
+// --label-filter documents; the suite itself knows only the ids.
+func (s selection) selected() []string {
+	filter := s.filter()
+	if filter == "" {
+		return nil
+	}
+	match, err := types.ParseLabelFilter(filter)
+	if err != nil {
+		return []string{} // check refused it before the run
+	}
+	ids := []string{}
+	for _, r := range fixtures.Rules() {
+		if match(ruleLabels(r)) {
+			ids = append(ids, r.ID)
+		}
+	}
+	return ids
+}
+
 // ruleLabels are the Ginkgo labels of the spec that checks r: its
 // fixture's, its own and its level's (see package suite).
 func ruleLabels(r fixtures.Rule) []string {

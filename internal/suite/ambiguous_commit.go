@@ -4,9 +4,6 @@ import (
 	"context"
 	"fmt"
 
-	. "github.com/onsi/ginkgo/v2"
-	. "github.com/onsi/gomega"
-
 	"github.com/harmless-dev/harmless/adapters"
 	"github.com/harmless-dev/harmless/faults/pgproxy"
 	"github.com/harmless-dev/harmless/fixtures"
@@ -30,9 +27,8 @@ type proxyCut struct {
 // delivers ev once, waits until the cut backends are gone, and redelivers ev
 // to the same worker until terminal, as a broker does after an error.
 func (s *state) cutDelivery(ctx context.Context, play *harness.Play, ev adapters.Event, at pgproxy.Point, n int) proxyCut {
-	GinkgoHelper()
 	proxy, err := play.UseProxy(ctx)
-	Expect(err).NotTo(HaveOccurred())
+	must(err)
 	// Build the worker first: whatever it does at construction is not part
 	// of the fault.
 	_, _ = play.Instance(ctx, 1)
@@ -48,14 +44,14 @@ func (s *state) cutDelivery(ctx context.Context, play *harness.Play, ev adapters
 		// have that COMMIT taken for the effect's.
 		Within: ledger.TableName,
 	})
-	Expect(err).NotTo(HaveOccurred())
+	must(err)
 	c.first = play.Deliver(ctx, 1, ev)
 	c.fired, err = c.fault.Fired(ctx)
-	Expect(err).NotTo(HaveOccurred())
-	Expect(play.WaitCut(ctx, c.fault)).To(Succeed(), "wait for the cut backend to end")
+	must(err)
+	must(play.WaitCut(ctx, c.fault), "wait for the cut backend to end")
 	c.tries = play.RedeliverUntilTerminal(ctx, 1, ev, []harness.Attempt{c.first})
 	c.effects, err = play.Effects(ctx, ev)
-	Expect(err).NotTo(HaveOccurred())
+	must(err)
 	c.history = play.History(ev)
 	return c
 }
@@ -85,18 +81,18 @@ func (c proxyCut) check(want adapters.Outcome) []string {
 }
 
 func (s *state) ambiguousCommit() {
-	Describe(fixtures.AmbiguousCommit, Label("fixture:"+fixtures.AmbiguousCommit), Serial, Ordered, ContinueOnFailure, func() {
+	s.describeFixture(fixtures.AmbiguousCommit, func() {
 		var committed, rolledBack proxyCut
 		// One instance to build; two cuts, each a delivery and then
 		// redeliveries until terminal.
 		sc := s.scenario(fixtures.AmbiguousCommit, work{calls: 1}.plus(untilTerminal(2)))
-		BeforeAll(func(ctx SpecContext) {
+		sc.gather(func(ctx context.Context) {
 			play := sc.begin(ctx)
 			sc.at("the cut after COMMIT's answer")
 			committed = s.cutDelivery(ctx, play, newEvent(fixtures.AmbiguousCommit, "after-commit"), pgproxy.AfterCommitComplete, 0)
 			sc.at("the cut before COMMIT")
 			rolledBack = s.cutDelivery(ctx, play, newEvent(fixtures.AmbiguousCommit, "before-commit"), pgproxy.BeforeCommit, 0)
-		}, sc.timeout())
+		})
 
 		sc.rule(fixtures.AmbiguousCommitRedeliveryDuplicate, func() []string { return committed.check(adapters.Duplicate) })
 		sc.rule(fixtures.AmbiguousCommitLostCommitApplies, func() []string { return rolledBack.check(adapters.Applied) })

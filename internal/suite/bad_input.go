@@ -1,12 +1,10 @@
 package suite
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"sync"
-
-	. "github.com/onsi/ginkgo/v2"
-	. "github.com/onsi/gomega"
 
 	"github.com/harmless-dev/harmless/adapters"
 	"github.com/harmless-dev/harmless/fixtures"
@@ -70,7 +68,7 @@ func (r *oddResult) judge() {
 }
 
 func (s *state) badInput() {
-	Describe(fixtures.BadInput, Label("fixture:"+fixtures.BadInput), Ordered, ContinueOnFailure, func() {
+	s.describeFixture(fixtures.BadInput, func() {
 		var (
 			results []oddResult
 			after   = newEvent(fixtures.BadInput, "ordinary-after-odd")
@@ -84,7 +82,7 @@ func (s *state) badInput() {
 		// event.
 		batches := (len(events) + pairParallelism - 1) / pairParallelism
 		sc := s.scenario(fixtures.BadInput, work{calls: 1}.plus(untilTerminal(2*batches+1)))
-		BeforeAll(func(ctx SpecContext) {
+		sc.gather(func(ctx context.Context) {
 			play := sc.begin(ctx)
 			_, _ = play.Instance(ctx, 1) // a factory failure shows up in the attempts
 			sc.at("the %d odd events", len(events))
@@ -94,7 +92,7 @@ func (s *state) badInput() {
 			for i, odd := range events {
 				wg.Add(1)
 				go func() {
-					defer GinkgoRecover()
+					defer s.recoverGather()
 					defer wg.Done()
 					slots <- struct{}{}
 					defer func() { <-slots }()
@@ -103,7 +101,7 @@ func (s *state) badInput() {
 					r.delivered.again = play.DeliverUntilTerminal(ctx, 1, odd.ev)
 					var err error
 					r.delivered.effects, err = play.Effects(ctx, odd.ev)
-					Expect(err).NotTo(HaveOccurred())
+					must(err)
 					r.judge()
 					results[i] = r
 				}()
@@ -113,8 +111,8 @@ func (s *state) badInput() {
 			next = play.DeliverUntilTerminal(ctx, 1, after)
 			var err error
 			nextFx, err = play.Effects(ctx, after)
-			Expect(err).NotTo(HaveOccurred())
-		}, sc.timeout())
+			must(err)
+		})
 
 		sc.noteRule(fixtures.BadInputExactlyOnceOrRejected, func() ([]string, string) {
 			var problems, handled []string

@@ -62,7 +62,7 @@ func TestBudgetChild(t *testing.T) {
 // deliveries made and pending, the faults fired), never with a bare
 // timeout, and the run goes on to the end.
 func TestBudgetRunsOut(t *testing.T) {
-	cert, output, _ := runTestChild(t, "TestBudgetChild", []string{"-ginkgo.label-filter=fixture:" + fixtures.DoubleDelivery},
+	cert, output, _ := runTestChild(t, "TestBudgetChild", []string{runFixtures("TestBudgetChild", fixtures.DoubleDelivery)},
 		[]string{"HARMLESS_DSN=" + pgtest.DSN(t), budgetChildEnv + "=patient"}, 1)
 	for _, r := range cert.Rules {
 		if r.Fixture != fixtures.DoubleDelivery {

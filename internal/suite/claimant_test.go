@@ -166,7 +166,7 @@ func TestFailedClaimant(t *testing.T) {
 	for name, c := range claimantCases {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			cert, output, elapsed := runTestChild(t, "TestClaimantChild", []string{"-ginkgo.label-filter=rule:" + fixtures.ConcurrentDeliveryFailedClaimantNotLost},
+			cert, output, elapsed := runTestChild(t, "TestClaimantChild", []string{runRule("TestClaimantChild", fixtures.ConcurrentDeliveryFailedClaimantNotLost)},
 				[]string{"HARMLESS_DSN=" + dsn, claimantChildEnv + "=" + name}, 0, 1)
 			t.Logf("the failed-claimant rule against %s took %s (the child process %s)",
 				name, time.Duration(cert.Duration*float64(time.Second)).Round(time.Millisecond), elapsed.Round(time.Millisecond))

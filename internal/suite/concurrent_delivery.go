@@ -6,9 +6,6 @@ import (
 	"strings"
 	"sync"
 
-	. "github.com/onsi/ginkgo/v2"
-	. "github.com/onsi/gomega"
-
 	"github.com/harmless-dev/harmless/adapters"
 	"github.com/harmless-dev/harmless/faults"
 	"github.com/harmless-dev/harmless/fixtures"
@@ -33,7 +30,7 @@ type roundResult struct {
 }
 
 func (s *state) concurrentDelivery() {
-	Describe(fixtures.ConcurrentDelivery, Label("fixture:"+fixtures.ConcurrentDelivery), func() {
+	s.describeFixture(fixtures.ConcurrentDelivery, func() {
 		variants := []struct {
 			name    string
 			overlap bool
@@ -42,7 +39,7 @@ func (s *state) concurrentDelivery() {
 			{name: "with a sleep after the claim", overlap: true},
 		}
 		for _, v := range variants {
-			Describe(v.name, Ordered, ContinueOnFailure, func() {
+			s.group(v.name, func() {
 				var rounds []roundResult
 				n, plays := s.cfg.plainRounds, 1
 				if v.overlap {
@@ -52,7 +49,7 @@ func (s *state) concurrentDelivery() {
 				// contenders race in parallel, each delivered until
 				// terminal.
 				sc := s.scenario(fixtures.ConcurrentDelivery+" / "+v.name, work{calls: 2}.plus(untilTerminal(n*plays)))
-				BeforeAll(func(ctx SpecContext) {
+				sc.gather(func(ctx context.Context) {
 					play := sc.begin(ctx)
 					rounds = make([]roundResult, 0, n)
 					for round := 1; round <= n && ctx.Err() == nil && !sc.expired(); round++ {
@@ -60,7 +57,7 @@ func (s *state) concurrentDelivery() {
 						rounds = append(rounds, s.concurrentRound(ctx, play, round, v.overlap))
 					}
 					s.cfg.logf("concurrent-delivery (%s): %d rounds of %d contenders", v.name, len(rounds), s.cfg.contenders)
-				}, sc.timeout())
+				})
 
 				sc.judgedRule(fixtures.ConcurrentDeliveryOneEffect, func() judgement {
 					return collect(rounds, func(r roundResult) []string { return r.oneEffect })
@@ -91,7 +88,6 @@ type race struct {
 // to overlapTries times, so that a loaded machine cannot make the harness
 // fail a correct implementation.
 func (s *state) concurrentRound(ctx context.Context, play *harness.Play, round int, overlap bool) roundResult {
-	GinkgoHelper()
 	variant := "plain"
 	if overlap {
 		variant = "overlap"
@@ -147,7 +143,6 @@ func (s *state) concurrentRound(ctx context.Context, play *harness.Play, round i
 // The run's seed decides the order in which the contenders start and which
 // worker each one gets (see lineUp).
 func (s *state) race(ctx context.Context, play *harness.Play, ev adapters.Event, overlap bool) race {
-	GinkgoHelper()
 	r := race{ev: ev, contenders: make([][]harness.Attempt, s.cfg.contenders)}
 	var err error
 	if overlap {
@@ -155,7 +150,7 @@ func (s *state) race(ctx context.Context, play *harness.Play, ev adapters.Event,
 			Namespace: ev.Namespace, ID: ev.ID, Point: faults.AtEffect,
 			Action: faults.Sleep, Sleep: s.cfg.overlapSleep,
 		})
-		Expect(err).NotTo(HaveOccurred())
+		must(err)
 	}
 	// Build both workers before the race, so that construction is not part
 	// of it. A factory failure shows up in the attempts.
@@ -170,7 +165,7 @@ func (s *state) race(ctx context.Context, play *harness.Play, ev adapters.Event,
 		ready.Add(1)
 		done.Add(1)
 		go func() {
-			defer GinkgoRecover()
+			defer s.recoverGather()
 			defer done.Done()
 			ready.Done()
 			<-release
@@ -182,11 +177,11 @@ func (s *state) race(ctx context.Context, play *harness.Play, ev adapters.Event,
 	done.Wait()
 
 	r.effects, err = play.Effects(ctx, ev)
-	Expect(err).NotTo(HaveOccurred())
+	must(err)
 	r.history = play.History(ev)
 	if r.sleep != nil {
 		r.fired, err = play.Fired(ctx, r.sleep)
-		Expect(err).NotTo(HaveOccurred())
+		must(err)
 	}
 	return r
 }

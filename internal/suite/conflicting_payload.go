@@ -7,9 +7,6 @@ import (
 	"strings"
 	"time"
 
-	. "github.com/onsi/ginkgo/v2"
-	. "github.com/onsi/gomega"
-
 	"github.com/harmless-dev/harmless/adapters"
 	"github.com/harmless-dev/harmless/faults"
 	"github.com/harmless-dev/harmless/fixtures"
@@ -70,7 +67,7 @@ const (
 )
 
 func (s *state) conflictingPayload() {
-	Describe(fixtures.ConflictingPayload, Label("fixture:"+fixtures.ConflictingPayload), func() {
+	s.describeFixture(fixtures.ConflictingPayload, func() {
 		variants := []struct {
 			name  string
 			plays int // how often the variant may be played
@@ -87,16 +84,16 @@ func (s *state) conflictingPayload() {
 			}},
 		}
 		for _, v := range variants {
-			Describe(v.name, Ordered, ContinueOnFailure, func() {
+			s.group(v.name, func() {
 				var c conflictResult
 				// Two instances to build; each play delivers the applied
 				// payload, the conflicting copy and the applied payload
 				// again, each until terminal; the in-flight variant may
 				// play up to overlapTries times.
 				sc := s.scenario(fixtures.ConflictingPayload+" / "+v.name, work{calls: 2}.plus(untilTerminal(3*v.plays)))
-				BeforeAll(func(ctx SpecContext) {
+				sc.gather(func(ctx context.Context) {
 					c = v.play(ctx, sc.begin(ctx))
-				}, sc.timeout())
+				})
 
 				sc.judgedRule(fixtures.ConflictingPayloadNoSecondEffect, func() judgement { return c.noSecondEffect() })
 				sc.judgedRule(fixtures.ConflictingPayloadDetected, func() judgement { return c.detected(s.adapter.Declares.ConflictPolicy) })
@@ -109,7 +106,6 @@ func (s *state) conflictingPayload() {
 // conflictInTurn delivers first until terminal, then other on the other
 // worker, then first again.
 func (s *state) conflictInTurn(ctx context.Context, play *harness.Play, first, other conflictPayload) conflictResult {
-	GinkgoHelper()
 	c := conflictResult{applied: first, conflict: other}
 	c.appliedTries = play.DeliverUntilTerminal(ctx, 1, first.ev)
 	c.conflictTries = play.DeliverUntilTerminal(ctx, 2, other.ev)
@@ -125,7 +121,6 @@ func (s *state) conflictInTurn(ctx context.Context, play *harness.Play, first, o
 // identity, up to overlapTries times, so that a loaded machine cannot make
 // the harness fail a correct implementation.
 func (s *state) conflictInFlight(ctx context.Context, play *harness.Play) conflictResult {
-	GinkgoHelper()
 	var c conflictResult
 	for try := 1; try <= overlapTries; try++ {
 		var retry bool
@@ -154,7 +149,6 @@ func (s *state) conflictInFlight(ctx context.Context, play *harness.Play) confli
 // from the ledger, and the rules hold the loser to being the conflicting
 // copy.
 func (s *state) conflictOverlapping(ctx context.Context, play *harness.Play, id string) (c conflictResult, retry bool) {
-	GinkgoHelper()
 	p1, p2 := conflictPair(id)
 	c = conflictResult{applied: p1, conflict: p2}
 	var err error
@@ -162,7 +156,7 @@ func (s *state) conflictOverlapping(ctx context.Context, play *harness.Play, id 
 		Namespace: p1.ev.Namespace, ID: p1.ev.ID, Times: 1, Point: faults.AtEffect,
 		Action: faults.Sleep, Sleep: s.cfg.overlapSleep,
 	})
-	Expect(err).NotTo(HaveOccurred())
+	must(err)
 	// Build both workers first, so that construction is not part of the
 	// overlap. A factory failure shows up in the attempts.
 	for worker := 1; worker <= 2; worker++ {
@@ -174,20 +168,20 @@ func (s *state) conflictOverlapping(ctx context.Context, play *harness.Play, id 
 	attempt1 := make(chan harness.Attempt, 1)
 	p1Done := make(chan []harness.Attempt, 1)
 	go func() {
-		defer GinkgoRecover()
+		defer s.recoverGather()
 		a := play.Deliver(ctx, 1, p1.ev)
 		attempt1 <- a
 		p1Done <- play.RedeliverUntilTerminal(ctx, 1, p1.ev, []harness.Attempt{a})
 	}()
 
 	c.fired, err = s.awaitFired(ctx, play, c.sleep, attempt1)
-	Expect(err).NotTo(HaveOccurred())
+	must(err)
 	p2Tries := play.DeliverUntilTerminal(ctx, 2, p2.ev)
 	var p1Tries []harness.Attempt
 	select {
 	case p1Tries = <-p1Done:
 	case <-ctx.Done():
-		Fail(fmt.Sprintf("P1's delivery of %s did not return before the fixture's timeout", p1.ev))
+		must(fmt.Errorf("P1's delivery of %s did not return before the fixture's timeout", p1.ev))
 	}
 	c.appliedTries, c.conflictTries = p1Tries, p2Tries
 
@@ -202,7 +196,7 @@ func (s *state) conflictOverlapping(ctx context.Context, play *harness.Play, id 
 	}
 
 	effects, err := play.Effects(ctx, p1.ev)
-	Expect(err).NotTo(HaveOccurred())
+	must(err)
 	if len(effects) == 1 && effects[0].PayloadDigest == p2.digest() {
 		c.applied, c.conflict = p2, p1
 		c.appliedTries, c.conflictTries = p2Tries, p1Tries
@@ -244,10 +238,9 @@ func (s *state) awaitFired(ctx context.Context, play *harness.Play, sleep *fault
 
 // collect reads the ledger and the deliveries of the variant's identity.
 func (c *conflictResult) collect(ctx context.Context, play *harness.Play) {
-	GinkgoHelper()
 	var err error
 	c.effects, err = play.Effects(ctx, c.applied.ev)
-	Expect(err).NotTo(HaveOccurred())
+	must(err)
 	c.history = play.History(c.applied.ev)
 }
 

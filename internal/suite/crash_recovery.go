@@ -8,9 +8,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	. "github.com/onsi/ginkgo/v2"
-	. "github.com/onsi/gomega"
-
 	"github.com/harmless-dev/harmless/adapters"
 	"github.com/harmless-dev/harmless/faults"
 	"github.com/harmless-dev/harmless/fixtures"
@@ -50,10 +47,9 @@ func (s *state) crashUnsupported() string {
 // address when the server comes back at another one (a container gets a
 // new host port); the restart points the proxy there.
 func (sc *scenario) beginCrash(ctx context.Context) *harness.Play {
-	GinkgoHelper()
 	play := sc.begin(ctx)
 	_, err := play.UseProxy(ctx)
-	Expect(err).NotTo(HaveOccurred(), "put the wire proxy between the implementation and the server")
+	must(err, "put the wire proxy between the implementation and the server")
 	return play
 }
 
@@ -61,16 +57,15 @@ func (sc *scenario) beginCrash(ctx context.Context) *harness.Play {
 // the node when either cannot be done; the recovery's evidence says
 // whether the crash was real.
 func (s *state) crashAndRestart(ctx context.Context) harness.Recovery {
-	GinkgoHelper()
 	c, err := s.run.CrashServer(ctx)
-	Expect(err).NotTo(HaveOccurred(), "crash the server")
+	must(err, "crash the server")
 	rec, err := s.run.RestartServer(ctx, c)
-	Expect(err).NotTo(HaveOccurred(), "restart the server after the crash")
+	must(err, "restart the server after the crash")
 	return rec
 }
 
 func (s *state) crashRecovery() {
-	Describe(fixtures.CrashRecovery, Label("fixture:"+fixtures.CrashRecovery), Serial, func() {
+	s.describeFixture(fixtures.CrashRecovery, func() {
 		s.crashAfterAck()
 		for _, st := range stalls {
 			s.crashInFlight(st)
@@ -81,7 +76,7 @@ func (s *state) crashRecovery() {
 // crashAfterAck crashes the server after a delivery was acknowledged, then
 // redelivers the event to the same instance.
 func (s *state) crashAfterAck() {
-	Describe("after an acknowledged delivery", Ordered, ContinueOnFailure, func() {
+	s.group("after an acknowledged delivery", func() {
 		var (
 			skip                  string
 			ev                    = newEvent(fixtures.CrashRecovery, "acked")
@@ -94,7 +89,7 @@ func (s *state) crashAfterAck() {
 		// One instance to build; a delivery until terminal before the
 		// crash, a redelivery until terminal after it; the restart.
 		sc := s.scenario(fixtures.CrashRecovery+" / after an acknowledged delivery", work{calls: 1, waits: restartBudget}.plus(untilTerminal(2)))
-		BeforeAll(func(ctx SpecContext) {
+		sc.gather(func(ctx context.Context) {
 			if skip = s.crashUnsupported(); skip != "" {
 				return
 			}
@@ -102,17 +97,17 @@ func (s *state) crashAfterAck() {
 			before = play.DeliverUntilTerminal(ctx, 1, ev)
 			var err error
 			rowsBefore, err = play.StateRows(ctx)
-			Expect(err).NotTo(HaveOccurred())
+			must(err)
 			rec = s.crashAndRestart(ctx)
 			restored, err = play.Effects(ctx, ev)
-			Expect(err).NotTo(HaveOccurred())
+			must(err)
 			rowsAfter, err = play.StateRows(ctx)
-			Expect(err).NotTo(HaveOccurred())
+			must(err)
 			after = play.DeliverUntilTerminal(ctx, 1, ev)
 			effects, err = play.Effects(ctx, ev)
-			Expect(err).NotTo(HaveOccurred())
+			must(err)
 			history = play.History(ev)
-		}, sc.timeout())
+		})
 
 		sc.judgedRule(fixtures.CrashRecoveryAppliedSurvives, func() judgement {
 			if skip != "" {
@@ -179,13 +174,12 @@ var stalls = []stall{
 // The crash disarms the sleeps (see harness.Run.CrashServer), so a first
 // attempt that reaches the server only after the restart is not held.
 func sleepAtEffect(ctx context.Context, play *harness.Play, events []adapters.Event, hold time.Duration) (func(context.Context) (int, error), string, func(context.Context) error, string) {
-	GinkgoHelper()
 	sleep := max(crashSleep, hold)
 	sleeps := make([]*faults.Fault, len(events))
 	for i, ev := range events {
 		var err error
 		sleeps[i], err = play.Arm(ctx, faults.Plan{Namespace: ev.Namespace, ID: ev.ID, Times: 1, Point: faults.AtEffect, Action: faults.Sleep, Sleep: sleep})
-		Expect(err).NotTo(HaveOccurred())
+		must(err)
 	}
 	held := func(ctx context.Context) (int, error) {
 		fired := 0
@@ -208,9 +202,8 @@ func sleepAtEffect(ctx context.Context, play *harness.Play, events []adapters.Ev
 // delivery stalls at its first write to its deduplication state, after
 // whatever it committed before that write.
 func holdWrites(ctx context.Context, play *harness.Play, _ []adapters.Event, _ time.Duration) (func(context.Context) (int, error), string, func(context.Context) error, string) {
-	GinkgoHelper()
 	h, err := play.HoldWrites(ctx)
-	Expect(err).NotTo(HaveOccurred())
+	must(err)
 	if h == nil {
 		return nil, "", nil, "the implementation keeps no table in the schema the harness gave it, so the harness has no write of it to hold"
 	}
@@ -247,12 +240,12 @@ type flight struct {
 
 // deliverAll starts deliver for every event at once, each on a goroutine
 // of its own.
-func deliverAll(fs []*inFlight, deliver func(*inFlight)) *flight {
+func (s *state) deliverAll(fs []*inFlight, deliver func(*inFlight)) *flight {
 	fl := &flight{}
 	for _, f := range fs {
 		fl.done.Add(1)
 		go func() {
-			defer GinkgoRecover()
+			defer s.recoverGather()
 			defer fl.done.Done()
 			fl.started.Add(1)
 			deliver(f)
@@ -278,12 +271,11 @@ func (fl *flight) wait() { fl.done.Wait() }
 // long the slowest delivery took, which says how long a delivery takes to
 // reach the database under that load, and how many were held at once.
 func (s *state) warmUp(ctx context.Context, play *harness.Play, fs []*inFlight) (slowest time.Duration, atOnce int) {
-	GinkgoHelper()
 	// Built first, so that building one (an implementation's migrations,
 	// say) does not wait for the deliveries the warm-up holds.
 	for _, n := range []int{1, 2} {
 		_, err := play.Instance(ctx, n)
-		Expect(err).NotTo(HaveOccurred(), "build instance %d", n)
+		must(err, "build instance %d", n)
 	}
 	_, limit := stallTiming(s.cfg.deliveryTimeout, 0)
 	events := make([]adapters.Event, len(fs))
@@ -291,15 +283,15 @@ func (s *state) warmUp(ctx context.Context, play *harness.Play, fs []*inFlight) 
 		events[i] = f.ev
 	}
 	gate, err := play.GateEffects(ctx, events, limit)
-	Expect(err).NotTo(HaveOccurred(), "hold the warm-up deliveries at their effects")
-	fl := deliverAll(fs, func(f *inFlight) {
+	must(err, "hold the warm-up deliveries at their effects")
+	fl := s.deliverAll(fs, func(f *inFlight) {
 		f.attempts = play.DeliverUntilTerminal(ctx, f.worker, f.ev)
 	})
 	atOnce, heldErr := awaitStall(ctx, gate.Waiting, fl, len(fs), stallSettleMin, 0, limit)
 	releaseErr := gate.Open(ctx)
 	fl.wait()
-	Expect(heldErr).NotTo(HaveOccurred(), "count the warm-up deliveries held at their effects")
-	Expect(releaseErr).NotTo(HaveOccurred(), "release the warm-up deliveries")
+	must(heldErr, "count the warm-up deliveries held at their effects")
+	must(releaseErr, "release the warm-up deliveries")
 	for _, f := range fs {
 		for _, a := range f.attempts {
 			slowest = max(slowest, a.Ended-a.Started)
@@ -332,7 +324,7 @@ func stallTiming(deliveryTimeout, slowestWarmUp time.Duration) (settle, limit ti
 // held by st, then redelivers every event that is not acknowledged to the
 // worker that had it.
 func (s *state) crashInFlight(st stall) {
-	Describe("with deliveries in flight, "+st.name, Ordered, ContinueOnFailure, func() {
+	s.group("with deliveries in flight, "+st.name, func() {
 		var (
 			skip            string
 			what            string
@@ -355,7 +347,7 @@ func (s *state) crashInFlight(st stall) {
 		_, stallLimit := stallTiming(s.cfg.deliveryTimeout, 0)
 		sc := s.scenario(fixtures.CrashRecovery+" / with deliveries in flight, "+st.name,
 			work{calls: 3, waits: 2*stallLimit + restartBudget}.plus(untilTerminal(2)))
-		BeforeAll(func(ctx SpecContext) {
+		sc.gather(func(ctx context.Context) {
 			if skip = s.crashUnsupported(); skip != "" {
 				return
 			}
@@ -374,7 +366,7 @@ func (s *state) crashInFlight(st stall) {
 			}
 
 			began := time.Now()
-			fl := deliverAll(flying, func(f *inFlight) {
+			fl := s.deliverAll(flying, func(f *inFlight) {
 				f.attempts = []harness.Attempt{play.Deliver(ctx, f.worker, f.ev)}
 			})
 			settle, limit := stallTiming(s.cfg.deliveryTimeout, slowestWarmUp)
@@ -398,16 +390,16 @@ func (s *state) crashInFlight(st stall) {
 				}
 			}
 			redelivered = len(unacked)
-			deliverAll(unacked, func(f *inFlight) {
+			s.deliverAll(unacked, func(f *inFlight) {
 				f.attempts = play.RedeliverUntilTerminal(ctx, f.worker, f.ev, f.attempts)
 			}).wait()
 			for _, f := range all {
 				var err error
 				f.effects, err = play.Effects(ctx, f.ev)
-				Expect(err).NotTo(HaveOccurred())
+				must(err)
 				f.history = play.History(f.ev)
 			}
-		}, sc.timeout())
+		})
 
 		sc.judgedRule(fixtures.CrashRecoveryInFlightExactlyOnce, func() judgement {
 			if skip != "" {

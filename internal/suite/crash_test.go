@@ -296,7 +296,7 @@ func TestCrashRecoveryInAContainer(t *testing.T) {
 // when the run finds no server of that kind (see skipWithoutServer).
 func runCrashCase(t *testing.T, name string, c crashCase, kind provision.Kind) {
 	t.Helper()
-	cert, output, elapsed := runTestChild(t, "TestCrashChild", []string{"-ginkgo.label-filter=fixture:" + fixtures.CrashRecovery},
+	cert, output, elapsed := runTestChild(t, "TestCrashChild", []string{runFixtures("TestCrashChild", fixtures.CrashRecovery)},
 		[]string{"HARMLESS_DSN=", "DATABASE_URL=", "HARMLESS_PROVISION=" + string(kind), crashChildEnv + "=" + name}, 0, 1)
 	skipWithoutServer(t, kind, cert.Error)
 	t.Logf("the crash-recovery fixture against %s on a %s took %s (the child process %s)",

@@ -1,11 +1,9 @@
 package suite
 
 import (
+	"context"
 	"fmt"
 	"strings"
-
-	. "github.com/onsi/ginkgo/v2"
-	. "github.com/onsi/gomega"
 
 	"github.com/harmless-dev/harmless/adapters"
 	"github.com/harmless-dev/harmless/fixtures"
@@ -32,7 +30,7 @@ func newEvent(fixture, id string) adapters.Event {
 }
 
 func (s *state) doubleDelivery() {
-	Describe(fixtures.DoubleDelivery, Label("fixture:"+fixtures.DoubleDelivery), Ordered, ContinueOnFailure, func() {
+	s.describeFixture(fixtures.DoubleDelivery, func() {
 		var (
 			ev      = newEvent(fixtures.DoubleDelivery, "1")
 			first   []harness.Attempt
@@ -48,7 +46,7 @@ func (s *state) doubleDelivery() {
 		// Three instances to build, then twelve deliveries one after
 		// another.
 		sc := s.scenario(fixtures.DoubleDelivery, work{calls: 3}.plus(untilTerminal(2+redeliveries)))
-		BeforeAll(func(ctx SpecContext) {
+		sc.gather(func(ctx context.Context) {
 			play := sc.begin(ctx)
 			sc.at("the first delivery")
 			first = play.DeliverUntilTerminal(ctx, 1, ev)
@@ -62,10 +60,10 @@ func (s *state) doubleDelivery() {
 			}
 			var err error
 			effects, err = play.Effects(ctx, ev)
-			Expect(err).NotTo(HaveOccurred())
+			must(err)
 			all = play.History(ev)
 			rows, rowsErr = play.StateRows(ctx)
-		}, sc.timeout())
+		})
 
 		sc.rule(fixtures.DoubleDeliveryFirstApplied, func() []string {
 			last := first[len(first)-1]

@@ -9,8 +9,6 @@ import (
 	"testing"
 	"unicode/utf8"
 
-	"github.com/onsi/ginkgo/v2/types"
-
 	"github.com/harmless-dev/harmless/fixtures"
 	"github.com/harmless-dev/harmless/suite/certificate"
 )
@@ -35,14 +33,10 @@ func failedRule(t *testing.T, id string, variants map[string][]string) certifica
 		specs = append(specs, &specRecord{
 			rule:    r,
 			where:   r.Fixture + " / " + variant,
-			outcome: outcomeFail,
+			state:   specFailed,
 			message: msg,
 			judged:  judgement{problems: problems},
-			report: &types.SpecReport{
-				LeafNodeType: types.NodeTypeIt,
-				State:        types.SpecStateFailed,
-				Failure:      types.Failure{Message: certificate.RuleResult{Message: msg}.Excerpt(ginkgoExcerptLines, ginkgoEvidence)},
-			},
+			checked: true,
 		})
 	}
 	results := ruleResults([]fixtures.Rule{r}, specs)

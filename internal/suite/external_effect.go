@@ -8,9 +8,6 @@ import (
 	"sync"
 	"time"
 
-	. "github.com/onsi/ginkgo/v2"
-	. "github.com/onsi/gomega"
-
 	"github.com/harmless-dev/harmless/adapters"
 	"github.com/harmless-dev/harmless/faults"
 	"github.com/harmless-dev/harmless/fixtures"
@@ -82,8 +79,7 @@ func (x *extPlay) event(id string) adapters.Event {
 // judges: x.destFault("what")(x.dest.Fail(...)).
 func (x *extPlay) destFault(what string) func(*destination.Fault, error) *destination.Fault {
 	return func(f *destination.Fault, err error) *destination.Fault {
-		GinkgoHelper()
-		Expect(err).NotTo(HaveOccurred(), "plan "+what)
+		must(err, "plan "+what)
 		x.planned = append(x.planned, extFault{what: what + " (" + f.Kind() + ")", fired: f.Fired})
 		return f
 	}
@@ -164,7 +160,7 @@ var extVariants = []extVariant{
 	{name: "the implementation stopped between its commit and its send", inconclusive: true, play: func(ctx context.Context, x *extPlay) {
 		ev := x.event("stopped")
 		_, err := x.play.Instance(ctx, 1)
-		Expect(err).NotTo(HaveOccurred(), "build instance 1")
+		must(err, "build instance 1")
 		hold := x.destFault("hold request 1, then drop it unprocessed")(x.dest.Hold(ev, 1))
 		x.sc.at("the delivery whose send is held")
 		delivered := make(chan harness.Attempt, 1)
@@ -204,7 +200,7 @@ var extVariants = []extVariant{
 	{name: "the transaction fails at COMMIT after the external call", play: func(ctx context.Context, x *extPlay) {
 		ev := x.event("rolled-back")
 		f, err := x.play.Arm(ctx, faults.Plan{Namespace: ev.Namespace, ID: ev.ID, Times: 1, Point: faults.AtCommit, Action: faults.Raise})
-		Expect(err).NotTo(HaveOccurred())
+		must(err)
 		x.planned = append(x.planned, extFault{what: f.String(), fired: func(ctx context.Context) (int64, error) { return x.play.Fired(ctx, f) }})
 		x.untilTerminal(ctx, 1, ev)
 		x.play.Deliver(ctx, 2, ev)
@@ -233,9 +229,9 @@ func (x *extPlay) sendWait() time.Duration {
 }
 
 func (s *state) externalEffect() {
-	Describe(fixtures.ExternalEffect, Label("fixture:"+fixtures.ExternalEffect), Serial, func() {
+	s.describeFixture(fixtures.ExternalEffect, func() {
 		for i, v := range extVariants {
-			Describe(v.name, Ordered, ContinueOnFailure, func() {
+			s.group(v.name, func() {
 				var (
 					x   = &extPlay{s: s, tag: fmt.Sprint(i + 1)}
 					app fixtures.Applicability
@@ -247,19 +243,19 @@ func (s *state) externalEffect() {
 				// the implementation's pace.
 				waits := x.sendWait() + harness.DrainLimit(s.adapter.Declares, s.cfg.deliveryTimeout, 2) + slowAnswer + stopGrace
 				x.sc = s.scenario(fixtures.ExternalEffect+" / "+v.name, work{calls: 2 + 4*2, waits: waits}.plus(untilTerminal(4)))
-				BeforeAll(func(ctx SpecContext) {
+				x.sc.gather(func(ctx context.Context) {
 					if app = s.applies(fixtures.ExternalEffect, nil); !app.Runs {
 						return
 					}
 					x.play = x.sc.begin(ctx)
 					var err error
 					x.dest, err = x.play.OpenDestination(ctx)
-					Expect(err).NotTo(HaveOccurred(), "open the play's destination")
+					must(err, "open the play's destination")
 					v.play(ctx, x)
 					x.sc.at("draining")
 					x.drained, x.drainErr = x.play.Drain(ctx)
 					x.gather(ctx)
-				}, x.sc.timeout())
+				})
 
 				// judge judges a rule of the variant with check, unless the
 				// fixture or the variant does not run, or its planned
@@ -294,20 +290,19 @@ func (s *state) externalEffect() {
 // gather reads what the play left: the destination's records, the
 // ledger, the history and the faults' firings.
 func (x *extPlay) gather(ctx context.Context) {
-	GinkgoHelper()
 	x.records = x.dest.Records()
 	x.effects = map[destination.Identity][]ledger.Entry{}
 	x.history = map[destination.Identity][]harness.Attempt{}
 	for _, ev := range x.events {
 		id := destination.IdentityOf(ev)
 		effects, err := x.play.Effects(ctx, ev)
-		Expect(err).NotTo(HaveOccurred())
+		must(err)
 		x.effects[id] = effects
 		x.history[id] = x.play.History(ev)
 	}
 	for _, f := range x.planned {
 		n, err := f.fired(ctx)
-		Expect(err).NotTo(HaveOccurred())
+		must(err)
 		x.fired = append(x.fired, n)
 	}
 }

@@ -8,9 +8,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	. "github.com/onsi/ginkgo/v2"
-	. "github.com/onsi/gomega"
-
 	"github.com/harmless-dev/harmless/adapters"
 	"github.com/harmless-dev/harmless/faults"
 	"github.com/harmless-dev/harmless/fixtures"
@@ -57,21 +54,21 @@ var claimantVariants = []claimantVariant{
 
 // failedClaimant registers one failed-claimant variant and its rule.
 func (s *state) failedClaimant(v claimantVariant) {
-	Describe(v.name, Ordered, ContinueOnFailure, func() {
+	s.group(v.name, func() {
 		var plays []claimantResult
 		n := min(s.cfg.overlapRounds, claimantRounds)
 		// Two instances to build; every play of every round delivers the
 		// claimant and, at once, the contenders, then redelivers until a
 		// copy is acknowledged; a round is played up to overlapTries times.
 		sc := s.scenario(fixtures.ConcurrentDelivery+" / "+v.name, work{calls: 2 + n*overlapTries*3}.plus(untilTerminal(n*overlapTries)))
-		BeforeAll(func(ctx SpecContext) {
+		sc.gather(func(ctx context.Context) {
 			play := sc.begin(ctx)
 			for round := 1; round <= n && ctx.Err() == nil && !sc.expired(); round++ {
 				sc.at("round %d of %d (%d played)", round, n, round-1)
 				plays = append(plays, s.claimantRound(ctx, play, v, round)...)
 			}
 			s.cfg.logf("concurrent-delivery (%s): %d plays of %d rounds, %d deliveries each", v.name, len(plays), n, s.cfg.contenders)
-		}, sc.timeout())
+		})
 
 		sc.judgedRule(fixtures.ConcurrentDeliveryFailedClaimantNotLost, func() judgement {
 			problems, note, unproven := judgeClaimant(plays)
@@ -131,7 +128,6 @@ type claimantResult struct {
 // play: each is judged, since a lost event is lost whether or not the
 // harness proved the overlap.
 func (s *state) claimantRound(ctx context.Context, play *harness.Play, v claimantVariant, round int) []claimantResult {
-	GinkgoHelper()
 	var plays []claimantResult
 	for try := 1; try <= overlapTries && ctx.Err() == nil; try++ {
 		p := s.playClaimant(ctx, play, v, round, try)
@@ -152,7 +148,6 @@ func (s *state) claimantRound(ctx context.Context, play *harness.Play, v claiman
 // it fails the claimant all the same. Then the broker redelivers, if no
 // copy was acknowledged.
 func (s *state) playClaimant(ctx context.Context, play *harness.Play, v claimantVariant, round, try int) claimantResult {
-	GinkgoHelper()
 	ev := newEvent(fixtures.ConcurrentDelivery, fmt.Sprintf("claimant-%s-%d-%d", v.point, round, try))
 	label := fmt.Sprintf("round %d", round)
 	if try > 1 {
@@ -170,7 +165,7 @@ func (s *state) playClaimant(ctx context.Context, play *harness.Play, v claimant
 	hold := s.cfg.deliveryTimeout / 2
 	var err error
 	p.sleep, err = play.Arm(ctx, faults.Plan{Namespace: ev.Namespace, ID: ev.ID, Times: 1, Point: v.point, Action: faults.SleepThenRaise, Sleep: hold})
-	Expect(err).NotTo(HaveOccurred())
+	must(err)
 	// Build both workers first, so that construction is not part of the
 	// play. A factory failure shows up in the attempts.
 	for worker := 1; worker <= 2; worker++ {
@@ -182,25 +177,25 @@ func (s *state) playClaimant(ctx context.Context, play *harness.Play, v claimant
 	p.claimantWorker = workers[order[0]]
 	claimantDone := make(chan harness.Attempt)
 	go func() {
-		defer GinkgoRecover()
+		defer s.recoverGather()
 		defer close(claimantDone)
 		p.claimant = play.Deliver(ctx, p.claimantWorker, ev)
 	}()
 	p.slept, err = s.awaitFired(ctx, play, p.sleep, claimantDone)
-	Expect(err).NotTo(HaveOccurred())
+	must(err)
 
-	race := releaseContenders(ctx, play, ev, order[1:], workers, p.slept == 0)
+	race := s.releaseContenders(ctx, play, ev, order[1:], workers, p.slept == 0)
 	if p.slept > 0 {
 		p.watch, err = watchContenders(ctx, play, len(order)-1, race.answeredSoFar, claimantDone, hold*3/4)
-		Expect(err).NotTo(HaveOccurred())
+		must(err)
 		race.failing.Store(true)
 		p.cancelled, err = play.CancelSleeping(ctx)
-		Expect(err).NotTo(HaveOccurred())
+		must(err)
 	}
 	select {
 	case <-claimantDone:
 	case <-ctx.Done():
-		Fail(fmt.Sprintf("%s: the claimant's delivery of %s did not return before the fixture's timeout", p.label, ev))
+		must(fmt.Errorf("%s: the claimant's delivery of %s did not return before the fixture's timeout", p.label, ev))
 	}
 	race.done.Wait()
 	p.contenders = race.results
@@ -210,10 +205,10 @@ func (s *state) playClaimant(ctx context.Context, play *harness.Play, v claimant
 		p.redelivered = play.RedeliverUntilTerminal(ctx, p.claimantWorker, ev, []harness.Attempt{p.claimant})[1:]
 	}
 	p.effects, err = play.Effects(ctx, ev)
-	Expect(err).NotTo(HaveOccurred())
+	must(err)
 	p.history = play.History(ev)
 	p.slept, err = play.Fired(ctx, p.sleep)
-	Expect(err).NotTo(HaveOccurred())
+	must(err)
 	return p
 }
 
@@ -231,8 +226,7 @@ type contenderRace struct {
 // releaseContenders delivers ev once to each of contenders, contender c to
 // worker workers[c], all released together. failing says whether the
 // claimant has failed already.
-func releaseContenders(ctx context.Context, play *harness.Play, ev adapters.Event, contenders, workers []int, failing bool) *contenderRace {
-	GinkgoHelper()
+func (s *state) releaseContenders(ctx context.Context, play *harness.Play, ev adapters.Event, contenders, workers []int, failing bool) *contenderRace {
 	r := &contenderRace{results: make([]contender, len(contenders))}
 	r.failing.Store(failing)
 	var ready sync.WaitGroup
@@ -241,7 +235,7 @@ func releaseContenders(ctx context.Context, play *harness.Play, ev adapters.Even
 		ready.Add(1)
 		r.done.Add(1)
 		go func() {
-			defer GinkgoRecover()
+			defer s.recoverGather()
 			defer r.done.Done()
 			ready.Done()
 			<-release

@@ -4,9 +4,6 @@ import (
 	"context"
 	"fmt"
 
-	. "github.com/onsi/ginkgo/v2"
-	. "github.com/onsi/gomega"
-
 	"github.com/harmless-dev/harmless/adapters"
 	"github.com/harmless-dev/harmless/faults"
 	"github.com/harmless-dev/harmless/faults/pgproxy"
@@ -44,9 +41,8 @@ type planned struct {
 
 func dbFailure(point faults.Point, action faults.Action) func(context.Context, *harness.Play, adapters.Event) planned {
 	return func(ctx context.Context, play *harness.Play, ev adapters.Event) planned {
-		GinkgoHelper()
 		f, err := play.Arm(ctx, faults.Plan{Namespace: ev.Namespace, ID: ev.ID, Times: 1, Point: point, Action: action})
-		Expect(err).NotTo(HaveOccurred())
+		must(err)
 		return planned{what: f.String(), fired: func(ctx context.Context) (int64, error) { return play.Fired(ctx, f) }}
 	}
 }
@@ -64,9 +60,8 @@ func hookFailure(action hooks.Action) func(context.Context, *harness.Play, adapt
 // that applies the effect.
 func proxyFailure(at pgproxy.Point, n int) func(context.Context, *harness.Play, adapters.Event) planned {
 	return func(ctx context.Context, play *harness.Play, _ adapters.Event) planned {
-		GinkgoHelper()
 		proxy, err := play.UseProxy(ctx)
-		Expect(err).NotTo(HaveOccurred())
+		must(err)
 		_, _ = play.Instance(ctx, 1) // built before the fault is armed
 		rule := pgproxy.Rule{
 			Scope: pgproxy.Scope{ApplicationNamePrefix: play.AppNamePrefix() + "w1"},
@@ -76,7 +71,7 @@ func proxyFailure(at pgproxy.Point, n int) func(context.Context, *harness.Play, 
 			rule.Within = ledger.TableName
 		}
 		f, err := proxy.Arm(rule)
-		Expect(err).NotTo(HaveOccurred())
+		must(err)
 		return planned{
 			what:       f.String(),
 			fired:      f.Fired,
@@ -101,9 +96,9 @@ var failures = []failure{
 }
 
 func (s *state) failureAfterMarker() {
-	Describe(fixtures.FailureAfterMarker, Label("fixture:"+fixtures.FailureAfterMarker), Serial, func() {
+	s.describeFixture(fixtures.FailureAfterMarker, func() {
 		for i, f := range failures {
-			Describe(f.name, Ordered, ContinueOnFailure, func() {
+			s.group(f.name, func() {
 				var (
 					ev              = newEvent(fixtures.FailureAfterMarker, fmt.Sprint(i+1))
 					after           = newEvent(fixtures.FailureAfterMarker, fmt.Sprintf("%d-after", i+1))
@@ -121,7 +116,7 @@ func (s *state) failureAfterMarker() {
 				// redeliveries until terminal and, after a killed
 				// connection, a new event until terminal.
 				sc := s.scenario(fixtures.FailureAfterMarker+" / "+f.name, work{calls: 1}.plus(untilTerminal(2)))
-				BeforeAll(func(ctx SpecContext) {
+				sc.gather(func(ctx context.Context) {
 					play := sc.begin(ctx)
 					// Only an instance knows where it applies the effect;
 					// one that cannot be built fails its first delivery
@@ -139,14 +134,14 @@ func (s *state) failureAfterMarker() {
 					what = plan.what
 					first = play.Deliver(ctx, 1, ev)
 					if plan.settle != nil {
-						Expect(plan.settle(ctx)).To(Succeed())
+						must(plan.settle(ctx))
 					}
 					tries = play.RedeliverUntilTerminal(ctx, 1, ev, []harness.Attempt{first})
 					var err error
 					fired, err = plan.fired(ctx)
-					Expect(err).NotTo(HaveOccurred())
+					must(err)
 					effects, err = play.Effects(ctx, ev)
-					Expect(err).NotTo(HaveOccurred())
+					must(err)
 					history = play.History(ev)
 					if fired == 0 && plan.statements != nil {
 						if inTx, auto := plan.statements(); inTx == 0 && auto > 0 {
@@ -156,10 +151,10 @@ func (s *state) failureAfterMarker() {
 					if f.kills {
 						next = play.DeliverUntilTerminal(ctx, 1, after)
 						nextFx, err = play.Effects(ctx, after)
-						Expect(err).NotTo(HaveOccurred())
+						must(err)
 						crashes = play.CrashesOf(1)
 					}
-				}, sc.timeout())
+				})
 
 				// notFired judges a play whose fault did not fire: it is
 				// inconclusive where the implementation gave the fault no

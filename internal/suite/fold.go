@@ -5,11 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-	"strings"
 	"time"
-
-	"github.com/onsi/ginkgo/v2"
-	"github.com/onsi/ginkgo/v2/types"
 
 	"github.com/harmless-dev/harmless/fixtures"
 	"github.com/harmless-dev/harmless/internal/redact"
@@ -18,8 +14,8 @@ import (
 
 // This file folds what a registration recorded into its certificate: the
 // rules' verdicts (folded from the specs' typed records, see verdicts.go),
-// the status, an interruption, and the masking of secrets. The certificate's model and its reports are package
-// certificate's.
+// the status, an interruption, and the masking of secrets. The
+// certificate's model and its reports are package certificate's.
 
 // certificate builds the registration's certificate from its records.
 func (s *state) certificate() certificate.Certificate {
@@ -51,11 +47,8 @@ func (s *state) certificate() certificate.Certificate {
 	cert.Status = status(cert.Error, cert.Rules)
 	cert.Certified = cert.Status == certificate.StatusCertified
 	cert.Verified = certificate.Verify(cert.Declared, cert.Rules)
-	for _, rec := range s.order {
-		if rec.report != nil && rec.report.State == types.SpecStateInterrupted {
-			interrupt(&cert, "Interrupted")
-			break
-		}
+	if s.interrupted != "" {
+		interrupt(&cert, s.interrupted)
 	}
 	if s.cancelled {
 		interrupt(&cert, fmt.Sprintf("cancelled: %v", context.Cause(s.ctx)))
@@ -97,22 +90,6 @@ func masked(c certificate.Certificate, secrets *redact.Redactor) certificate.Cer
 		c.Crashes[i].First = secrets.String(cr.First)
 	}
 	return c
-}
-
-// interruption says why the run of report was interrupted (a signal), or
-// "" when it was not.
-func interruption(report ginkgo.Report) string {
-	for _, reason := range report.SpecialSuiteFailureReasons {
-		if strings.HasPrefix(reason, "Interrupted") {
-			return reason
-		}
-	}
-	for _, sr := range report.SpecReports {
-		if sr.State == types.SpecStateInterrupted {
-			return "Interrupted"
-		}
-	}
-	return ""
 }
 
 // status decides a certificate's overall verdict: not-certified when the

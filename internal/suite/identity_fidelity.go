@@ -1,10 +1,9 @@
 package suite
 
 import (
+	"context"
 	"fmt"
 	"strings"
-
-	. "github.com/onsi/ginkgo/v2"
 
 	"github.com/harmless-dev/harmless/adapters"
 	"github.com/harmless-dev/harmless/fixtures"
@@ -111,7 +110,7 @@ func kept(plays []pairResult) (problems []string, note string) {
 }
 
 func (s *state) identityFidelity() {
-	Describe(fixtures.IdentityFidelity, Label("fixture:"+fixtures.IdentityFidelity), Ordered, ContinueOnFailure, func() {
+	s.describeFixture(fixtures.IdentityFidelity, func() {
 		rules := fidelityRules()
 		plays := make([][]pairResult, len(rules))
 		var all []identityPair
@@ -119,14 +118,14 @@ func (s *state) identityFidelity() {
 			all = append(all, r.pairs...)
 		}
 		sc := s.scenario(fixtures.IdentityFidelity, pairWork(len(all), true))
-		BeforeAll(func(ctx SpecContext) {
+		sc.gather(func(ctx context.Context) {
 			play := sc.begin(ctx)
 			sc.at("%d pairs, %d at a time", len(all), pairParallelism)
 			played := s.playPairs(ctx, play, all, true)
 			for i, r := range rules {
 				plays[i], played = played[:len(r.pairs)], played[len(r.pairs):]
 			}
-		}, sc.timeout())
+		})
 
 		for i, r := range rules {
 			sc.noteRule(r.id, func() ([]string, string) { return kept(plays[i]) })

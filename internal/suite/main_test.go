@@ -8,9 +8,11 @@ import (
 	"github.com/harmless-dev/harmless/internal/pgtest"
 )
 
-// TestMain runs the package's tests. Ginkgo allows one RunSpecs per process,
-// so a run of the suite against a misbehaving adapter happens in a child
-// process of this test binary (see TestMisbehavingImplementations): when
+// TestMain runs the package's tests. A run of the suite against a
+// misbehaving adapter happens in a child process of this test binary (see
+// TestMisbehavingImplementations), so that what it leaves behind (the
+// goroutines of calls that hung, a crashed child's output) ends with it
+// and its exit code and output can be judged whole: when
 // childAdapterEnv is set, only TestMisbehavingChild runs, whatever -test.run
 // says.
 func TestMain(m *testing.M) {

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -220,7 +221,7 @@ func runTestChild(t *testing.T, test string, args, env []string, codes ...int) (
 	path := filepath.Join(t.TempDir(), "certificate.json")
 	ctx, cancel := context.WithTimeout(t.Context(), childLimit)
 	defer cancel()
-	args = append([]string{"-test.run=^" + test + "$", "-test.v", "-test.count=1", "-ginkgo.no-color", "-test.timeout=" + childTimeout.String()}, args...)
+	args = append([]string{"-test.run=^" + test + "$", "-test.v", "-test.count=1", "-test.timeout=" + childTimeout.String()}, args...)
 	cmd := exec.CommandContext(ctx, os.Args[0], args...)
 	cmd.Env = append(append(os.Environ(), env...), childCertEnv+"="+path)
 	cmd.WaitDelay = 10 * time.Second
@@ -326,4 +327,24 @@ func tail(s string, n int) string {
 		lines = append([]string{"..."}, lines[len(lines)-n:]...)
 	}
 	return strings.Join(lines, "\n")
+}
+
+// runFixtures is the -test.run flag of a child that runs test and, of the
+// suite's rules, only those of the fixtures ids.
+func runFixtures(test string, ids ...string) string {
+	quoted := make([]string, len(ids))
+	for i, id := range ids {
+		quoted[i] = regexp.QuoteMeta(id)
+	}
+	return "-test.run=^" + test + "$/^(" + strings.Join(quoted, "|") + ")$"
+}
+
+// runRule is the -test.run flag of a child that runs test and, of the
+// suite's rules, only rule id.
+func runRule(test, id string) string {
+	r, err := fixtures.Lookup(id)
+	if err != nil {
+		panic(err)
+	}
+	return "-test.run=^" + test + "$/^" + regexp.QuoteMeta(r.Fixture) + "$/^" + regexp.QuoteMeta(ruleSubtest(r.ID, r.Fixture)) + "$"
 }

@@ -1,10 +1,9 @@
 package suite
 
 import (
+	"context"
 	"fmt"
 	"strings"
-
-	. "github.com/onsi/ginkgo/v2"
 
 	"github.com/harmless-dev/harmless/adapters"
 	"github.com/harmless-dev/harmless/fixtures"
@@ -126,18 +125,18 @@ func unambiguous(plays []pairResult) (problems []string, note string) {
 }
 
 func (s *state) namespaceIsolation() {
-	Describe(fixtures.NamespaceIsolation, Label("fixture:"+fixtures.NamespaceIsolation), Ordered, ContinueOnFailure, func() {
+	s.describeFixture(fixtures.NamespaceIsolation, func() {
 		var sameID pairResult
 		var joined []pairResult
 		same, pairs := namespacePairs()
 		all := append([]identityPair{same}, pairs...)
 		sc := s.scenario(fixtures.NamespaceIsolation, pairWork(len(all), false))
-		BeforeAll(func(ctx SpecContext) {
+		sc.gather(func(ctx context.Context) {
 			play := sc.begin(ctx)
 			sc.at("%d pairs, %d at a time", len(all), pairParallelism)
 			plays := s.playPairs(ctx, play, all, false)
 			sameID, joined = plays[0], plays[1:]
-		}, sc.timeout())
+		})
 
 		sc.rule(fixtures.NamespaceIsolationSameID, func() []string {
 			if p := sameID.problem(); p != "" {

@@ -1,10 +1,10 @@
 package suite
 
 import (
+	"slices"
 	"time"
 
-	"github.com/onsi/ginkgo/v2/types"
-
+	"github.com/harmless-dev/harmless/fixtures"
 	"github.com/harmless-dev/harmless/internal/harness"
 	"github.com/harmless-dev/harmless/internal/provision"
 	"github.com/harmless-dev/harmless/suite/certificate"
@@ -32,8 +32,9 @@ type config struct {
 	// budget, when set, replaces every scenario's budget: the harness's
 	// own tests use it to make a budget run out.
 	budget time.Duration
-	// ginkgo changes the configuration of a suite Run or Certify hosts.
-	ginkgo []func(*types.SuiteConfig, *types.ReporterConfig)
+	// rules, when not nil, are the ids of the only rules the run plays
+	// (see WithRules).
+	rules []string
 }
 
 func newConfig(opts []Option) config {
@@ -146,8 +147,9 @@ func WithFixtureProgress(fn func(FixtureProgress)) Option {
 // WithSeed sets the seed of the suite's random choices, recorded in the
 // certificate so that a run can be repeated: the order in which the
 // concurrent-delivery fixture starts its contenders and which of the two
-// workers each one is delivered to. Without it the suite uses Ginkgo's
-// random seed (GinkgoRandomSeed, set with -ginkgo.seed).
+// workers each one is delivered to. Without it the suite picks one at
+// random; under [Register], Ginkgo's random seed (GinkgoRandomSeed, set
+// with -ginkgo.seed).
 func WithSeed(seed uint64) Option {
 	return func(c *config) { c.seed, c.seedSet = seed, true }
 }
@@ -157,4 +159,24 @@ func WithSeed(seed uint64) Option {
 // it out, and so does their certificate.
 func WithProtocol(p certificate.Protocol) Option {
 	return func(c *config) { c.protocol = &p }
+}
+
+// WithRules makes [Certify] and [RunWith] play only the rules ids, and
+// the scenarios that judge them; the other rules are skipped in the
+// certificate. [Register] ignores it: Ginkgo's label filters select there.
+func WithRules(ids []string) Option {
+	return func(c *config) { c.rules = slices.Clone(ids) }
+}
+
+// WithFixtures makes [Certify] and [RunWith] play only the rules of the
+// fixtures ids (see [WithRules]).
+func WithFixtures(ids ...string) Option {
+	return func(c *config) {
+		c.rules = []string{}
+		for _, r := range fixtures.Rules() {
+			if slices.Contains(ids, r.Fixture) {
+				c.rules = append(c.rules, r.ID)
+			}
+		}
+	}
 }

@@ -6,9 +6,6 @@ import (
 	"strings"
 	"sync"
 
-	. "github.com/onsi/ginkgo/v2"
-	. "github.com/onsi/gomega"
-
 	"github.com/harmless-dev/harmless/adapters"
 	"github.com/harmless-dev/harmless/internal/harness"
 )
@@ -48,7 +45,6 @@ func pairWork(n int, redeliver bool) work {
 
 // playPairs plays every pair (see playPair), pairParallelism at a time.
 func (s *state) playPairs(ctx context.Context, play *harness.Play, pairs []identityPair, redeliver bool) []pairResult {
-	GinkgoHelper()
 	// Build both workers first, so that construction is not part of any
 	// pair. A factory failure shows up in the attempts.
 	for worker := 1; worker <= 2; worker++ {
@@ -60,7 +56,7 @@ func (s *state) playPairs(ctx context.Context, play *harness.Play, pairs []ident
 	for i, p := range pairs {
 		wg.Add(1)
 		go func() {
-			defer GinkgoRecover()
+			defer s.recoverGather()
 			defer wg.Done()
 			slots <- struct{}{}
 			defer func() { <-slots }()
@@ -79,7 +75,6 @@ func (s *state) playPairs(ctx context.Context, play *harness.Play, pairs []ident
 // double-delivery's business). A delivery that never became terminal is
 // not repeated: that event has failed already.
 func (s *state) playPair(ctx context.Context, play *harness.Play, p identityPair, redeliver bool) pairResult {
-	GinkgoHelper()
 	r := pairResult{pair: p, a: delivered{ev: p.a}, b: delivered{ev: p.b}}
 	r.a.first = play.DeliverUntilTerminal(ctx, 1, p.a)
 	r.b.first = play.DeliverUntilTerminal(ctx, 2, p.b)
@@ -96,7 +91,7 @@ func (s *state) playPair(ctx context.Context, play *harness.Play, p identityPair
 	for _, d := range []*delivered{&r.a, &r.b} {
 		var err error
 		d.effects, err = play.Effects(ctx, d.ev)
-		Expect(err).NotTo(HaveOccurred())
+		must(err)
 	}
 	return r
 }

@@ -9,9 +9,6 @@ import (
 	"sync"
 	"time"
 
-	. "github.com/onsi/ginkgo/v2"
-	. "github.com/onsi/gomega"
-
 	"github.com/harmless-dev/harmless/adapters"
 	"github.com/harmless-dev/harmless/fixtures"
 	"github.com/harmless-dev/harmless/internal/harness"
@@ -251,7 +248,7 @@ func (s *state) retentionExpiry() {
 	// The fixture needs a window it can play, which the declaration alone
 	// decides: it is known when the tree is built.
 	r := newRetention(s.applies(fixtures.RetentionExpiry, nil), s.adapter.Declares)
-	Describe(fixtures.RetentionExpiry, Label("fixture:"+fixtures.RetentionExpiry), func() {
+	s.describeFixture(fixtures.RetentionExpiry, func() {
 		s.retentionOneEvent(r)
 		s.retentionPurgeRace(r)
 		s.retentionManyWindows(r)
@@ -261,7 +258,7 @@ func (s *state) retentionExpiry() {
 // retentionOneEvent takes one event through its window: it must be kept
 // (and recognised) at t0+W-ε and purged at t0+W+ε.
 func (s *state) retentionOneEvent(r retention) {
-	Describe("one event through its window", Ordered, ContinueOnFailure, func() {
+	s.group("one event through its window", func() {
 		var (
 			ev          = newEvent(fixtures.RetentionExpiry, "window")
 			tl          *timeline
@@ -283,7 +280,7 @@ func (s *state) retentionOneEvent(r retention) {
 		// inside the window and the one after it, each until terminal; two
 		// purges; in real time, two windows of waiting.
 		sc := s.scenario(fixtures.RetentionExpiry+" / one event through its window", work{calls: 2 + 2, waits: r.realTime(2 * (r.window + r.eps))}.plus(untilTerminal(3)))
-		BeforeAll(func(ctx SpecContext) {
+		sc.gather(func(ctx context.Context) {
 			s.cfg.logf("retention-expiry: %s", r)
 			if r.unsupported != "" {
 				return
@@ -293,15 +290,15 @@ func (s *state) retentionOneEvent(r retention) {
 			first = play.DeliverUntilTerminal(ctx, 1, ev)
 			claimedBy = tl.Now()
 
-			Expect(tl.AdvanceTo(ctx, tl.t0.Add(r.window-r.eps))).To(Succeed())
+			must(tl.AdvanceTo(ctx, tl.t0.Add(r.window-r.eps)))
 			inside = r.purge(ctx, play, tl, 1)
 			var err error
 			rowsInside, err = play.StateRows(ctx)
-			Expect(err).NotTo(HaveOccurred())
+			must(err)
 			redelivered = tl.Now()
 			redelivery = play.DeliverUntilTerminal(ctx, 2, ev)
 			effects, err = play.Effects(ctx, ev)
-			Expect(err).NotTo(HaveOccurred())
+			must(err)
 			history = play.History(ev)
 			// A redelivery that claimed the event again (a violation of
 			// kept-inside-window) starts a new window: expiry is judged
@@ -310,15 +307,15 @@ func (s *state) retentionOneEvent(r retention) {
 				reclaimed, claimedBy = true, tl.Now()
 			}
 
-			Expect(tl.AdvanceTo(ctx, claimedBy.Add(r.window+r.eps))).To(Succeed())
+			must(tl.AdvanceTo(ctx, claimedBy.Add(r.window+r.eps)))
 			after = r.purge(ctx, play, tl, 1)
 			rowsAfter, err = play.StateRows(ctx)
-			Expect(err).NotTo(HaveOccurred())
+			must(err)
 			lateAt = tl.Now()
 			late = play.DeliverUntilTerminal(ctx, 2, ev)
 			s.cfg.logf("retention-expiry (one event): %d rows after the purge at %s, %d after the purge at %s; %s",
 				rowsInside, tl.at(inside.at), rowsAfter, tl.at(after.at), lateNote(tl, ev, lateAt, late))
-		}, sc.timeout())
+		})
 
 		sc.judgedRule(fixtures.RetentionExpiryKeptInsideWindow, func() judgement {
 			if j := r.applies(); j.final() {
@@ -404,7 +401,7 @@ func lateNote(tl *timeline, ev adapters.Event, at time.Time, late []harness.Atte
 // retentionPurgeRace purges, again and again, while events claimed half a
 // window ago are redelivered: the purges must remove only expired markers.
 func (s *state) retentionPurgeRace(r retention) {
-	Describe("purge while redeliveries run", Ordered, ContinueOnFailure, func() {
+	s.group("purge while redeliveries run", func() {
 		var (
 			tl                *timeline
 			setup             []string // initial deliveries that were not Applied
@@ -423,7 +420,7 @@ func (s *state) retentionPurgeRace(r retention) {
 		// waiting.
 		sc := s.scenario(fixtures.RetentionExpiry+" / purge while redeliveries run",
 			work{calls: 2 + retentionPurges, waits: r.realTime(r.window + r.eps)}.plus(untilTerminal(2*retentionBatch+retentionRedeliveries)))
-		BeforeAll(func(ctx SpecContext) {
+		sc.gather(func(ctx context.Context) {
 			if r.unsupported != "" {
 				return
 			}
@@ -436,7 +433,7 @@ func (s *state) retentionPurgeRace(r retention) {
 				}
 			}
 			oldBy = tl.Now()
-			Expect(tl.AdvanceTo(ctx, oldBy.Add(r.window/2))).To(Succeed())
+			must(tl.AdvanceTo(ctx, oldBy.Add(r.window/2)))
 			recentFrom = tl.Now()
 			for i := range retentionBatch {
 				ev := newEvent(fixtures.RetentionExpiry, fmt.Sprintf("recent-%d", i+1))
@@ -449,7 +446,7 @@ func (s *state) retentionPurgeRace(r retention) {
 			}
 			// The old events are now past the window, the recent ones
 			// half a window and ε inside it.
-			Expect(tl.AdvanceTo(ctx, oldBy.Add(r.window+r.eps))).To(Succeed())
+			must(tl.AdvanceTo(ctx, oldBy.Add(r.window+r.eps)))
 
 			// Build worker 2 before the race, so that construction is not
 			// part of it. A factory failure shows up in the attempts.
@@ -460,7 +457,7 @@ func (s *state) retentionPurgeRace(r retention) {
 			ready.Add(1 + len(recent))
 			done.Add(1 + len(recent))
 			go func() {
-				defer GinkgoRecover()
+				defer s.recoverGather()
 				defer done.Done()
 				ready.Done()
 				<-release
@@ -470,7 +467,7 @@ func (s *state) retentionPurgeRace(r retention) {
 			}()
 			for i, ev := range recent {
 				go func() {
-					defer GinkgoRecover()
+					defer s.recoverGather()
 					defer done.Done()
 					ready.Done()
 					<-release
@@ -487,7 +484,7 @@ func (s *state) retentionPurgeRace(r retention) {
 
 			for _, ev := range recent {
 				fx, err := play.Effects(ctx, ev)
-				Expect(err).NotTo(HaveOccurred())
+				must(err)
 				effects = append(effects, fx)
 				histories = append(histories, play.History(ev))
 			}
@@ -497,7 +494,7 @@ func (s *state) retentionPurgeRace(r retention) {
 			}
 			s.cfg.logf("retention-expiry (purge race): %d purges %s reported %d removed while %d redeliveries of %d recent events ran",
 				len(purges), tl.span(raceFrom, raceBy), removed, len(recent)*retentionRedeliveries, len(recent))
-		}, sc.timeout())
+		})
 
 		sc.judgedRule(fixtures.RetentionExpiryConcurrentPurge, func() judgement {
 			if j := r.applies(); j.final() {
@@ -567,7 +564,7 @@ type windowStep struct {
 // new events every quarter window, each step followed by a purge: the
 // stored state must stay bounded by the window.
 func (s *state) retentionManyWindows(r retention) {
-	Describe("many windows", Ordered, ContinueOnFailure, func() {
+	s.group("many windows", func() {
 		var (
 			tl    *timeline
 			steps []windowStep
@@ -583,7 +580,7 @@ func (s *state) retentionManyWindows(r retention) {
 		// terminal, and purges; in real time, a quarter window between
 		// steps.
 		sc := s.scenario(fixtures.RetentionExpiry+" / many windows", work{calls: 1 + r.steps, waits: r.realTime(time.Duration(r.steps) * r.window / stepsPerWindow)}.plus(untilTerminal(r.steps*stepEvents)))
-		BeforeAll(func(ctx SpecContext) {
+		sc.gather(func(ctx context.Context) {
 			if r.unsupported != "" {
 				return
 			}
@@ -591,7 +588,7 @@ func (s *state) retentionManyWindows(r retention) {
 			tl = newTimeline(play, nil, 0)
 			for i := range r.steps {
 				sc.at("step %d of %d", i+1, r.steps)
-				Expect(tl.AdvanceTo(ctx, tl.t0.Add(time.Duration(i)*r.window/stepsPerWindow))).To(Succeed())
+				must(tl.AdvanceTo(ctx, tl.t0.Add(time.Duration(i)*r.window/stepsPerWindow)))
 				st := windowStep{at: tl.Now()}
 				for j := range stepEvents {
 					ev := newEvent(fixtures.RetentionExpiry, fmt.Sprintf("step-%d-%d", i+1, j+1))
@@ -602,11 +599,11 @@ func (s *state) retentionManyWindows(r retention) {
 				st.purge = r.purge(ctx, play, tl, 1)
 				var err error
 				st.rows, err = play.StateRows(ctx)
-				Expect(err).NotTo(HaveOccurred())
+				must(err)
 				steps = append(steps, st)
 			}
 			s.cfg.logf("retention-expiry (many windows): rows after each of %d steps: %s", len(steps), series())
-		}, sc.timeout())
+		})
 
 		sc.judgedRule(fixtures.RetentionExpiryStateBounded, func() judgement {
 			if j := r.applies(); j.final() {

@@ -188,7 +188,7 @@ func TestRetentionExpiry(t *testing.T) {
 	for name, c := range retentionCases {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			cert, output, elapsed := runTestChild(t, "TestRetentionChild", []string{"-ginkgo.label-filter=fixture:" + fixtures.RetentionExpiry},
+			cert, output, elapsed := runTestChild(t, "TestRetentionChild", []string{runFixtures("TestRetentionChild", fixtures.RetentionExpiry)},
 				[]string{"HARMLESS_DSN=" + dsn, retentionChildEnv + "=" + name}, 0, 1)
 			t.Logf("the retention-expiry fixture against %s took %s (the child process %s)",
 				name, time.Duration(cert.Duration*float64(time.Second)).Round(time.Millisecond), elapsed.Round(time.Millisecond))

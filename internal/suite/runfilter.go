@@ -113,13 +113,3 @@ func splitPattern(s string) [][]string {
 	}
 	return append(alts, append(elems, s))
 }
-
-// ruleFilter is a Ginkgo label filter that runs only the rules ids.
-func ruleFilter(ids []string) string {
-	labels := make([]string, len(ids))
-	for i, id := range ids {
-		r, _ := fixtures.Lookup(id)
-		labels[i] = r.Label()
-	}
-	return strings.Join(labels, " || ")
-}

@@ -7,8 +7,6 @@ import (
 	"sync"
 	"time"
 
-	. "github.com/onsi/ginkgo/v2"
-
 	"github.com/harmless-dev/harmless/internal/harness"
 	"github.com/harmless-dev/harmless/internal/shortdur"
 )
@@ -22,9 +20,10 @@ const (
 	harnessPerCall = time.Second
 )
 
-// budgetSlack is how long after its budget a scenario's node may still run:
-// the calls the budget cut short return, and the harness gathers the
-// evidence. Ginkgo's own timeout fires only after that, as a backstop.
+// budgetSlack is how long after its budget a scenario's gather function
+// may still run: the calls the budget cut short return, and the harness
+// gathers the evidence. The scenario's own timeout ends it only after
+// that, as a backstop (see scenario.run).
 const budgetSlack = 2 * time.Minute
 
 // work is what a scenario does one after another, the basis of its budget:
@@ -47,10 +46,11 @@ func (w work) plus(o work) work {
 	return work{calls: w.calls + o.calls, redeliveries: w.redeliveries + o.redeliveries, waits: w.waits + o.waits}
 }
 
-// scenario is one play of a fixture, the work of one Ordered container's
-// BeforeAll: the [harness.Play] it plays in, the budget it must finish
-// within, and what it has done so far, which every rule of the container
-// reports should the budget run out.
+// scenario is one play of a fixture: its gather function, which plays
+// the deliveries and gathers the evidence in a [harness.Play], the budget
+// it must finish within, what it has done so far (which every rule of the
+// play reports should the budget run out) and the records of its rules,
+// which judge the evidence once it is gathered.
 //
 // The budget follows from the delivery timeout, the broker's patience and
 // the work the scenario does one after another: each call ends within
@@ -65,37 +65,57 @@ type scenario struct {
 	work   work   // what it does one after another, at most
 	budget time.Duration
 
+	node    *node                     // where the scenario is in the tree
+	gatherF func(ctx context.Context) // plays and gathers (see gather)
+	rules   []*specRecord             // its rules, in the order described
+
 	mu   sync.Mutex
 	play *harness.Play
 	step string // what the play is doing, e.g. "round 3 of 10"
+	// failure, once set, says why the play could not finish: an
+	// assertion of the harness's own failed, the harness panicked, or the
+	// scenario timed out. Its rules then fail with it, unjudged.
+	failure string
+	// stopped says the run was stopped (cancelled, interrupted) while the
+	// scenario played: its rules are not judged.
+	stopped bool
+	// started and ended bound the scenario's run.
+	started, ended time.Time
+	// closers release the play, once its rules are judged.
+	closers []func(context.Context) error
 }
 
 // scenario returns a scenario named name that does at most w one after
-// another.
+// another, as the play of the node being described.
 func (s *state) scenario(name string, w work) *scenario {
 	call := harness.CallSlot(s.cfg.deliveryTimeout) + harnessPerCall
 	budget := time.Duration(w.calls)*call + time.Duration(w.redeliveries)*(s.cfg.redeliveryPatience+2*call) + w.waits + harnessWork
 	if s.cfg.budget > 0 {
 		budget = s.cfg.budget
 	}
-	return &scenario{s: s, name: name, work: w, budget: budget}
+	sc := &scenario{s: s, name: name, work: w, budget: budget}
+	s.attach(sc)
+	return sc
 }
 
-// timeout is the Ginkgo decorator of the scenario's BeforeAll: the budget
-// and the slack in which the evidence is gathered.
-func (sc *scenario) timeout() NodeTimeout { return NodeTimeout(sc.budget + budgetSlack) }
+// gather sets the scenario's gather function: it plays the deliveries and
+// gathers the evidence its rules judge, within ctx, which ends with the
+// scenario's timeout or when the run is stopped. It fails the play with
+// [state.expect], from any goroutine that defers [state.recoverGather].
+func (sc *scenario) gather(fn func(ctx context.Context)) { sc.gatherF = fn }
 
-// begin creates the scenario's play, starts its budget and attaches the
-// scenario's progress to Ginkgo's progress reports (which a timeout
-// prints). Call it first in the BeforeAll.
+// timeout bounds the scenario's gather function: the budget and the slack
+// in which the evidence is gathered.
+func (sc *scenario) timeout() time.Duration { return sc.budget + budgetSlack }
+
+// begin creates the scenario's play and starts its budget. Call it first
+// in the gather function.
 func (sc *scenario) begin(ctx context.Context) *harness.Play {
-	GinkgoHelper()
-	play := sc.s.newPlay(ctx, sc.name)
+	play := sc.s.newPlay(ctx, sc)
 	play.StartBudget(sc.budget)
 	sc.mu.Lock()
 	sc.play = play
 	sc.mu.Unlock()
-	DeferCleanup(AttachProgressReporter(sc.report))
 	return play
 }
 
@@ -161,8 +181,8 @@ func (sc *scenario) budgetBasis() string {
 	return basis + ", and the harness's own work"
 }
 
-// report is the scenario's part of a Ginkgo progress report, printed should
-// Ginkgo's own timeout fire.
+// report says where the scenario is, for the failure of a scenario whose
+// timeout fired.
 func (sc *scenario) report() string {
 	sc.mu.Lock()
 	play, step := sc.play, sc.step
@@ -180,7 +200,7 @@ func (sc *scenario) report() string {
 	return b.String()
 }
 
-// rule registers one It that checks rule id in the scenario. check returns
+// rule adds rule id to the scenario, checked by check. check returns
 // the violations it found; none means the rule held. A scenario whose
 // budget ran out fails every rule instead, saying what it had done by then.
 func (sc *scenario) rule(id string, check func() []string) {
@@ -217,10 +237,10 @@ func (sc *scenario) lead() string {
 	return strings.Join(parts, "; ")
 }
 
-// judgedRule registers rule id with a check that returns its judgement, and
-// masks the run's secrets in it.
+// judgedRule adds rule id to the scenario, with a check that returns its
+// judgement, and masks the run's secrets in it.
 func (sc *scenario) judgedRule(id string, check func() judgement) {
-	sc.s.registerRule(id, func() judgement {
+	sc.s.addRule(sc, id, func() judgement {
 		// A scenario cut short cannot judge the rule: what it gathered is
 		// a part, which could neither prove the rule nor, with its
 		// deliveries cut short, fairly fail it on its own terms.

@@ -5,16 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
-	"maps"
 	"math/rand/v2"
 	"os"
 	"slices"
 	"strings"
+	"sync"
 	"time"
-
-	. "github.com/onsi/ginkgo/v2"
-	"github.com/onsi/ginkgo/v2/types"
-	. "github.com/onsi/gomega"
 
 	"github.com/harmless-dev/harmless/adapters"
 	"github.com/harmless-dev/harmless/fixtures"
@@ -31,30 +27,6 @@ const Version = "0.1.0"
 // from the delivery timeout (see scenario).
 const setupTimeout = 5 * time.Minute
 
-// Register registers the suite's specs for adapter in the current Ginkgo
-// suite, as one container named "harmless: " and the adapter's name. It
-// adds no suite-level node (BeforeSuite, AfterSuite, ReportAfterSuite), so
-// it embeds in any Ginkgo suite, one with its own BeforeSuite and
-// AfterSuite included, and can be called for several adapters, each
-// getting a container of its own. Call it at package level
-// (var _ = suite.Register(...)) or inside a container of your own, before
-// RunSpecs; it returns true so it can be used that way. The suite must
-// have Gomega's fail handler registered (RegisterFailHandler(Fail)), as
-// every Ginkgo suite has.
-//
-// The container provisions the adapter's database before its first spec
-// that runs and releases it after its last spec, whether that ran or was
-// left out by a filter; the specs of one container must run in one process
-// (not spread by ginkgo -p). When the container ends, the certificate is
-// built and passed to [WithCertificate]. A suite that never reaches the
-// container's specs (its own BeforeSuite failed) builds no certificate.
-// Ginkgo options ([WithGinkgoConfig]) are not Register's to set: the suite
-// that calls RunSpecs sets them.
-func Register(adapter adapters.Adapter, opts ...Option) bool {
-	newState(context.Background(), adapter, opts).describe()
-	return true
-}
-
 // state is one registration's run: its container's setup, specs and
 // records, and the certificate they make.
 type state struct {
@@ -65,7 +37,6 @@ type state struct {
 	kind     string
 	setupErr error
 	seed     uint64
-	fixture  fixtureRun // the fixture running now, for WithFixtureProgress
 	// secrets are masked in everything the suite reports: its log lines,
 	// failure messages and the certificate.
 	secrets *redact.Redactor
@@ -73,27 +44,24 @@ type state struct {
 	// [Certify]); Register's never is.
 	ctx context.Context
 
-	// constructionDepth and reportDepth are how many containers enclose
-	// the adapter's container's specs down to it, included, as Ginkgo's
-	// tree construction and its spec reports count them.
-	constructionDepth, reportDepth int
-	// specs holds the record of every spec of the container, by key, and
-	// order the same in registration order.
-	specs map[string]*specRecord
-	order []*specRecord
+	// root is the tree of the registration's fixtures (see tree.go), and
+	// building the node being described while it is built. order holds
+	// the record of every spec, in the order described.
+	root, building *node
+	order          []*specRecord
 
-	setUpDone bool      // whether the setup ran (it runs once, for the first spec that runs)
-	cancelled bool      // whether a spec was left out because ctx was done
-	started   time.Time // when the container's first spec was reported starting
-	reported  int       // how many of the container's specs Ginkgo has reported
-	// hosted says Run or Certify runs the container's suite and hands the
-	// certificate on itself, once RunSpecs returned; cert holds it then.
-	hosted bool
-	cert   *certificate.Certificate
-	// subtests says RunWith hosts the run and reports each rule as a
-	// subtest with its evidence: Ginkgo's report of a failed spec then
-	// only names the rule, so that the evidence is printed once.
-	subtests bool
+	// current is the scenario that runs, whose play a failure in one of
+	// its goroutines fails (see recoverGather).
+	mu      sync.Mutex
+	current *scenario
+
+	cancelled   bool      // whether the run stopped because ctx was done
+	interrupted string    // why a hosting test framework interrupted the run, if it did
+	started     time.Time // when the run started
+	// cert is the certificate, once the run has finished.
+	cert *certificate.Certificate
+	// closeErrs are the failures to release a play.
+	closeErrs []error
 	// crashes are the crashes of the implementation, by play and
 	// instance, and redelivery what the plays needed of the broker, as
 	// the plays closed.
@@ -103,48 +71,13 @@ type state struct {
 
 // newState prepares a registration of adapter.
 func newState(ctx context.Context, adapter adapters.Adapter, opts []Option) *state {
-	s := &state{adapter: adapter, cfg: newConfig(opts), secrets: redact.New(), ctx: ctx, specs: map[string]*specRecord{}}
+	s := &state{adapter: adapter, cfg: newConfig(opts), secrets: redact.New(), ctx: ctx}
 	s.maskLogs()
 	for _, dsn := range []string{s.cfg.provision.DSN, os.Getenv("HARMLESS_DSN"), os.Getenv("DATABASE_URL")} {
 		s.addDSN(dsn)
 	}
+	s.build()
 	return s
-}
-
-// describe adds the registration's container to the Ginkgo suite being
-// constructed. The container is not Ordered: each fixture's play is an
-// Ordered container of its own, with ContinueOnFailure, which Ginkgo
-// allows only on an outermost Ordered container; and a fixture whose
-// BeforeAll fails must not skip the other fixtures. The setup therefore
-// runs in a BeforeEach, which does its work once, and the release after
-// the container's last spec is reported (see specDone).
-func (s *state) describe() {
-	Describe("harmless: "+s.adapter.Name, func() {
-		here := CurrentTreeConstructionNodeReport()
-		s.constructionDepth = len(here.ContainerHierarchyTexts)
-		// The construction report may count the tree's root, which has no
-		// code location; a spec's report does not.
-		s.reportDepth = 0
-		for _, loc := range here.ContainerHierarchyLocations {
-			if loc.FileName != "" {
-				s.reportDepth++
-			}
-		}
-		BeforeEach(s.start, NodeTimeout(setupTimeout))
-		ReportBeforeEach(s.specStarts)
-		ReportAfterEach(s.specDone, NodeTimeout(s.cleanupTimeout()))
-		s.doubleDelivery()
-		s.concurrentDelivery()
-		s.failureAfterMarker()
-		s.conflictingPayload()
-		s.retentionExpiry()
-		s.namespaceIsolation()
-		s.badInput()
-		s.identityFidelity()
-		s.ambiguousCommit()
-		s.crashRecovery()
-		s.externalEffect()
-	})
 }
 
 // maskLogs makes the suite's log lines, and those of the harness and the
@@ -170,47 +103,10 @@ func (s *state) addDSN(dsn string) {
 	}
 }
 
-// start runs before each spec of the container that runs: the first time,
-// it sets the run up; a run that could not start, or whose context is
-// done, skips the spec.
-func (s *state) start(ctx SpecContext) {
-	if err := s.ctx.Err(); err != nil {
-		s.cancelled = true
-		s.unrun()
-		Skip(fmt.Sprintf("the run was cancelled: %v", context.Cause(s.ctx)))
-	}
-	if s.setUpDone {
-		if s.setupErr != nil {
-			s.unrun()
-			Skip(s.secrets.String(s.setupErr.Error()))
-		}
-		return
-	}
-	s.setUpDone = true
-	// The setup ends with either context: Ginkgo's (a timeout, a signal)
-	// or the caller's.
-	sctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	defer context.AfterFunc(s.ctx, cancel)()
-	s.setupErr = s.setUp(sctx)
-	if s.setupErr != nil {
-		s.unrun()
-		Fail(s.secrets.String(s.setupErr.Error()))
-	}
-}
-
-// unrun marks the spec that runs now as one that did not run: the run
-// could not start, or was cancelled.
-func (s *state) unrun() {
-	if rec := s.record(CurrentSpecReport()); rec != nil {
-		rec.unrun = true
-	}
-}
-
 func (s *state) setUp(ctx context.Context) error {
 	s.seed = s.cfg.seed
 	if !s.cfg.seedSet {
-		s.seed = uint64(GinkgoRandomSeed())
+		s.seed = rand.Uint64()
 	}
 	if err := s.adapter.Validate(); err != nil {
 		return fmt.Errorf("%w: %w", ErrSetup, err)
@@ -239,72 +135,26 @@ func (s *state) setUp(ctx context.Context) error {
 	return nil
 }
 
-// specStarts notices the start of the container and the end of a fixture:
-// specs run one fixture after another, so a spec of another fixture
-// starting means the one before has finished.
-func (s *state) specStarts(sr SpecReport) {
-	rec := s.record(sr)
-	if rec == nil {
-		return
-	}
-	if s.started.IsZero() {
-		s.started = time.Now()
-	}
-	if id := rec.rule.Fixture; id != s.fixture.id {
-		s.fixtureDone()
-		s.fixture.id = id
-	}
-}
-
-// specDone keeps Ginkgo's report of a finished spec with its record,
-// reports a spec that ran (not one a filter left out) through the
-// configured logf, and collects it for its fixture's progress report.
-// After the container's last spec it ends the registration's run.
-func (s *state) specDone(ctx SpecContext, sr SpecReport) {
-	rec := s.record(sr)
-	if rec == nil || rec.report != nil {
-		return
-	}
-	rec.report = &sr
-	s.reported++
-	if rec.ran() {
-		s.cfg.logf("%-7s %s (%.1fs)", strings.ToUpper(sr.State.String()), rec.where+" / "+sr.LeafNodeText, sr.RunTime.Seconds())
-	}
-	if rec.rule.Fixture == s.fixture.id {
-		s.fixture.specs = append(s.fixture.specs, rec)
-		s.fixture.ran = s.fixture.ran || rec.ran()
-	}
-	if s.reported == len(s.order) {
-		if err := s.finish(ctx); err != nil {
-			Fail(s.secrets.String(err.Error()))
-		}
-	}
-}
-
-// finish ends the registration's run: it reports the last fixture,
-// releases the database and builds the certificate, which it hands to
-// WithCertificate unless Run or Certify hosts the run. It runs once, after
-// the container's last spec, or when the host finds the suite ended
-// without reaching it; the error is the release's.
+// finish ends the registration's run: it releases the database and
+// builds the certificate, which it hands to WithCertificate. It runs once;
+// the error is the release's, and that of any play that could not be
+// cleaned up.
 func (s *state) finish(ctx context.Context) error {
 	if s.cert != nil {
 		return nil
 	}
-	s.fixtureDone()
-	var err error
+	errs := s.closeErrs
 	if s.run != nil {
 		cctx, cancel := s.cleanupContext(ctx)
 		defer cancel()
-		if err = s.run.Close(cctx); err != nil {
-			err = fmt.Errorf("harmless: release the run's database: %w", err)
+		if err := s.run.Close(cctx); err != nil {
+			errs = append(errs, fmt.Errorf("harmless: release the run's database: %w", err))
 		}
 	}
 	cert := s.certificate()
 	s.cert = &cert
-	if !s.hosted {
-		s.deliver()
-	}
-	return err
+	s.deliver()
+	return errors.Join(errs...)
 }
 
 // deliver hands the certificate to WithCertificate.
@@ -335,44 +185,45 @@ func (p FixtureProgress) Count(v certificate.Verdict) int {
 	return certificate.Certificate{Rules: p.Rules}.Count(v)
 }
 
-// fixtureRun collects the specs of the fixture that runs now.
-type fixtureRun struct {
-	id    string
-	specs []*specRecord
-	ran   bool // whether any of specs ran, rather than being filtered out
-}
-
-// fixtureDone reports the fixture that ran last, if any of its specs ran,
-// and forgets it.
-func (s *state) fixtureDone() {
-	fx := s.fixture
-	s.fixture = fixtureRun{}
-	if fx.id == "" || !fx.ran || len(s.cfg.onFixture) == 0 {
+// fixtureDone reports the fixture id, once its scenarios have run, if any
+// of its specs ran.
+func (s *state) fixtureDone(id string) {
+	if len(s.cfg.onFixture) == 0 {
+		return
+	}
+	var specs []*specRecord
+	ran := false
+	for _, rec := range s.order {
+		if rec.rule.Fixture == id {
+			specs = append(specs, rec)
+			ran = ran || rec.ran()
+		}
+	}
+	if !ran {
 		return
 	}
 	var rules []fixtures.Rule
 	for _, r := range fixtures.Rules() {
-		if r.Fixture == fx.id {
+		if r.Fixture == id {
 			rules = append(rules, r)
 		}
 	}
-	p := FixtureProgress{Fixture: fx.id}
-	for _, r := range ruleResults(rules, fx.specs) {
+	p := FixtureProgress{Fixture: id}
+	for _, r := range ruleResults(rules, specs) {
 		if r.Message != noSpecRan {
 			p.Rules = append(p.Rules, r)
 		}
 	}
 	var end time.Time
-	for _, rec := range fx.specs {
+	for _, rec := range specs {
 		if !rec.ran() {
 			continue
 		}
-		sr := rec.report
-		if p.Started.IsZero() || sr.StartTime.Before(p.Started) {
-			p.Started = sr.StartTime
+		if p.Started.IsZero() || rec.started.Before(p.Started) {
+			p.Started = rec.started
 		}
-		if sr.EndTime.After(end) {
-			end = sr.EndTime
+		if rec.ended.After(end) {
+			end = rec.ended
 		}
 	}
 	p.Duration = end.Sub(p.Started)
@@ -382,16 +233,6 @@ func (s *state) fixtureDone() {
 	for _, fn := range s.cfg.onFixture {
 		fn(p)
 	}
-}
-
-// ran reports whether a reported spec ran: Ginkgo skips the specs a filter
-// leaves out (and all specs once the suite is interrupted) without a
-// message, and a spec skipped at run time (not-supported, say) with one;
-// the specs of a run that could not start, or was cancelled, did not run
-// either.
-func (rec *specRecord) ran() bool {
-	sr := rec.report
-	return sr != nil && !rec.unrun && !(sr.State == types.SpecStateSkipped && sr.Failure.Message == "") && sr.State != types.SpecStatePending
 }
 
 // rand returns a random source for one of the suite's random choices,
@@ -428,61 +269,13 @@ func (s *state) cleanupTimeout() time.Duration {
 	return 2*harness.CallSlot(s.cfg.deliveryTimeout) + 2*time.Minute
 }
 
-// newPlay gives the current Ordered container a fresh play (its own schema
-// and instances), named name in messages, closed after the container's
-// last spec, when the crashes of its instances are kept for the
-// certificate.
-func (s *state) newPlay(ctx context.Context, name string) *harness.Play {
-	GinkgoHelper()
-	play, err := s.run.NewPlay(ctx, s.adapter)
-	Expect(err).NotTo(HaveOccurred(), "create the play's environment")
-	DeferCleanup(func(ctx SpecContext) {
-		for _, n := range slices.Sorted(maps.Keys(play.CrashCounts())) {
-			crashes := play.CrashesOf(n)
-			s.crashes = append(s.crashes, certificate.Crash{Play: name, Instance: n, Count: len(crashes), First: crashes[0]})
-		}
-		r := play.Redelivery()
-		s.redelivery.LongestWait = max(s.redelivery.LongestWait, r.LongestWait.Seconds())
-		s.redelivery.GaveUp += r.GaveUp
-		cctx, cancel := s.cleanupContext(ctx)
-		defer cancel()
-		Expect(play.Close(cctx)).To(Succeed(), "clean up the play's environment")
-	}, NodeTimeout(s.cleanupTimeout()))
-	return play
-}
-
 // cleanupContext is the context of a cleanup: it ends after the cleanup's
 // own timeout, but not with ctx. An interrupted run (SIGINT, SIGTERM)
-// cancels the context Ginkgo gives its cleanup nodes at once, and the
-// cleanup must still remove what the run created.
+// cancels the context a test framework gives its cleanup nodes at once,
+// and the cleanup must still remove what the run created.
 func (s *state) cleanupContext(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.WithoutCancel(ctx), s.cleanupTimeout())
 }
-
-// noteEntry names the report entry that carries a rule's note into its
-// certificate message.
-const noteEntry = "harmless-note"
-
-// ginkgoEvidence says, in Ginkgo's report, where the evidence left out of
-// a failure's excerpt is.
-const ginkgoEvidence = "all in the harmless certificate"
-
-// ginkgoFailure is the message a rule's spec fails with in Ginkgo's
-// report, msg being the rule's whole violation: an excerpt of it, or,
-// when the run's subtests report the evidence (see state.subtests), only
-// its first line, the rule, and where the evidence is.
-func (s *state) ginkgoFailure(r fixtures.Rule, msg string) string {
-	if s.subtests {
-		line, _, _ := strings.Cut(msg, "\n")
-		return line + "\nThe evidence is in the failure of the go test subtest for " + r.ID + ", below."
-	}
-	return certificate.RuleResult{Message: msg}.Excerpt(ginkgoExcerptLines, ginkgoEvidence)
-}
-
-// ginkgoExcerptLines bounds the excerpt a spec fails with: Ginkgo prints
-// it where the spec fails (Run's suite prints only the rule there; see
-// ginkgoFailure).
-const ginkgoExcerptLines = 12
 
 // judgement is what a rule's check found: a pass (the zero judgement, or
 // one with only a note), a failure (problems), or a rule that cannot be

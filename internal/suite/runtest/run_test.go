@@ -4,9 +4,8 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync"
 	"testing"
-
-	"github.com/onsi/ginkgo/v2/types"
 
 	"github.com/harmless-dev/harmless/adapters/reference"
 	"github.com/harmless-dev/harmless/fixtures"
@@ -77,24 +76,27 @@ func checkCorrect(t *testing.T, c certificate.Certificate) {
 	}
 }
 
-// only is a Ginkgo option that runs only fixture's rules.
+// only is an option that runs only fixture's rules.
 func only(fixture string) suite.Option {
-	return suite.WithGinkgoConfig(func(s *types.SuiteConfig, _ *types.ReporterConfig) { s.LabelFilter = "fixture:" + fixture })
+	return suite.WithFixtures(fixture)
 }
 
-// TestCertifyTwice: suite.Certify certifies without a *testing.T, and can
-// be called again in the same process (and after suite.Run): each call
-// runs its own suite, with its own options, and the verdicts are right.
+// TestCertifyTwice: suite.Certify certifies without a *testing.T, and two
+// calls may run at once in one process (and after suite.Run): each has
+// its own run, options and verdicts, and the verdicts are right.
 func TestCertifyTwice(t *testing.T) {
 	ctx := t.Context()
 	dsn := suite.WithDSN(pgtest.DSN(t))
-	ref, err := suite.Certify(ctx, reference.Adapter(), dsn, only(fixtures.DoubleDelivery))
-	if err != nil {
-		t.Fatalf("first certification: %v", err)
-	}
-	broken, err := suite.Certify(ctx, checktheninsert.Adapter(), dsn, only(fixtures.ConflictingPayload))
-	if err != nil {
-		t.Fatalf("second certification: %v", err)
+	var ref, broken certificate.Certificate
+	var refErr, brokenErr error
+	var wg sync.WaitGroup
+	wg.Go(func() { ref, refErr = suite.Certify(ctx, reference.Adapter(), dsn, only(fixtures.DoubleDelivery)) })
+	wg.Go(func() {
+		broken, brokenErr = suite.Certify(ctx, checktheninsert.Adapter(), dsn, only(fixtures.ConflictingPayload))
+	})
+	wg.Wait()
+	if refErr != nil || brokenErr != nil {
+		t.Fatalf("certifications: %v; %v", refErr, brokenErr)
 	}
 	for _, c := range []struct {
 		cert    certificate.Certificate

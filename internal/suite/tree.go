@@ -1,0 +1,102 @@
+package suite
+
+import (
+	"fmt"
+	"strings"
+)
+
+// The fixtures describe themselves as a tree of plain values, built once
+// per registration when it is made: a node per fixture, a node per variant
+// in it, and, on the nodes that play something, a scenario with its
+// gather function and its rules' judges. Nothing in the tree knows a test
+// framework. The engine (engine.go) walks it to certify without one;
+// Register (ginkgo.go) walks it into Ginkgo containers and specs, which
+// run the same gather functions and judges.
+
+// node is one group of the tree: a fixture, or a variant in one, and, when
+// it has a scenario, a play.
+type node struct {
+	name string
+	// fixture is set on a fixture's own node: its id.
+	fixture string
+	// play is the scenario the node plays, nil for a node that only
+	// groups others.
+	play     *scenario
+	children []*node
+	parent   *node
+}
+
+// where names n's place below the registration, e.g.
+// "concurrent-delivery / plain", for messages.
+func (n *node) where() string {
+	var names []string
+	for p := n; p != nil && p.parent != nil; p = p.parent {
+		names = append([]string{p.name}, names...)
+	}
+	return strings.Join(names, " / ")
+}
+
+// scenarios returns the scenarios of n and every node below it, in the
+// order they were described.
+func (n *node) scenarios() []*scenario {
+	var all []*scenario
+	if n.play != nil {
+		all = append(all, n.play)
+	}
+	for _, c := range n.children {
+		all = append(all, c.scenarios()...)
+	}
+	return all
+}
+
+// describeFixture adds the node of fixture id to the tree, and what build
+// describes in it. It is the only way a fixture enters the tree.
+func (s *state) describeFixture(id string, build func()) {
+	s.describeNode(&node{name: id, fixture: id}, build)
+}
+
+// group adds a node named name (a variant) below the one being described,
+// and what build describes in it.
+func (s *state) group(name string, build func()) {
+	s.describeNode(&node{name: name}, build)
+}
+
+func (s *state) describeNode(n *node, build func()) {
+	n.parent = s.building
+	s.building.children = append(s.building.children, n)
+	s.building = n
+	defer func() { s.building = n.parent }()
+	build()
+}
+
+// attach makes sc the play of the node being described.
+func (s *state) attach(sc *scenario) {
+	n := s.building
+	if n == nil || n.parent == nil {
+		panic(fmt.Sprintf("harmless: scenario %s described outside a fixture", sc.name)) // a bug in the suite itself
+	}
+	if n.play != nil {
+		panic(fmt.Sprintf("harmless: %q has two scenarios, %s and %s", n.where(), n.play.name, sc.name)) // a bug in the suite itself
+	}
+	n.play = sc
+	sc.node = n
+}
+
+// build describes every fixture of the suite, in the catalogue's order, in
+// a fresh tree.
+func (s *state) build() {
+	s.root = &node{}
+	s.building = s.root
+	s.doubleDelivery()
+	s.concurrentDelivery()
+	s.failureAfterMarker()
+	s.conflictingPayload()
+	s.retentionExpiry()
+	s.namespaceIsolation()
+	s.badInput()
+	s.identityFidelity()
+	s.ambiguousCommit()
+	s.crashRecovery()
+	s.externalEffect()
+	s.building = nil
+}
