@@ -14,7 +14,7 @@ import (
 )
 
 // failedRule returns the certificate's result for rule id when the specs
-// of variants failed with the given problems each, as registerRule fails
+// of variants failed with the given problems each, as state.judge records
 // them (with an excerpt, the whole message in the spec's record) and
 // verdict folds them.
 func failedRule(t *testing.T, id string, variants map[string][]string) certificate.RuleResult {

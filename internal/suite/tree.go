@@ -3,6 +3,8 @@ package suite
 import (
 	"fmt"
 	"strings"
+
+	"github.com/harmless-dev/harmless/fixtures"
 )
 
 // The fixtures describe themselves as a tree of plain values, built once
@@ -82,21 +84,36 @@ func (s *state) attach(sc *scenario) {
 	sc.node = n
 }
 
-// build describes every fixture of the suite, in the catalogue's order, in
-// a fresh tree.
+// build describes every fixture of the catalogue, in its order, in a
+// fresh tree. Each fixture's plays and judges are in a file of its own
+// (double_delivery.go, ...), beside its catalogue entry's file in package
+// fixtures; describe is the suite's one list of them.
 func (s *state) build() {
+	describe := map[string]func(){
+		fixtures.DoubleDelivery:     s.doubleDelivery,
+		fixtures.ConcurrentDelivery: s.concurrentDelivery,
+		fixtures.FailureAfterMarker: s.failureAfterMarker,
+		fixtures.ConflictingPayload: s.conflictingPayload,
+		fixtures.RetentionExpiry:    s.retentionExpiry,
+		fixtures.NamespaceIsolation: s.namespaceIsolation,
+		fixtures.BadInput:           s.badInput,
+		fixtures.IdentityFidelity:   s.identityFidelity,
+		fixtures.AmbiguousCommit:    s.ambiguousCommit,
+		fixtures.CrashRecovery:      s.crashRecovery,
+		fixtures.ExternalEffect:     s.externalEffect,
+	}
+	catalog := fixtures.Catalog()
+	if len(describe) != len(catalog) {
+		panic(fmt.Sprintf("harmless: the suite describes %d fixtures, the catalogue has %d", len(describe), len(catalog))) // a bug in the suite itself
+	}
 	s.root = &node{}
 	s.building = s.root
-	s.doubleDelivery()
-	s.concurrentDelivery()
-	s.failureAfterMarker()
-	s.conflictingPayload()
-	s.retentionExpiry()
-	s.namespaceIsolation()
-	s.badInput()
-	s.identityFidelity()
-	s.ambiguousCommit()
-	s.crashRecovery()
-	s.externalEffect()
+	for _, f := range catalog {
+		fn, ok := describe[f.ID]
+		if !ok {
+			panic("harmless: the suite does not describe fixture " + f.ID) // a bug in the suite itself
+		}
+		fn()
+	}
 	s.building = nil
 }
