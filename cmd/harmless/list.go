@@ -270,9 +270,9 @@ func (p runPlan) print(out io.Writer) error {
 		}
 		fmt.Fprintf(w, "%s\t%s\t%s\n", r.ID, r.Level, verdict)
 		for _, e := range r.Excluded {
-			if key := r.Fixture + " / " + e.Variant; !seen[key] {
+			if key := r.Fixture + "/" + e.ID; !seen[key] {
 				seen[key] = true
-				variants = append(variants, fmt.Sprintf("  %s: %s", key, e.Reason))
+				variants = append(variants, fmt.Sprintf("  %s (%s): %s", key, e.Variant, e.Reason))
 			}
 		}
 	}

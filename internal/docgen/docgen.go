@@ -51,7 +51,7 @@ func RulesPage() string {
 		}
 		for _, v := range f.Variants {
 			for _, r := range v.Requires {
-				fmt.Fprintf(&b, "**The variant \"%s\" needs `%s`:** %s. Without it that variant is not played, and the rules are judged on the others.\n\n", v.Name, r, r.Doc())
+				fmt.Fprintf(&b, "**The variant `%s` (%s) needs `%s`:** %s. Without it that variant is not played, and the rules are judged on the others.\n\n", v.ID, v.Name, r, r.Doc())
 			}
 		}
 		for _, r := range f.Rules {

@@ -45,5 +45,5 @@ func (s *state) applies(id string, impl adapters.Implementation) fixtures.Applic
 // (a proxy variant builds its instance behind the proxy).
 func listsVariant(id, variant string) bool {
 	f, err := fixtures.LookupFixture(id)
-	return err == nil && slices.ContainsFunc(f.Variants, func(v fixtures.Variant) bool { return v.Name == variant })
+	return err == nil && slices.ContainsFunc(f.Variants, func(v fixtures.Variant) bool { return v.ID == variant })
 }

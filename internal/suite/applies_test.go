@@ -1,26 +1,48 @@
 package suite
 
 import (
+	"maps"
 	"slices"
 	"testing"
 
+	"github.com/harmless-dev/harmless/adapters/reference"
 	"github.com/harmless-dev/harmless/fixtures"
 )
 
 // TestCatalogueVariantsAreTheSuites: every variant the catalogue decides
-// on is one the suite plays, by the same name, so that a renamed variant
-// cannot escape its requirements.
+// on is one the suite's tree plays, by the same id and name, below its
+// fixture, so that a renamed variant cannot escape its requirements; and
+// every node of the tree has an id of its own.
 func TestCatalogueVariantsAreTheSuites(t *testing.T) {
-	played := map[string][]string{}
-	for _, f := range failures {
-		played[fixtures.FailureAfterMarker] = append(played[fixtures.FailureAfterMarker], f.name)
+	s := newState(t.Context(), reference.Adapter(), nil)
+	byPath := map[string]*node{}
+	var walk func(n *node)
+	walk = func(n *node) {
+		for _, c := range n.children {
+			if byPath[c.path()] != nil {
+				t.Errorf("two nodes at %s", c.path())
+			}
+			byPath[c.path()] = c
+			walk(c)
+		}
 	}
+	walk(s.root)
 	for _, f := range fixtures.Catalog() {
+		if byPath[f.ID] == nil {
+			t.Errorf("the tree has no node for fixture %s", f.ID)
+		}
 		for _, v := range f.Variants {
-			if !slices.Contains(played[f.ID], v.Name) {
-				t.Errorf("the catalogue lists variant %q of %s, which the suite does not play (it plays %q)", v.Name, f.ID, played[f.ID])
+			n := byPath[f.ID+"/"+v.ID]
+			switch {
+			case n == nil:
+				t.Errorf("the catalogue lists variant %s/%s, which the suite's tree does not play", f.ID, v.ID)
+			case n.name != v.Name:
+				t.Errorf("variant %s/%s is %q in the catalogue and %q in the tree", f.ID, v.ID, v.Name, n.name)
 			}
 		}
+	}
+	if n := byPath[fixtures.ConcurrentDelivery+"/overlap"]; n == nil || n.play == nil {
+		t.Errorf("the tree has no play at concurrent-delivery/overlap: %v", slices.Sorted(maps.Keys(byPath)))
 	}
 }
 

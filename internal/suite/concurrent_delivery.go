@@ -32,14 +32,14 @@ type roundResult struct {
 func (s *state) concurrentDelivery() {
 	s.describeFixture(fixtures.ConcurrentDelivery, func() {
 		variants := []struct {
-			name    string
-			overlap bool
+			id, name string
+			overlap  bool
 		}{
-			{name: "plain", overlap: false},
-			{name: "with a sleep after the claim", overlap: true},
+			{id: "plain", name: "plain", overlap: false},
+			{id: "overlap", name: "with a sleep after the claim", overlap: true},
 		}
 		for _, v := range variants {
-			s.group(v.name, func() {
+			s.group(v.id, v.name, func() {
 				var rounds []roundResult
 				n, plays := s.cfg.plainRounds, 1
 				if v.overlap {

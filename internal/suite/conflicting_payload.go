@@ -69,22 +69,22 @@ const (
 func (s *state) conflictingPayload() {
 	s.describeFixture(fixtures.ConflictingPayload, func() {
 		variants := []struct {
-			name  string
-			plays int // how often the variant may be played
-			play  func(ctx context.Context, play *harness.Play) conflictResult
+			id, name string
+			plays    int // how often the variant may be played
+			play     func(ctx context.Context, play *harness.Play) conflictResult
 		}{
-			{name: conflictSequentialVariant, plays: 1, play: func(ctx context.Context, play *harness.Play) conflictResult {
+			{id: "sequential", name: conflictSequentialVariant, plays: 1, play: func(ctx context.Context, play *harness.Play) conflictResult {
 				p1, p2 := conflictPair("sequential")
 				return s.conflictInTurn(ctx, play, p1, p2)
 			}},
-			{name: conflictInFlightVariant, plays: overlapTries, play: s.conflictInFlight},
-			{name: "conflicting copy first", plays: 1, play: func(ctx context.Context, play *harness.Play) conflictResult {
+			{id: "in-flight", name: conflictInFlightVariant, plays: overlapTries, play: s.conflictInFlight},
+			{id: "conflicting-first", name: "conflicting copy first", plays: 1, play: func(ctx context.Context, play *harness.Play) conflictResult {
 				p1, p2 := conflictPair("conflicting-copy-first")
 				return s.conflictInTurn(ctx, play, p2, p1)
 			}},
 		}
 		for _, v := range variants {
-			s.group(v.name, func() {
+			s.group(v.id, v.name, func() {
 				var c conflictResult
 				// Two instances to build; each play delivers the applied
 				// payload, the conflicting copy and the applied payload

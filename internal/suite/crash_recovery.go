@@ -76,7 +76,7 @@ func (s *state) crashRecovery() {
 // crashAfterAck crashes the server after a delivery was acknowledged, then
 // redelivers the event to the same instance.
 func (s *state) crashAfterAck() {
-	s.group("after an acknowledged delivery", func() {
+	s.group("after-ack", "after an acknowledged delivery", func() {
 		var (
 			skip                  string
 			ev                    = newEvent(fixtures.CrashRecovery, "acked")
@@ -152,7 +152,9 @@ func (s *state) crashAfterAck() {
 // stall is a way to hold in-flight deliveries where the server's crash
 // hits them.
 type stall struct {
-	name string
+	// id is the variant's short stable id in the tree, name its name in
+	// messages.
+	id, name string
 	// arm prepares the stall of events, holding each for at least hold,
 	// and returns a function that counts the deliveries it holds in the
 	// database right now, what it is and a function that ends it. It
@@ -162,8 +164,8 @@ type stall struct {
 }
 
 var stalls = []stall{
-	{name: "held inside their transactions by a sleep at the effect", arm: sleepAtEffect},
-	{name: "stopped at their first write to the implementation's tables", arm: holdWrites},
+	{id: "sleep-at-effect", name: "held inside their transactions by a sleep at the effect", arm: sleepAtEffect},
+	{id: "held-writes", name: "stopped at their first write to the implementation's tables", arm: holdWrites},
 }
 
 // sleepAtEffect plans a long sleep at the effect of each event's first
@@ -324,7 +326,7 @@ func stallTiming(deliveryTimeout, slowestWarmUp time.Duration) (settle, limit ti
 // held by st, then redelivers every event that is not acknowledged to the
 // worker that had it.
 func (s *state) crashInFlight(st stall) {
-	s.group("with deliveries in flight, "+st.name, func() {
+	s.group("in-flight-"+st.id, "with deliveries in flight, "+st.name, func() {
 		var (
 			skip            string
 			what            string

@@ -29,7 +29,9 @@ const stopGrace = 2 * time.Second
 
 // extVariant is one play of the external-effect fixture.
 type extVariant struct {
-	name string
+	// id is the variant's short stable id in the tree, name its name in
+	// messages.
+	id, name string
 	// inconclusive: a planned fault that did not fire makes the variant
 	// not-supported rather than failed, because an implementation may
 	// legitimately not reach it (a relay that did not send while the
@@ -91,7 +93,7 @@ func (x *extPlay) untilTerminal(ctx context.Context, n int, ev adapters.Event) [
 
 // variants of the external-effect fixture.
 var extVariants = []extVariant{
-	{name: "redelivery, two workers and a conflicting copy", play: func(ctx context.Context, x *extPlay) {
+	{id: "redelivery", name: "redelivery, two workers and a conflicting copy", play: func(ctx context.Context, x *extPlay) {
 		a, b, c := x.event("redelivered"), x.event("concurrent"), x.event("conflicting")
 		x.sc.at("the redelivered event")
 		x.untilTerminal(ctx, 1, a)
@@ -115,20 +117,20 @@ var extVariants = []extVariant{
 		x.untilTerminal(ctx, 2, dup)
 		x.play.Deliver(ctx, 1, c)
 	}},
-	{name: "the destination answers 500, then 503", play: func(ctx context.Context, x *extPlay) {
+	{id: "500-then-503", name: "the destination answers 500, then 503", play: func(ctx context.Context, x *extPlay) {
 		ev := x.event("failing")
 		x.destFault("500 on request 1")(x.dest.Fail(ev, 1, 500))
 		x.destFault("503 on request 2")(x.dest.Fail(ev, 2, 503))
 		x.untilTerminal(ctx, 1, ev)
 		x.play.Deliver(ctx, 2, ev)
 	}},
-	{name: "the destination processes, then drops the connection", play: func(ctx context.Context, x *extPlay) {
+	{id: "dropped-answer", name: "the destination processes, then drops the connection", play: func(ctx context.Context, x *extPlay) {
 		ev := x.event("dropped")
 		x.destFault("process request 1, then drop its connection")(x.dest.DropAfterProcess(ev, 1))
 		x.untilTerminal(ctx, 1, ev)
 		x.play.Deliver(ctx, 2, ev)
 	}},
-	{name: "the destination is down for a while", inconclusive: true, play: func(ctx context.Context, x *extPlay) {
+	{id: "destination-down", name: "the destination is down for a while", inconclusive: true, play: func(ctx context.Context, x *extPlay) {
 		evs := []adapters.Event{x.event("down-1"), x.event("down-2")}
 		down := x.destFault("the destination down")(x.dest.Down())
 		x.sc.at("deliveries while the destination is down")
@@ -151,13 +153,13 @@ var extVariants = []extVariant{
 			x.play.Deliver(ctx, 2, ev)
 		}
 	}},
-	{name: "a slow answer", play: func(ctx context.Context, x *extPlay) {
+	{id: "slow-answer", name: "a slow answer", play: func(ctx context.Context, x *extPlay) {
 		ev := x.event("slow")
 		x.destFault(fmt.Sprintf("answer request 1 after %s", slowAnswer))(x.dest.Slow(ev, 1, slowAnswer))
 		x.untilTerminal(ctx, 1, ev)
 		x.play.Deliver(ctx, 2, ev)
 	}},
-	{name: "the implementation stopped between its commit and its send", inconclusive: true, play: func(ctx context.Context, x *extPlay) {
+	{id: "stopped-before-send", name: "the implementation stopped between its commit and its send", inconclusive: true, play: func(ctx context.Context, x *extPlay) {
 		ev := x.event("stopped")
 		_, err := x.play.Instance(ctx, 1)
 		must(err, "build instance 1")
@@ -197,7 +199,7 @@ var extVariants = []extVariant{
 		x.untilTerminal(ctx, 2, ev)
 		x.play.Deliver(ctx, 2, ev)
 	}},
-	{name: "the transaction fails at COMMIT after the external call", play: func(ctx context.Context, x *extPlay) {
+	{id: "commit-fails-after-send", name: "the transaction fails at COMMIT after the external call", play: func(ctx context.Context, x *extPlay) {
 		ev := x.event("rolled-back")
 		f, err := x.play.Arm(ctx, faults.Plan{Namespace: ev.Namespace, ID: ev.ID, Times: 1, Point: faults.AtCommit, Action: faults.Raise})
 		must(err)
@@ -231,7 +233,7 @@ func (x *extPlay) sendWait() time.Duration {
 func (s *state) externalEffect() {
 	s.describeFixture(fixtures.ExternalEffect, func() {
 		for i, v := range extVariants {
-			s.group(v.name, func() {
+			s.group(v.id, v.name, func() {
 				var (
 					x   = &extPlay{s: s, tag: fmt.Sprint(i + 1)}
 					app fixtures.Applicability
@@ -263,7 +265,7 @@ func (s *state) externalEffect() {
 				// pass.
 				judge := func(check func(x *extPlay) []string, note func() string) func() judgement {
 					return func() judgement {
-						if j := skipFor(app, v.name); j.unsupported != "" {
+						if j := skipFor(app, v.id); j.unsupported != "" {
 							return j
 						}
 						if j := x.unfired(v.inconclusive); j.unsupported != "" || len(j.problems) > 0 {

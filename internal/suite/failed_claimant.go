@@ -42,19 +42,20 @@ const (
 // claimantVariant is where a failed-claimant variant makes the claimant
 // fail.
 type claimantVariant struct {
+	id    string
 	name  string
 	point faults.Point
 	where string // for messages: "at the effect", "in COMMIT"
 }
 
 var claimantVariants = []claimantVariant{
-	{name: "a claimant failing at the effect while the others wait", point: faults.AtEffect, where: "at the effect"},
-	{name: "a claimant failing in COMMIT while the others wait", point: faults.AtCommit, where: "in COMMIT"},
+	{id: "claimant-fails-at-effect", name: "a claimant failing at the effect while the others wait", point: faults.AtEffect, where: "at the effect"},
+	{id: "claimant-fails-in-commit", name: "a claimant failing in COMMIT while the others wait", point: faults.AtCommit, where: "in COMMIT"},
 }
 
 // failedClaimant registers one failed-claimant variant and its rule.
 func (s *state) failedClaimant(v claimantVariant) {
-	s.group(v.name, func() {
+	s.group(v.id, v.name, func() {
 		var plays []claimantResult
 		n := min(s.cfg.overlapRounds, claimantRounds)
 		// Two instances to build; every play of every round delivers the

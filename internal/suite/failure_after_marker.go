@@ -16,7 +16,9 @@ import (
 // failure is one way the first delivery's transaction fails after its marker
 // was inserted and before its effect commits.
 type failure struct {
-	name string
+	// id is the variant's short stable id in the tree, name its name in
+	// messages.
+	id, name string
 	// kills reports whether the failure kills the delivery's connection.
 	kills bool
 	// arm plans the failure for attempt 1 of ev.
@@ -86,19 +88,19 @@ func proxyFailure(at pgproxy.Point, n int) func(context.Context, *harness.Play, 
 // the harness's process) and decides whether they are played; a test
 // checks that it names only variants of this list.
 var failures = []failure{
-	{name: "an error raised at the effect", arm: dbFailure(faults.AtEffect, faults.Raise)},
-	{name: "an error raised at COMMIT", arm: dbFailure(faults.AtCommit, faults.Raise)},
-	{name: "a panic in the effect", arm: hookFailure(hooks.Panic)},
-	{name: "a cancelled context", arm: hookFailure(hooks.Cancel)},
-	{name: "the connection killed at the effect", kills: true, arm: dbFailure(faults.AtEffect, faults.Terminate)},
-	{name: "the connection cut by the proxy after the transaction's first statement", kills: true, arm: proxyFailure(pgproxy.AfterStatement, 1)},
-	{name: "the connection cut by the proxy before COMMIT", kills: true, arm: proxyFailure(pgproxy.BeforeCommit, 0)},
+	{id: "raise-at-effect", name: "an error raised at the effect", arm: dbFailure(faults.AtEffect, faults.Raise)},
+	{id: "raise-at-commit", name: "an error raised at COMMIT", arm: dbFailure(faults.AtCommit, faults.Raise)},
+	{id: "panic", name: "a panic in the effect", arm: hookFailure(hooks.Panic)},
+	{id: "cancel", name: "a cancelled context", arm: hookFailure(hooks.Cancel)},
+	{id: "kill-at-effect", name: "the connection killed at the effect", kills: true, arm: dbFailure(faults.AtEffect, faults.Terminate)},
+	{id: "cut-after-statement", name: "the connection cut by the proxy after the transaction's first statement", kills: true, arm: proxyFailure(pgproxy.AfterStatement, 1)},
+	{id: "cut-before-commit", name: "the connection cut by the proxy before COMMIT", kills: true, arm: proxyFailure(pgproxy.BeforeCommit, 0)},
 }
 
 func (s *state) failureAfterMarker() {
 	s.describeFixture(fixtures.FailureAfterMarker, func() {
 		for i, f := range failures {
-			s.group(f.name, func() {
+			s.group(f.id, f.name, func() {
 				var (
 					ev              = newEvent(fixtures.FailureAfterMarker, fmt.Sprint(i+1))
 					after           = newEvent(fixtures.FailureAfterMarker, fmt.Sprintf("%d-after", i+1))
@@ -122,12 +124,12 @@ func (s *state) failureAfterMarker() {
 					// one that cannot be built fails its first delivery
 					// below, as before.
 					var impl adapters.Implementation
-					if listsVariant(fixtures.FailureAfterMarker, f.name) {
+					if listsVariant(fixtures.FailureAfterMarker, f.id) {
 						if built, err := play.Instance(ctx, 1); err == nil {
 							impl = built
 						}
 					}
-					if skip = s.applies(fixtures.FailureAfterMarker, impl).Excludes(f.name); skip != "" {
+					if skip = s.applies(fixtures.FailureAfterMarker, impl).Excludes(f.id); skip != "" {
 						return
 					}
 					plan := f.arm(ctx, play, ev)

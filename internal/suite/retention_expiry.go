@@ -258,7 +258,7 @@ func (s *state) retentionExpiry() {
 // retentionOneEvent takes one event through its window: it must be kept
 // (and recognised) at t0+W-ε and purged at t0+W+ε.
 func (s *state) retentionOneEvent(r retention) {
-	s.group("one event through its window", func() {
+	s.group("one-event", "one event through its window", func() {
 		var (
 			ev          = newEvent(fixtures.RetentionExpiry, "window")
 			tl          *timeline
@@ -401,7 +401,7 @@ func lateNote(tl *timeline, ev adapters.Event, at time.Time, late []harness.Atte
 // retentionPurgeRace purges, again and again, while events claimed half a
 // window ago are redelivered: the purges must remove only expired markers.
 func (s *state) retentionPurgeRace(r retention) {
-	s.group("purge while redeliveries run", func() {
+	s.group("purge-race", "purge while redeliveries run", func() {
 		var (
 			tl                *timeline
 			setup             []string // initial deliveries that were not Applied
@@ -564,7 +564,7 @@ type windowStep struct {
 // new events every quarter window, each step followed by a purge: the
 // stored state must stay bounded by the window.
 func (s *state) retentionManyWindows(r retention) {
-	s.group("many windows", func() {
+	s.group("many-windows", "many windows", func() {
 		var (
 			tl    *timeline
 			steps []windowStep

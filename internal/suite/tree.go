@@ -2,6 +2,7 @@ package suite
 
 import (
 	"fmt"
+	"regexp"
 	"strings"
 
 	"github.com/harmless-dev/harmless/fixtures"
@@ -18,6 +19,10 @@ import (
 // node is one group of the tree: a fixture, or a variant in one, and, when
 // it has a scenario, a play.
 type node struct {
+	// id is short and stable, unique among its siblings: the fixture's
+	// id, or the variant's ("overlap", "panic"); name says the same in
+	// words, for messages.
+	id   string
 	name string
 	// fixture is set on a fixture's own node: its id.
 	fixture string
@@ -38,6 +43,16 @@ func (n *node) where() string {
 	return strings.Join(names, " / ")
 }
 
+// path is n's ids from the fixture down, e.g.
+// "concurrent-delivery/overlap".
+func (n *node) path() string {
+	var ids []string
+	for p := n; p != nil && p.parent != nil; p = p.parent {
+		ids = append([]string{p.id}, ids...)
+	}
+	return strings.Join(ids, "/")
+}
+
 // scenarios returns the scenarios of n and every node below it, in the
 // order they were described.
 func (n *node) scenarios() []*scenario {
@@ -54,16 +69,28 @@ func (n *node) scenarios() []*scenario {
 // describeFixture adds the node of fixture id to the tree, and what build
 // describes in it. It is the only way a fixture enters the tree.
 func (s *state) describeFixture(id string, build func()) {
-	s.describeNode(&node{name: id, fixture: id}, build)
+	s.describeNode(&node{id: id, name: id, fixture: id}, build)
 }
 
-// group adds a node named name (a variant) below the one being described,
-// and what build describes in it.
-func (s *state) group(name string, build func()) {
-	s.describeNode(&node{name: name}, build)
+// group adds a node (a variant) below the one being described, and what
+// build describes in it. id is the variant's short stable id, lower-case
+// words joined by hyphens; name says it in words.
+func (s *state) group(id, name string, build func()) {
+	s.describeNode(&node{id: id, name: name}, build)
 }
+
+// variantID is what a variant's id looks like.
+var variantID = regexp.MustCompile(`^[a-z0-9]+(-[a-z0-9]+)*$`)
 
 func (s *state) describeNode(n *node, build func()) {
+	if !variantID.MatchString(n.id) {
+		panic(fmt.Sprintf("harmless: %q is not a variant id", n.id)) // a bug in the suite itself
+	}
+	for _, sib := range s.building.children {
+		if sib.id == n.id {
+			panic(fmt.Sprintf("harmless: two variants %q below %q", n.id, s.building.where())) // a bug in the suite itself
+		}
+	}
 	n.parent = s.building
 	s.building.children = append(s.building.children, n)
 	s.building = n
