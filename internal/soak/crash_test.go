@@ -106,8 +106,11 @@ func TestAChildThatAlwaysCrashesEndsWithNoAck(t *testing.T) {
 			t.Errorf("the error does not say %q:\n%s", want, msg)
 		}
 	}
-	if noAck.Crashes < 1 || noAck.TotalCrashes != rep.CrashCount() || noAck.For < timeout {
-		t.Errorf("NoAckError %+v; the report counts %d crashes", noAck, rep.CrashCount())
+	// The error counts the crashes up to the moment the soak gave up; the
+	// report counts them until every process is closed, and a child that
+	// crashes on every delivery may crash once more in between.
+	if noAck.Crashes < 1 || noAck.TotalCrashes > rep.CrashCount() || noAck.For < timeout {
+		t.Errorf("NoAckError %+v; the report counts %d crashes, which must be at least the error's", noAck, rep.CrashCount())
 	}
 	if rep.Verdict != "no-ack" || rep.Error != msg || rep.Clean() {
 		t.Errorf("verdict %q, error %q, clean %t; want no-ack with the error", rep.Verdict, rep.Error, rep.Clean())
