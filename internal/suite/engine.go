@@ -35,10 +35,7 @@ func (s *state) certify() error {
 		s.cancelled = true
 		return s.finish(context.Background())
 	}
-	ctx, cancel := context.WithTimeout(s.ctx, setupTimeout)
-	s.setupErr = s.setUp(ctx)
-	cancel()
-	if s.setupErr != nil {
+	if s.setupErr = s.setUp(s.ctx); s.setupErr != nil {
 		return s.finish(context.Background())
 	}
 	for _, fx := range s.root.children {

@@ -56,9 +56,7 @@ func (s *state) registerGinkgo() {
 				s.cfg.seed, s.cfg.seedSet = uint64(ginkgo.GinkgoRandomSeed()), true
 			}
 			s.started = time.Now()
-			sctx, cancel := context.WithTimeout(ctx, setupTimeout)
-			defer cancel()
-			if s.setupErr = s.setUp(sctx); s.setupErr != nil {
+			if s.setupErr = s.setUp(ctx); s.setupErr != nil {
 				ginkgo.Fail(s.secrets.String(s.setupErr.Error()))
 			}
 		})

@@ -103,7 +103,11 @@ func (s *state) addDSN(dsn string) {
 	}
 }
 
+// setUp validates the adapter and the options and starts the run, within
+// setupTimeout.
 func (s *state) setUp(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, setupTimeout)
+	defer cancel()
 	s.seed = s.cfg.seed
 	if !s.cfg.seedSet {
 		s.seed = rand.Uint64()

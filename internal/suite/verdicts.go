@@ -17,8 +17,9 @@ const (
 	// specNotRun: the selection left the rule out, or the run never
 	// reached it.
 	specNotRun specState = iota
-	// specUnrun: the run could not start, or was stopped while or before
-	// the scenario played. It judged nothing.
+	// specUnrun: the run was stopped (cancelled, interrupted) while the
+	// scenario played. It judged nothing. The specs of a run that could
+	// not start stay specNotRun.
 	specUnrun
 	// specPassed: the check found no violation.
 	specPassed
