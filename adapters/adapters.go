@@ -64,9 +64,6 @@ func (o Outcome) String() string {
 	}
 }
 
-// Valid reports whether o is one of the defined outcomes.
-func (o Outcome) Valid() bool { return o >= Applied && o <= Rejected }
-
 // Implementation handles deliveries. It must be safe for concurrent use: the
 // harness delivers from many goroutines at once.
 type Implementation interface {
@@ -278,12 +275,6 @@ type Drainer interface {
 type Clock interface {
 	Now() time.Time
 }
-
-// SystemClock is a [Clock] that reads the system's time.
-type SystemClock struct{}
-
-// Now returns time.Now().
-func (SystemClock) Now() time.Time { return time.Now() }
 
 // Factory builds one instance of an implementation from the harness's
 // environment. The instance owns its connections; the harness calls Close.

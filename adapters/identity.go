@@ -6,19 +6,19 @@ import (
 	"unicode/utf8"
 )
 
-// MaxIdentityBytes bounds the namespace and the id, each, in
+// maxIdentityBytes bounds the namespace and the id, each, in
 // [CheckIdentity]. Both are columns of the marker's unique index, and a
 // PostgreSQL B-tree index entry cannot exceed about 2.7 kB: a longer
 // identity would fail at the database with an error a broker would retry
 // for ever.
-const MaxIdentityBytes = 1024
+const maxIdentityBytes = 1024
 
 // CheckIdentity refuses the identities that PostgreSQL text columns and a
 // unique B-tree index on them cannot store faithfully, as the reference
 // implementation does before it claims an event:
 //
 //   - an empty id;
-//   - a namespace or id longer than [MaxIdentityBytes];
+//   - a namespace or id longer than 1024 bytes;
 //   - a namespace or id that is not valid UTF-8 (text refuses it, and
 //     converting it would merge distinct ids);
 //   - a NUL byte in either (text cannot hold one).
@@ -30,8 +30,8 @@ const MaxIdentityBytes = 1024
 // either, as long as each event is processed exactly once or refused.
 func CheckIdentity(ev Event) error {
 	switch {
-	case len(ev.Namespace) > MaxIdentityBytes || len(ev.ID) > MaxIdentityBytes:
-		return fmt.Errorf("event %s: namespace and id may have at most %d bytes each: %w", ev, MaxIdentityBytes, ErrInvalidInput)
+	case len(ev.Namespace) > maxIdentityBytes || len(ev.ID) > maxIdentityBytes:
+		return fmt.Errorf("event %s: namespace and id may have at most %d bytes each: %w", ev, maxIdentityBytes, ErrInvalidInput)
 	case ev.ID == "":
 		return fmt.Errorf("event %s: empty id: %w", ev, ErrInvalidInput)
 	case !utf8.ValidString(ev.Namespace) || !utf8.ValidString(ev.ID):

@@ -23,6 +23,7 @@ import (
 	"github.com/harmless-dev/harmless/adapters/exec/protocol"
 	"github.com/harmless-dev/harmless/internal/effect"
 	"github.com/harmless-dev/harmless/internal/execchild"
+	"github.com/harmless-dev/harmless/internal/harness"
 	"github.com/harmless-dev/harmless/internal/ledger"
 	"github.com/harmless-dev/harmless/internal/pgtest"
 )
@@ -71,7 +72,7 @@ func env(t testing.TB) adapters.Env {
 		DSN:      pgtest.DSN(t),
 		Schema:   schema,
 		Effect:   ledger.Effect(schema, nil),
-		Clock:    adapters.SystemClock{},
+		Clock:    harness.SystemClock{},
 		Instance: 1,
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/harmless-dev/harmless/adapters"
 	"github.com/harmless-dev/harmless/adapters/external"
 	"github.com/harmless-dev/harmless/adapters/reference"
+	"github.com/harmless-dev/harmless/internal/harness"
 	"github.com/harmless-dev/harmless/internal/ledger"
 	"github.com/harmless-dev/harmless/internal/pgtest"
 )
@@ -70,7 +71,7 @@ func (d *destination) serve(w http.ResponseWriter, r *http.Request) {
 			http.Error(w, "key reused", http.StatusUnprocessableEntity)
 			return
 		}
-		w.Header().Set(external.ReplayedHeader, "true")
+		w.Header().Set("Idempotent-Replayed", "true") // as internal/destination answers a replay
 		w.WriteHeader(http.StatusCreated)
 		return
 	}
@@ -137,7 +138,7 @@ func (p *play) instance(n int) adapters.Implementation {
 			}
 			return nil
 		}),
-		Clock:       adapters.SystemClock{},
+		Clock:       harness.SystemClock{},
 		Instance:    n,
 		Logf:        p.t.Logf,
 		Destination: p.dest.URL,
@@ -298,7 +299,7 @@ func TestTwoInstancesRelayEachEffectOnce(t *testing.T) {
 func TestNoDestinationNoOutbox(t *testing.T) {
 	p := newPlay(t)
 	impl, err := reference.Adapter().New(t.Context(), adapters.Env{
-		DSN: pgtest.DSN(t), Schema: p.schema, Effect: ledger.Effect(p.schema, nil), Clock: adapters.SystemClock{}, Instance: 1,
+		DSN: pgtest.DSN(t), Schema: p.schema, Effect: ledger.Effect(p.schema, nil), Clock: harness.SystemClock{}, Instance: 1,
 	})
 	if err != nil {
 		t.Fatal(err)

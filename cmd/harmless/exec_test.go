@@ -19,6 +19,7 @@ import (
 	"github.com/harmless-dev/harmless/internal/adaptertest"
 	"github.com/harmless-dev/harmless/internal/destination"
 	"github.com/harmless-dev/harmless/internal/execchild"
+	"github.com/harmless-dev/harmless/internal/harness"
 	"github.com/harmless-dev/harmless/internal/ledger"
 	"github.com/harmless-dev/harmless/internal/pgtest"
 	"github.com/harmless-dev/harmless/internal/provision"
@@ -397,7 +398,7 @@ func outboxSurvivesAKillBetweenCommitAndSend(t *testing.T, command string) {
 	if err := ledger.Install(ctx, pool, schema); err != nil {
 		t.Fatal(err)
 	}
-	env := adapters.Env{DSN: pgtest.DSN(t), Schema: schema, Effect: ledger.Effect(schema, nil), Clock: adapters.SystemClock{}, Instance: 1, Destination: dest.URL()}
+	env := adapters.Env{DSN: pgtest.DSN(t), Schema: schema, Effect: ledger.Effect(schema, nil), Clock: harness.SystemClock{}, Instance: 1, Destination: dest.URL()}
 	deliver := func(impl adapters.Implementation, ev adapters.Event) {
 		t.Helper()
 		if got, err := impl.Deliver(ctx, adapters.Delivery{Event: ev, Attempt: 1}); err != nil || got != adapters.Applied {

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/harmless-dev/harmless/adapters"
+	"github.com/harmless-dev/harmless/internal/harness"
 	"github.com/harmless-dev/harmless/internal/ledger"
 	"github.com/harmless-dev/harmless/internal/pgtest"
 )
@@ -37,7 +38,7 @@ func SetupDoesNotWaitForDeliveriesInFlight(t *testing.T, adapter adapters.Adapte
 	}
 	ledgerTables := tables(t, pool, schema)
 	app := "harmless-test-setup-" + schema
-	env := adapters.Env{DSN: pgtest.NamedDSN(t, app), Schema: schema, Effect: ledger.Effect(schema, nil), Clock: adapters.SystemClock{}, Instance: 1}
+	env := adapters.Env{DSN: pgtest.NamedDSN(t, app), Schema: schema, Effect: ledger.Effect(schema, nil), Clock: harness.SystemClock{}, Instance: 1}
 	first, err := adapter.New(ctx, env)
 	if err != nil {
 		t.Fatalf("the first instance: %v", err)

@@ -7,6 +7,14 @@ import (
 	"time"
 )
 
+// SystemClock is the adapters.Clock that reads the system's time: what an
+// instance gets when its adapter does not accept the harness's clock, and
+// what the harness's tests hand the instances they build themselves.
+type SystemClock struct{}
+
+// Now returns time.Now().
+func (SystemClock) Now() time.Time { return time.Now() }
+
 // ManualClock is the harness's clock for implementations that accept it.
 // It runs at the pace of real time from wherever it was set, so that a
 // lease or a timeout an implementation measures on it runs out as it would

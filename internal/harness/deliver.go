@@ -250,11 +250,15 @@ func (s *Play) guardDeliver(ctx context.Context, impl adapters.Implementation, d
 	switch {
 	case errors.Is(err, ErrHung):
 		return 0, fmt.Errorf("Deliver(%s attempt %d): %w", d.Event, d.Attempt, err)
-	case err == nil && !outcome.Valid():
+	case err == nil && !ValidOutcome(outcome):
 		return 0, fmt.Errorf("%w: %s with a nil error", ErrBadOutcome, outcome)
 	}
 	return outcome, err
 }
+
+// ValidOutcome reports whether o is one of the outcomes adapters defines
+// (Applied, Duplicate, Rejected): an implementation may return any int.
+func ValidOutcome(o adapters.Outcome) bool { return o >= adapters.Applied && o <= adapters.Rejected }
 
 func guardFactory(ctx context.Context, adapter adapters.Adapter, env adapters.Env, timeout time.Duration) (adapters.Implementation, error) {
 	impl, err := guard(ctx, timeout, func(ctx context.Context) (adapters.Implementation, error) {

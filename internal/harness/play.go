@@ -73,7 +73,7 @@ type eventKey struct{ namespace, id string }
 
 func (s *Play) install(ctx context.Context) error {
 	s.hooks = &Hooks{hooks: hooks.NewSet(), play: s}
-	s.clock = adapters.SystemClock{}
+	s.clock = SystemClock{}
 	if s.adapter.Declares.AcceptsClock && !s.opts.SystemClock {
 		s.manual = NewRunningClock(ClockStart(s.run.opts.Seed, s.name))
 		s.clock = s.manual

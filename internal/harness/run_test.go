@@ -310,7 +310,7 @@ func TestPlayOptions(t *testing.T) {
 		t.Fatal(err)
 	}
 	atEnd(t, "play "+play.Schema(), play.Close)
-	if clock, manual := play.Clock(); manual != nil || clock != (adapters.SystemClock{}) {
+	if clock, manual := play.Clock(); manual != nil || clock != (harness.SystemClock{}) {
 		t.Errorf("SystemClock: clock %T, manual %v", clock, manual)
 	}
 	first, second := play.Deliver(t.Context(), 1, event("forgotten")), play.Deliver(t.Context(), 2, event("forgotten"))

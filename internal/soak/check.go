@@ -16,6 +16,7 @@ import (
 	"github.com/anishathalye/porcupine"
 
 	"github.com/harmless-dev/harmless/adapters"
+	"github.com/harmless-dev/harmless/internal/harness"
 )
 
 // Bounds of the checker's table of distinct errors: a run that fails the same
@@ -83,7 +84,7 @@ func pack(op Op) rec {
 	if op.Variant == Conflicting {
 		b |= bitConflicting
 	}
-	if op.Outcome.Valid() {
+	if harness.ValidOutcome(op.Outcome) {
 		b |= uint8(op.Outcome) << outcomeShift
 	}
 	b |= uint8(op.Refusal&3) << refusalShift

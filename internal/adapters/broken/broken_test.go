@@ -13,6 +13,7 @@ import (
 	"github.com/harmless-dev/harmless/adapters/reference"
 	"github.com/harmless-dev/harmless/internal/adapters/builtin"
 	"github.com/harmless-dev/harmless/internal/effect"
+	"github.com/harmless-dev/harmless/internal/harness"
 	"github.com/harmless-dev/harmless/internal/ledger"
 	"github.com/harmless-dev/harmless/internal/pgtest"
 )
@@ -101,7 +102,7 @@ func (w *world) instance(n int) adapters.Implementation {
 		DSN:      pgtest.DSN(w.t),
 		Schema:   w.schema,
 		Effect:   ledger.Effect(w.schema, hook),
-		Clock:    adapters.SystemClock{},
+		Clock:    harness.SystemClock{},
 		Instance: n,
 		Logf:     w.t.Logf,
 	})
