@@ -46,9 +46,6 @@ const (
 	Path = "/effects"
 	// KeyHeader carries the idempotency key.
 	KeyHeader = "Idempotency-Key"
-	// ReplayedHeader is set to "true" on an answer replayed for a repeated
-	// key.
-	ReplayedHeader = "Idempotent-Replayed"
 	// DefaultTimeout bounds one request when Send is given no client.
 	DefaultTimeout = 10 * time.Second
 )
@@ -70,22 +67,6 @@ func NewRequest(ev adapters.Event) Request {
 		ID:            base64.StdEncoding.EncodeToString([]byte(ev.ID)),
 		PayloadDigest: adapters.PayloadDigest(ev.Payload),
 	}
-}
-
-// Identity decodes the event identity r names.
-func (r Request) Identity() (namespace, id string, err error) {
-	ns, err := base64.StdEncoding.DecodeString(r.Namespace)
-	if err != nil {
-		return "", "", fmt.Errorf("namespace is not standard base64: %w", err)
-	}
-	raw, err := base64.StdEncoding.DecodeString(r.ID)
-	if err != nil {
-		return "", "", fmt.Errorf("id is not standard base64: %w", err)
-	}
-	if r.PayloadDigest == "" {
-		return "", "", errors.New("payload_digest is missing")
-	}
-	return string(ns), string(raw), nil
 }
 
 // Key derives an idempotency key from ev's identity alone: the same event

@@ -19,10 +19,13 @@ import (
 )
 
 const (
+	// ReplayedHeader is set to "true" on an answer replayed for a repeated
+	// key, as Stripe and the IETF Idempotency-Key draft do.
+	ReplayedHeader = "Idempotent-Replayed"
 	// maxKeyLen bounds a key, as Stripe does.
 	maxKeyLen = 255
 	// maxBody bounds a body: identities have at most
-	// adapters.MaxIdentityBytes bytes each, under 1.4 kB in base64.
+	// 1024 bytes each (adapters.CheckIdentity), under 1.4 kB in base64.
 	maxBody = 64 << 10
 )
 
@@ -392,7 +395,7 @@ func (s *Server) reply(w http.ResponseWriter, r *Record, a answer, reason string
 	h := w.Header()
 	h.Set("Content-Type", "application/json")
 	if a.replayed {
-		h.Set(external.ReplayedHeader, "true")
+		h.Set(ReplayedHeader, "true")
 	}
 	w.WriteHeader(a.status)
 	if _, err := w.Write(a.body); err != nil {
@@ -440,8 +443,8 @@ func errorBody(why string) []byte {
 // decode checks and decodes a body: the JSON of an external.Request with
 // exactly its three fields, namespace and id in standard padded base64 (id
 // not empty), payload_digest as adapters.PayloadDigest writes it, and
-// nothing after it. It is stricter than external.Request.Identity, so that
-// a body the reference client would never send is refused with a reason.
+// nothing after it, so that a body the reference client would never send
+// is refused with a reason.
 func decode(body []byte) (request, error) {
 	// external.Request with pointers, to tell a missing field from an
 	// empty one.

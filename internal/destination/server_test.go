@@ -73,7 +73,7 @@ func post(t *testing.T, s *Server, body string, keys ...string) (reply, error) {
 	if err != nil {
 		return reply{}, err
 	}
-	return reply{status: resp.StatusCode, replayed: resp.Header.Get(external.ReplayedHeader) == "true", body: string(b)}, nil
+	return reply{status: resp.StatusCode, replayed: resp.Header.Get(ReplayedHeader) == "true", body: string(b)}, nil
 }
 
 // mustPost is post for a request that must get an answer.
