@@ -2,9 +2,12 @@ package external_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
 
 	"github.com/harmless-dev/harmless/adapters"
 	"github.com/harmless-dev/harmless/adapters/external"
@@ -43,4 +46,30 @@ func ExampleNewRequest() {
 	// Output:
 	// POST /effects
 	// b3JkZXJz NDI= true
+}
+
+// A relay decides from Send's error what to do with an outbox row: delete
+// it once the destination acknowledged the effect, retry it later with the
+// same key on any other error (the answer may have been lost after the
+// effect was made), and park it for a human on ErrConflict, which no retry
+// fixes. Here a stand-in destination answers as the real one does when the
+// key was already used with another body.
+func ExampleSend() {
+	dest := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		http.Error(w, "idempotency key reused with another request", http.StatusUnprocessableEntity)
+	}))
+	defer dest.Close()
+
+	ev := adapters.Event{Namespace: "orders", ID: "42", Payload: []byte(`{"total":10}`)}
+	err := external.Send(context.Background(), dest.Client(), dest.URL, external.Key(ev), ev)
+	switch {
+	case err == nil:
+		fmt.Println("acknowledged: delete the row")
+	case errors.Is(err, external.ErrConflict):
+		fmt.Println("refused for good: park the row")
+	default:
+		fmt.Println("retry later, with the same key")
+	}
+	// Output:
+	// refused for good: park the row
 }

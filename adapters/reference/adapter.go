@@ -13,17 +13,19 @@ import (
 	"github.com/harmless-dev/harmless/adapters"
 	"github.com/harmless-dev/harmless/adapters/external"
 	"github.com/harmless-dev/harmless/internal/adapters/kit"
+	"github.com/harmless-dev/harmless/internal/adapters/outbox"
 )
 
 // Name is the reference adapter's name.
 const Name = "reference"
 
-// Window is the redelivery window the reference adapter declares.
-const Window = 24 * time.Hour
+// window is the redelivery window the reference adapter declares.
+const window = 24 * time.Hour
 
-// Adapter returns the `reference` adapter: a [Store] and an [Outbox] per
-// instance, each with its own connection pool, sharing one processed-events
-// table and one outbox table in the play's schema ([adapters.Env.Schema]).
+// Adapter returns the `reference` adapter: a [Store] and an outbox (the
+// harness's internal/adapters/outbox) per instance, each with its own
+// connection pool, sharing one processed-events table and one outbox table
+// in the play's schema ([adapters.Env.Schema]).
 // Each instance runs a relay to [adapters.Env.Destination]; with no
 // destination it writes no outbox rows and runs no relay.
 func Adapter() adapters.Adapter {
@@ -31,7 +33,7 @@ func Adapter() adapters.Adapter {
 		Name: Name,
 		Declares: adapters.Declaration{
 			ConflictPolicy:   adapters.RejectConflicts,
-			RedeliveryWindow: Window,
+			RedeliveryWindow: window,
 			AcceptsClock:     true,
 			ExternalEffects:  adapters.Outbox,
 		},
@@ -43,7 +45,7 @@ type implementation struct {
 	pool   *pgxpool.Pool
 	store  *Store
 	effect adapters.Effect
-	outbox *Outbox // nil without a destination
+	outbox *outbox.Outbox // nil without a destination
 	stop   context.CancelFunc
 	relay  sync.WaitGroup
 }
@@ -56,7 +58,7 @@ func newImplementation(ctx context.Context, env adapters.Env) (adapters.Implemen
 	i := &implementation{pool: pool, store: NewStore(pool, Config{Schema: env.Schema, Now: env.Clock.Now}), effect: env.Effect, stop: func() {}}
 	if env.Destination != "" {
 		client := &http.Client{Timeout: external.DefaultTimeout}
-		i.outbox = NewOutbox(pool, OutboxConfig{
+		i.outbox = outbox.New(pool, outbox.Config{
 			Schema: env.Schema,
 			Now:    env.Clock.Now,
 			Logf:   env.Logf,

@@ -39,13 +39,14 @@
 // An external effect (an email, a payment, an HTTP call) cannot join the
 // transaction: whether it is made before or after COMMIT, a crash between
 // the two makes it twice or never. The reference makes it with an outbox
-// ([Outbox]) and an idempotency key the destination honours:
+// (internal/adapters/outbox in harmless's source, to read and copy) and an
+// idempotency key the destination honours:
 //
 //  1. the claim's transaction also inserts an outbox row (the event and
 //     its key, [external.Key] of the identity) — only when the claim
 //     succeeded, so a Duplicate, a Rejected copy or a rolled-back claim
 //     writes nothing, and a committed claim always has its row;
-//  2. after COMMIT, Deliver wakes the instance's relay ([Outbox.Wake]);
+//  2. after COMMIT, Deliver wakes the instance's relay;
 //     the relay also polls, for rows left by a stopped instance;
 //  3. the relay takes the oldest row with SELECT ... FOR UPDATE SKIP
 //     LOCKED, in a transaction of its own, so no two relays send one row at

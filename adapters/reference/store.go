@@ -15,15 +15,13 @@ import (
 	"github.com/harmless-dev/harmless/internal/adapters/kit"
 )
 
-// DefaultTable is the unqualified name of the processed-events table.
-const DefaultTable = "processed_events"
-
 // Config configures a [Store].
 type Config struct {
 	// Schema holds the processed-events table; empty means the connection's
 	// search_path.
 	Schema string
-	// Table is the processed-events table's name; empty means DefaultTable.
+	// Table is the processed-events table's name; empty means
+	// "processed_events".
 	Table string
 	// Now is the clock used to stamp markers; nil means time.Now.
 	Now func() time.Time
@@ -46,7 +44,7 @@ type Store struct {
 func NewStore(pool *pgxpool.Pool, cfg Config) *Store {
 	name := cfg.Table
 	if name == "" {
-		name = DefaultTable
+		name = kit.ProcessedEventsTable
 	}
 	qualified := func(name string) string {
 		if cfg.Schema == "" {

@@ -41,6 +41,7 @@ import (
 	"github.com/harmless-dev/harmless/adapters"
 	"github.com/harmless-dev/harmless/adapters/exec/protocol"
 	"github.com/harmless-dev/harmless/adapters/reference"
+	"github.com/harmless-dev/harmless/internal/adapters/kit"
 )
 
 // EnvMode names the variable that makes a test binary a child, and how it
@@ -502,7 +503,7 @@ func oneStatement(ctx context.Context, pool *pgxpool.Pool, schema string, effect
 	for i, p := range effect.Params {
 		casts[i] = fmt.Sprintf("$%d::%s", i+1, p.Type)
 	}
-	markers := pgx.Identifier{schema, reference.DefaultTable}.Sanitize()
+	markers := pgx.Identifier{schema, kit.ProcessedEventsTable}.Sanitize()
 	sum := sha256.Sum256(ev.Payload)
 	digest := sum[:]
 	sql := fmt.Sprintf(`WITH claim AS (

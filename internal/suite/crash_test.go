@@ -17,6 +17,7 @@ import (
 	"github.com/harmless-dev/harmless/adapters/reference"
 	"github.com/harmless-dev/harmless/fixtures"
 	"github.com/harmless-dev/harmless/internal/adapters/builtin"
+	"github.com/harmless-dev/harmless/internal/adapters/kit"
 	"github.com/harmless-dev/harmless/internal/provision"
 	"github.com/harmless-dev/harmless/suite/certificate"
 	"github.com/harmless-dev/harmless/suite/docker"
@@ -107,7 +108,7 @@ func unloggedAdapter() adapters.Adapter {
 			if err != nil {
 				return nil, err
 			}
-			table := pgx.Identifier{env.Schema, reference.DefaultTable}.Sanitize()
+			table := pgx.Identifier{env.Schema, kit.ProcessedEventsTable}.Sanitize()
 			if _, err := pool.Exec(ctx, `CREATE UNLOGGED TABLE IF NOT EXISTS `+table+` (
 	namespace text NOT NULL, event_id text NOT NULL, payload_digest bytea NOT NULL, processed_at timestamptz NOT NULL,
 	PRIMARY KEY (namespace, event_id))`); err != nil {

@@ -65,6 +65,11 @@ func Classify(stored, digest []byte) adapters.Outcome {
 	return adapters.Rejected
 }
 
+// ProcessedEventsTable is the unqualified name of the reference's
+// processed-events table (reference.Config.Table's default), which the
+// adapters that copy its schema and the tests that read its markers name.
+const ProcessedEventsTable = "processed_events"
+
 // MaxIdentityBytes bounds the namespace and the id, each: it is the bound
 // [adapters.CheckIdentity] enforces (kit's tests hold the two together).
 const MaxIdentityBytes = 1024

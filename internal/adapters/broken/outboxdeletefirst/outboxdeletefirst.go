@@ -35,8 +35,8 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/harmless-dev/harmless/adapters"
-	"github.com/harmless-dev/harmless/adapters/reference"
 	"github.com/harmless-dev/harmless/internal/adapters/broken/internal/base"
+	"github.com/harmless-dev/harmless/internal/adapters/outbox"
 )
 
 // Name is the adapter's name.
@@ -45,8 +45,8 @@ const Name = "broken-outbox-delete-first"
 // Adapter returns the `broken-outbox-delete-first` adapter. It declares an
 // outbox.
 func Adapter() adapters.Adapter {
-	return base.OutboxAdapter(Name, func(inst *base.Instance, cfg reference.OutboxConfig) (*reference.Outbox, base.Relay) {
-		o := reference.NewOutbox(inst.Pool, cfg)
+	return base.OutboxAdapter(Name, func(inst *base.Instance, cfg outbox.Config) (*outbox.Outbox, base.Relay) {
+		o := outbox.New(inst.Pool, cfg)
 		return o, &relay{inst: inst, outbox: o, nudge: make(chan struct{}, 1), busy: make(chan struct{}, 1)}
 	})
 }
@@ -54,7 +54,7 @@ func Adapter() adapters.Adapter {
 // relay dequeues, then sends.
 type relay struct {
 	inst   *base.Instance
-	outbox *reference.Outbox
+	outbox *outbox.Outbox
 	nudge  chan struct{}
 	// busy holds a token from the dequeue to the end of the send, so
 	// Drain can wait for a send whose row is already gone.
@@ -72,7 +72,7 @@ func (r *relay) Run(ctx context.Context) {
 	for {
 		for r.next(ctx) {
 		}
-		timer := time.NewTimer(reference.Poll)
+		timer := time.NewTimer(outbox.Poll)
 		select {
 		case <-ctx.Done():
 			timer.Stop()

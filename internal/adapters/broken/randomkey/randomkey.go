@@ -30,8 +30,8 @@ import (
 	"context"
 
 	"github.com/harmless-dev/harmless/adapters"
-	"github.com/harmless-dev/harmless/adapters/reference"
 	"github.com/harmless-dev/harmless/internal/adapters/broken/internal/base"
+	"github.com/harmless-dev/harmless/internal/adapters/outbox"
 )
 
 // Name is the adapter's name.
@@ -39,12 +39,12 @@ const Name = "broken-random-key"
 
 // Adapter returns the `broken-random-key` adapter. It declares an outbox.
 func Adapter() adapters.Adapter {
-	return base.OutboxAdapter(Name, func(inst *base.Instance, cfg reference.OutboxConfig) (*reference.Outbox, base.Relay) {
+	return base.OutboxAdapter(Name, func(inst *base.Instance, cfg outbox.Config) (*outbox.Outbox, base.Relay) {
 		// The bug: the row's key is ignored; every send makes its own.
 		cfg.Send = func(ctx context.Context, _ string, ev adapters.Event) error {
 			return inst.Send(ctx, base.RandomKey(), ev)
 		}
-		o := reference.NewOutbox(inst.Pool, cfg)
+		o := outbox.New(inst.Pool, cfg)
 		return o, o
 	})
 }

@@ -21,7 +21,7 @@ import (
 
 // Table is the unqualified name of every broken adapter's processed-events
 // table, as in the reference.
-const Table = reference.DefaultTable
+const Table = kit.ProcessedEventsTable
 
 // Columns are the reference's processed-events columns without any key: a
 // table created from them alone has no unique constraint.

@@ -11,7 +11,7 @@ import (
 
 	"github.com/harmless-dev/harmless/adapters"
 	"github.com/harmless-dev/harmless/adapters/external"
-	"github.com/harmless-dev/harmless/adapters/reference"
+	"github.com/harmless-dev/harmless/internal/adapters/outbox"
 )
 
 // client is the HTTP client the broken adapters send effects with; it is
@@ -31,7 +31,7 @@ func (i *Instance) Send(ctx context.Context, key string, ev adapters.Event) erro
 // mistake several broken adapters make.
 func RandomKey() string { return "random-" + rand.Text() }
 
-// Relay is an outbox relay: [reference.Outbox] is one.
+// Relay is an outbox relay: [outbox.Outbox] is one.
 type Relay interface {
 	// Run sends the outbox's rows until ctx ends.
 	Run(ctx context.Context)
@@ -46,7 +46,7 @@ type Relay interface {
 // the reference does, and the bug lies in the relay.
 type Relayed struct {
 	*Instance
-	outbox *reference.Outbox // nil without a destination
+	outbox *outbox.Outbox // nil without a destination
 	relay  Relay
 	stop   context.CancelFunc
 	wg     sync.WaitGroup
@@ -56,7 +56,7 @@ type Relayed struct {
 // instance writes outbox rows as the reference does and runs the relay
 // that newRelay makes from the reference's outbox configuration (Send is
 // external.Send with the row's key) and the instance's pool.
-func OutboxAdapter(name string, newRelay func(inst *Instance, cfg reference.OutboxConfig) (*reference.Outbox, Relay)) adapters.Adapter {
+func OutboxAdapter(name string, newRelay func(inst *Instance, cfg outbox.Config) (*outbox.Outbox, Relay)) adapters.Adapter {
 	return adapters.Adapter{Name: name, Declares: declaring(adapters.Outbox), New: func(ctx context.Context, env adapters.Env) (adapters.Implementation, error) {
 		inst, err := open(ctx, env, name, KeyedColumns)
 		if err != nil {
@@ -66,7 +66,7 @@ func OutboxAdapter(name string, newRelay func(inst *Instance, cfg reference.Outb
 		if env.Destination == "" {
 			return r, nil
 		}
-		r.outbox, r.relay = newRelay(inst, reference.OutboxConfig{Schema: env.Schema, Now: inst.Now, Logf: env.Logf, Send: inst.Send})
+		r.outbox, r.relay = newRelay(inst, outbox.Config{Schema: env.Schema, Now: inst.Now, Logf: env.Logf, Send: inst.Send})
 		if err := r.outbox.Migrate(ctx); err != nil {
 			inst.Pool.Close()
 			return nil, fmt.Errorf("%s: %w", name, err)

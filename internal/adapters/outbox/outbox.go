@@ -1,4 +1,9 @@
-package reference
+// Package outbox is the transactional outbox of the reference adapter
+// (adapters/reference): a table of external effects written in the claim's
+// transaction, and the relay that sends them after commit with the key
+// fixed in each row. The broken adapters that break the relay on purpose
+// build on it too. The reference's package doc explains the pattern.
+package outbox
 
 import (
 	"context"
@@ -14,8 +19,8 @@ import (
 	"github.com/harmless-dev/harmless/internal/adapters/kit"
 )
 
-// DefaultOutboxTable is the unqualified name of the outbox table.
-const DefaultOutboxTable = "outbox"
+// DefaultTable is the unqualified name of the outbox table.
+const DefaultTable = "outbox"
 
 // Relay timing: the backoff after a failed send doubles from MinBackoff to
 // MaxBackoff, and an idle relay looks at the table every Poll even when
@@ -33,12 +38,12 @@ const (
 // and any other error when a retry with the same key may.
 type SendFunc func(ctx context.Context, key string, ev adapters.Event) error
 
-// OutboxConfig configures an [Outbox].
-type OutboxConfig struct {
+// Config configures an [Outbox].
+type Config struct {
 	// Schema holds the outbox table; empty means the connection's
 	// search_path.
 	Schema string
-	// Table is the outbox table's name; empty means DefaultOutboxTable.
+	// Table is the outbox table's name; empty means DefaultTable.
 	Table string
 	// Send makes one effect. Required for [Outbox.Run].
 	Send SendFunc
@@ -55,18 +60,18 @@ type OutboxConfig struct {
 type Outbox struct {
 	pool  *pgxpool.Pool
 	table string
-	cfg   OutboxConfig
+	cfg   Config
 	// nudge wakes the relay; a buffered slot is enough, since one pass
 	// sends everything committed before it started.
 	nudge chan struct{}
 }
 
-// NewOutbox returns an outbox over pool. Call [Outbox.Migrate] once before
+// New returns an outbox over pool. Call [Outbox.Migrate] once before
 // use.
-func NewOutbox(pool *pgxpool.Pool, cfg OutboxConfig) *Outbox {
+func New(pool *pgxpool.Pool, cfg Config) *Outbox {
 	name := cfg.Table
 	if name == "" {
-		name = DefaultOutboxTable
+		name = DefaultTable
 	}
 	table := pgx.Identifier{name}.Sanitize()
 	if cfg.Schema != "" {
@@ -84,9 +89,9 @@ func NewOutbox(pool *pgxpool.Pool, cfg OutboxConfig) *Outbox {
 // Table returns the outbox table's quoted, qualified name.
 func (o *Outbox) Table() string { return o.table }
 
-// Migrate creates the outbox table when it is missing, as [Store.Migrate]
-// does its own: without a lock on a table that exists, and safely from
-// several processes at once.
+// Migrate creates the outbox table when it is missing, as the reference's
+// Store.Migrate does its own: without a lock on a table that exists, and
+// safely from several processes at once.
 func (o *Outbox) Migrate(ctx context.Context) error {
 	// id orders the rows, so Drain can tell those committed before it was
 	// called; parked holds the destination's refusal of a row it will never
