@@ -71,13 +71,19 @@ func runChild(mode string) int {
 	return 2
 }
 
-// containerID is the engine's ID of the container behind srv.
+// containerID is the engine's ID of the container behind srv, in the
+// short form the container's String names it by ("container <id>
+// (<image>)"), which the engine takes wherever it takes an ID.
 func containerID(srv *Server) string {
-	c, ok := srv.Container().(interface{ ID() string })
-	if !ok {
+	c := srv.Container()
+	if c == nil {
 		return ""
 	}
-	return c.ID()
+	var id string
+	if _, err := fmt.Sscanf(c.String(), "container %s", &id); err != nil {
+		return ""
+	}
+	return id
 }
 
 // engine is a client of the container engine, found the way

@@ -116,7 +116,9 @@ type Server struct {
 	dsn string
 }
 
-// String describes the container for logs, without credentials.
+// String describes the container for logs, without credentials: its
+// engine's short ID, which docker logs and docker inspect take, and its
+// image.
 func (c *Server) String() string {
 	return fmt.Sprintf("container %.12s (%s)", c.ctr.GetContainerID(), c.image)
 }
@@ -133,11 +135,6 @@ func (c *Server) DSN() string {
 // server), so that whoever writes logs can hide them. They do not change on
 // Restart.
 func (c *Server) Secrets() []string { return []string{c.password} }
-
-// ID is the container's ID at the engine, for whoever wants to look at it
-// there (its log, its state). The suite does not need it: reach it through
-// the *Server that Start returns.
-func (c *Server) ID() string { return c.ctr.GetContainerID() }
 
 // Version is the server's server_version.
 func (c *Server) Version() string { return c.version }
