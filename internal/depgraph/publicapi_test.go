@@ -1002,11 +1002,11 @@ func TestPublicAPIDetectorWorks(t *testing.T) {
 	} else if m := r.usage("faults/pgproxy.Proxy.SetUpstream").by[machinery]; !m["internal/harness"] {
 		t.Errorf("faults/pgproxy.Proxy.SetUpstream's users are %v; want internal/harness among them", sortedKeys(m))
 	}
-	// faults.Fault.Plan is referenced only inside faults.
-	if !violator["faults.Fault.Plan"] {
-		t.Errorf("faults.Fault.Plan is not found unused outside faults")
-	} else if got := r.usage("faults.Fault.Plan").why(); got != "used only inside its own package" {
-		t.Errorf("faults.Fault.Plan: %s; want used only inside its own package", got)
+	// adapters/exec/protocol.MaxID is referenced only inside its package.
+	if !violator["adapters/exec/protocol.MaxID"] {
+		t.Errorf("adapters/exec/protocol.MaxID is not found unused outside its package")
+	} else if got := r.usage("adapters/exec/protocol.MaxID").why(); got != "used only inside its own package" {
+		t.Errorf("adapters/exec/protocol.MaxID: %s; want used only inside its own package", got)
 	}
 	for _, key := range []string{"suite.Run", "adapters.Adapter", "adapters.Implementation", "suite.Option"} {
 		if violator[key] {

@@ -51,6 +51,11 @@ func DescribeTarget(namespace, id string, attempt, times int) string {
 	return s + ", at most " + strconv.Itoa(times) + " times"
 }
 
+// Kind is the kind of a database-side fault, as package faults' Armed
+// names it: "db:" action "@" point, e.g. "db:raise@commit". The harness
+// counts firings by kind and docs/reports.md lists the kinds.
+func Kind(action, point string) string { return "db:" + action + "@" + point }
+
 // EvidenceSequence is the unqualified name of the sequence, in the fault's
 // schema, that counts the firings of the database-side fault numbered id.
 func EvidenceSequence(id int64) string { return fmt.Sprintf("harmless_fault_%d_fired", id) }

@@ -20,7 +20,7 @@ import (
 //
 //   - "db:<action>@<point>": a database-side fault of package faults,
 //     e.g. "db:raise@effect", "db:sleep@effect", "db:terminate@commit"
-//     (see [faults.Plan.Kind]);
+//     (see [faults.Fault.Kind]);
 //   - "hook:<action>": a Go-level hook in the effect, e.g. "hook:panic"
 //     (see [hooks.Plan.Kind]);
 //   - "proxy:<action>@<point>": a rule of the wire proxy, the point's words
