@@ -398,7 +398,7 @@ func TestReportsAreDocumented(t *testing.T) {
 	}
 	for _, point := range []pgproxy.Point{pgproxy.BeforeCommit, pgproxy.AfterCommitComplete, pgproxy.AfterStatement} {
 		for _, action := range []pgproxy.Action{pgproxy.Cut} {
-			names = append(names, pgproxy.Rule{At: point, Action: action}.Kind())
+			names = append(names, faultplan.ProxyKind(string(action), string(point)))
 		}
 	}
 	names = append(names, harness.ServerCrashKind, "--json", "--junit", "--markdown", "--seed", "--quiet", "`-q`", "`-v`", "NO_COLOR", stepSummaryEnv)

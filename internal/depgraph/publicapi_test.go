@@ -996,11 +996,12 @@ func TestPublicAPIDetectorWorks(t *testing.T) {
 			violator[key] = true
 		}
 	}
-	// The harness points its proxy at a restarted server; no user does.
-	if !violator["faults/pgproxy.Proxy.SetUpstream"] {
-		t.Errorf("faults/pgproxy.Proxy.SetUpstream is not found harness-only")
-	} else if m := r.usage("faults/pgproxy.Proxy.SetUpstream").by[machinery]; !m["internal/harness"] {
-		t.Errorf("faults/pgproxy.Proxy.SetUpstream's users are %v; want internal/harness among them", sortedKeys(m))
+	// The harness's internal/backends queries through faults.DB; users
+	// pass pgx's own connections and never call its methods.
+	if !violator["faults.DB.Query"] {
+		t.Errorf("faults.DB.Query is not found harness-only")
+	} else if m := r.usage("faults.DB.Query").by[machinery]; !m["internal/backends"] {
+		t.Errorf("faults.DB.Query's users are %v; want internal/backends among them", sortedKeys(m))
 	}
 	// adapters/exec/protocol.MaxID is referenced only inside its package.
 	if !violator["adapters/exec/protocol.MaxID"] {

@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 
@@ -55,6 +56,13 @@ func DescribeTarget(namespace, id string, attempt, times int) string {
 // names it: "db:" action "@" point, e.g. "db:raise@commit". The harness
 // counts firings by kind and docs/reports.md lists the kinds.
 func Kind(action, point string) string { return "db:" + action + "@" + point }
+
+// ProxyKind is the kind of a rule of the wire proxy, faults/pgproxy:
+// "proxy:" action "@" point with the point's words joined by hyphens,
+// e.g. "proxy:cut@after-commit-complete".
+func ProxyKind(action, point string) string {
+	return "proxy:" + action + "@" + strings.ReplaceAll(point, " ", "-")
+}
 
 // EvidenceSequence is the unqualified name of the sequence, in the fault's
 // schema, that counts the firings of the database-side fault numbered id.

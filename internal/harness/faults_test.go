@@ -25,9 +25,9 @@ func TestFaultKinds(t *testing.T) {
 		{faultplan.Kind(string(faults.Terminate), string(faults.AtCommit)), "db:terminate@commit"},
 		{faultplan.Kind(string(faults.Sleep), string(faults.AtEffect)), "db:sleep@effect"},
 		{hooks.Plan{Action: hooks.Panic}.Kind(), "hook:panic"},
-		{pgproxy.Rule{At: pgproxy.BeforeCommit, Action: pgproxy.Cut}.Kind(), "proxy:cut@before-commit"},
-		{pgproxy.Rule{At: pgproxy.AfterCommitComplete, Action: pgproxy.Cut}.Kind(), "proxy:cut@after-commit-complete"},
-		{pgproxy.Rule{At: pgproxy.AfterStatement, N: 3, Action: pgproxy.Cut}.Kind(), "proxy:cut@after-statement"},
+		{faultplan.ProxyKind(string(pgproxy.Cut), string(pgproxy.BeforeCommit)), "proxy:cut@before-commit"},
+		{faultplan.ProxyKind(string(pgproxy.Cut), string(pgproxy.AfterCommitComplete)), "proxy:cut@after-commit-complete"},
+		{faultplan.ProxyKind(string(pgproxy.Cut), string(pgproxy.AfterStatement)), "proxy:cut@after-statement"},
 		{harness.ServerCrashKind, "server:crash"},
 	} {
 		if tc.got != tc.want {
