@@ -2,7 +2,8 @@
 // their packages' API: how the deliveries a plan targets (an event, an
 // attempt, how many times) are checked and described, alike for the
 // database fault points of package faults and the Go hooks of
-// internal/hooks; and the evidence sequences of the database fault points,
+// internal/hooks; the kinds the harness counts firings by ([Kind],
+// [ProxyKind]); and the evidence sequences of the database fault points,
 // by which the harness counts the faults armed in a schema ([CountArmed]),
 // so that a fault armed around its count is noticed.
 package faultplan
