@@ -10,7 +10,7 @@ import "context"
 type Armed interface {
 	// Kind names where the fault is injected and what it does, never
 	// which event it targets, so that kinds are the same from run to run:
-	// "db:<action>@<point>" ([Plan.Kind]), "hook:<action>" (the
+	// "db:<action>@<point>" ([Fault.Kind]), "hook:<action>" (the
 	// harness's Go hooks), "proxy:<action>@<point>" (the proxy's rules),
 	// "server:crash".
 	Kind() string

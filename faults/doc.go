@@ -25,8 +25,8 @@
 //     row trigger); [AtCommit] fires when the transaction commits (a
 //     DEFERRABLE INITIALLY DEFERRED constraint trigger), after everything the
 //     implementation did, just before the commit becomes durable.
-//   - [Raise] fails the statement (or the COMMIT) with SQLSTATE
-//     [InjectedSQLState]; [IsInjected] recognises the error. [Sleep] holds
+//   - [Raise] fails the statement (or the COMMIT) with SQLSTATE HF001;
+//     [IsInjected] recognises the error. [Sleep] holds
 //     the transaction open to widen race windows between concurrent
 //     deliveries; [SleepThenRaise] holds it, then fails it; a [Gate] holds
 //     it, without a lock, until [Fault.Open]. [Terminate] makes the backend

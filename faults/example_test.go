@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log"
 	"os"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -65,4 +66,114 @@ func Example() {
 		log.Fatal(err)
 	}
 	fmt.Println("fired:", fired)
+}
+
+// Fail the COMMIT of the transaction that applies an event's effect,
+// after everything the code under test did in it, and check that nothing
+// of it stayed: the effect rolled back with the rest.
+func Example_atCommit() {
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer pool.Close()
+	// Install has run in schema orders_test, as in the package example.
+	if _, err := faults.Arm(ctx, pool, "orders_test", faults.Plan{
+		Namespace: "orders", ID: "42", Times: 1, Point: faults.AtCommit, Action: faults.Raise,
+	}); err != nil {
+		log.Fatal(err)
+	}
+
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		log.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, `INSERT INTO orders_test.harmless_effects (namespace, event_id, payload_digest, attempt) VALUES ($1, $2, $3, $4)`,
+		[]byte("orders"), []byte("42"), adapters.PayloadDigest([]byte(`{"total": 10}`)), 1); err != nil {
+		log.Fatal(err)
+	}
+	err = tx.Commit(ctx)
+	fmt.Println("commit failed with the injected error:", faults.IsInjected(err))
+
+	var effects int
+	if err := pool.QueryRow(ctx, "SELECT count(*) FROM orders_test.harmless_effects").Scan(&effects); err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("effects:", effects)
+}
+
+// Hold the first delivery of an event inside its transaction, without a
+// lock, while the test delivers it again, then let it go on: the two
+// deliveries overlap for certain, whatever their timing.
+func ExampleFault_Open() {
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer pool.Close()
+	// Held for a minute at most, should the test never open it.
+	gate, err := faults.Arm(ctx, pool, "orders_test", faults.Plan{
+		Namespace: "orders", ID: "42", Attempt: 1, Point: faults.AtEffect, Action: faults.Gate, Sleep: time.Minute,
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+
+	// ... deliver attempt 1 of orders/42 in the background ...
+	for {
+		held, err := gate.Held(ctx)
+		if err != nil {
+			log.Fatal(err)
+		}
+		if held == 1 {
+			break // attempt 1 is inside its transaction, at its effect
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	// ... deliver attempt 2 while attempt 1 is held ...
+	if err := gate.Open(ctx); err != nil {
+		log.Fatal(err)
+	}
+}
+
+// Widen the race window between two concurrent deliveries of one event by
+// holding each at its effect for a while; kill the backend of a third
+// delivery of the same event as it commits, and of another event's
+// claimant that holds the event and then fails; disarm the sleep once the
+// race is over, so that later deliveries run at full speed.
+func ExampleFault_Disarm() {
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer pool.Close()
+	arm := func(p faults.Plan) *faults.Fault {
+		f, err := faults.Arm(ctx, pool, "orders_test", p)
+		if err != nil {
+			log.Fatal(err)
+		}
+		return f
+	}
+	sleep := arm(faults.Plan{Namespace: "orders", ID: "42", Point: faults.AtEffect, Action: faults.Sleep, Sleep: 200 * time.Millisecond})
+	// Attempt 3 only: the server ends the backend, the client sees its
+	// connection closed (SQLSTATE 57P01), and the transaction is gone.
+	arm(faults.Plan{Namespace: "orders", ID: "42", Attempt: 3, Point: faults.AtCommit, Action: faults.Terminate})
+	// The first claimant of orders/43 holds it for a second, then fails:
+	// a competitor waiting on its lock must take over.
+	arm(faults.Plan{Namespace: "orders", ID: "43", Times: 1, Point: faults.AtEffect, Action: faults.SleepThenRaise, Sleep: time.Second})
+
+	// ... deliver orders/42 twice at once, and so on ...
+
+	if err := sleep.Disarm(ctx); err != nil {
+		log.Fatal(err)
+	}
+	// The firings before the disarm stay counted.
+	fired, err := sleep.Fired(ctx)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("deliveries slowed down:", fired)
 }

@@ -34,8 +34,8 @@ const (
 type Action string
 
 const (
-	// Raise fails with SQLSTATE [InjectedSQLState] and a message naming the
-	// fault. The transaction rolls back.
+	// Raise fails with SQLSTATE HF001 and a message naming the fault; the
+	// transaction rolls back. [IsInjected] recognises the error.
 	Raise Action = "raise"
 	// Sleep holds the transaction for [Plan.Sleep] (pg_sleep), widening race
 	// windows so that concurrent deliveries overlap. Nothing fails.
@@ -56,8 +56,9 @@ const (
 	Gate Action = "gate"
 )
 
-// InjectedSQLState is the SQLSTATE of the error a [Raise] fault raises.
-const InjectedSQLState = "HF001"
+// injectedSQLState is the SQLSTATE of the error a [Raise] fault raises
+// (plan.sql's ERRCODE), documented as HF001 for code in other languages.
+const injectedSQLState = "HF001"
 
 // Plan says which effect insert a database-side fault fires on, and what it
 // does there.
@@ -108,10 +109,6 @@ func (p Plan) validate() error {
 	}
 	return faultplan.ValidateTarget(p.ID, p.Attempt)
 }
-
-// Kind is the kind of a fault armed with the plan (see [Armed]): "db:"
-// action "@" point, e.g. "db:raise@commit".
-func (p Plan) Kind() string { return fmt.Sprintf("db:%s@%s", p.Action, p.Point) }
 
 // String describes the plan, e.g. "raise at commit for ns/42 attempt 1".
 func (p Plan) String() string {
@@ -287,11 +284,9 @@ func (f *Fault) Disarm(ctx context.Context) error {
 	return nil
 }
 
-// Kind is the kind of the fault's plan (see [Plan.Kind]).
-func (f *Fault) Kind() string { return f.plan.Kind() }
-
-// Plan returns the fault's plan.
-func (f *Fault) Plan() Plan { return f.plan }
+// Kind is the kind of the fault (see [Armed]): "db:" action "@" point,
+// e.g. "db:raise@commit".
+func (f *Fault) Kind() string { return faultplan.Kind(string(f.plan.Action), string(f.plan.Point)) }
 
 // String describes the fault, e.g. "raise at commit for ns/42 attempt 1".
 func (f *Fault) String() string { return f.plan.String() }
@@ -300,7 +295,7 @@ func (f *Fault) String() string { return f.plan.String() }
 // [Raise] fault.
 func IsInjected(err error) bool {
 	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr) && pgErr.Code == InjectedSQLState
+	return errors.As(err, &pgErr) && pgErr.Code == injectedSQLState
 }
 
 // queryOne runs a query that returns exactly one row of one column.

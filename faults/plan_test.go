@@ -255,26 +255,26 @@ func TestArmWithoutInstall(t *testing.T) {
 func TestFaultString(t *testing.T) {
 	fx := faulttest.Setup(t)
 	tests := []struct {
-		plan faults.Plan
-		want string
+		plan       faults.Plan
+		want, kind string
 	}{
-		{faults.Plan{Namespace: "ns", ID: "42", Attempt: 1, Point: faults.AtCommit, Action: faults.Raise}, "raise at commit for ns/42 attempt 1"},
-		{faults.Plan{Namespace: "ns", ID: "42", Point: faults.AtEffect, Action: faults.Sleep, Sleep: 250 * time.Millisecond}, "sleep 250ms at effect for ns/42 every attempt"},
-		{faults.Plan{Namespace: "a/b", ID: "x y", Attempt: 3, Point: faults.AtEffect, Action: faults.Terminate}, `terminate at effect for "a/b"/"x y" attempt 3`},
+		{faults.Plan{Namespace: "ns", ID: "42", Attempt: 1, Point: faults.AtCommit, Action: faults.Raise}, "raise at commit for ns/42 attempt 1", "db:raise@commit"},
+		{faults.Plan{Namespace: "ns", ID: "42", Point: faults.AtEffect, Action: faults.Sleep, Sleep: 250 * time.Millisecond}, "sleep 250ms at effect for ns/42 every attempt", "db:sleep@effect"},
+		{faults.Plan{Namespace: "a/b", ID: "x y", Attempt: 3, Point: faults.AtEffect, Action: faults.Terminate}, `terminate at effect for "a/b"/"x y" attempt 3`, "db:terminate@effect"},
 	}
 	for _, tt := range tests {
 		f := fx.Arm(t, tt.plan)
 		if got := f.String(); got != tt.want {
 			t.Errorf("String() = %q, want %q", got, tt.want)
 		}
-		if f.Plan() != tt.plan {
-			t.Errorf("Plan() = %+v, want %+v", f.Plan(), tt.plan)
+		if got := f.Kind(); got != tt.kind {
+			t.Errorf("Kind() = %q, want %q", got, tt.kind)
 		}
 	}
 }
 
 func TestIsInjected(t *testing.T) {
-	injected := &pgconn.PgError{Code: faults.InjectedSQLState}
+	injected := &pgconn.PgError{Code: "HF001"} // the SQLSTATE the package documents
 	tests := []struct {
 		name string
 		err  error

@@ -18,6 +18,7 @@ import (
 	"github.com/harmless-dev/harmless/faults"
 	"github.com/harmless-dev/harmless/faults/pgproxy"
 	"github.com/harmless-dev/harmless/fixtures"
+	"github.com/harmless-dev/harmless/internal/faultplan"
 	"github.com/harmless-dev/harmless/internal/harness"
 	"github.com/harmless-dev/harmless/internal/hooks"
 	"github.com/harmless-dev/harmless/internal/pgtest"
@@ -389,7 +390,7 @@ func TestReportsAreDocumented(t *testing.T) {
 	}
 	for _, point := range []faults.Point{faults.AtEffect, faults.AtCommit} {
 		for _, action := range []faults.Action{faults.Raise, faults.Sleep, faults.Terminate} {
-			names = append(names, faults.Plan{Point: point, Action: action}.Kind())
+			names = append(names, faultplan.Kind(string(action), string(point)))
 		}
 	}
 	for _, action := range []hooks.Action{hooks.Error, hooks.Panic, hooks.Cancel} {
@@ -397,7 +398,7 @@ func TestReportsAreDocumented(t *testing.T) {
 	}
 	for _, point := range []pgproxy.Point{pgproxy.BeforeCommit, pgproxy.AfterCommitComplete, pgproxy.AfterStatement} {
 		for _, action := range []pgproxy.Action{pgproxy.Cut} {
-			names = append(names, pgproxy.Rule{At: point, Action: action}.Kind())
+			names = append(names, faultplan.ProxyKind(string(action), string(point)))
 		}
 	}
 	names = append(names, harness.ServerCrashKind, "--json", "--junit", "--markdown", "--seed", "--quiet", "`-q`", "`-v`", "NO_COLOR", stepSummaryEnv)

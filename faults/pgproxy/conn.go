@@ -186,7 +186,7 @@ func (c *conn) forwardCancel(raw []byte, m *pgproto3.CancelRequest) {
 // relay forwards the StartupMessage to the upstream server and then relays
 // messages both ways until either side ends or the connection is cut.
 func (c *conn) relay(cr *bufio.Reader, raw []byte, sm *pgproto3.StartupMessage) {
-	upstream := c.p.Upstream()
+	upstream := c.p.currentUpstream()
 	c.mu.Lock()
 	c.meta.ApplicationName = sm.Parameters["application_name"]
 	c.meta.User = sm.Parameters["user"]

@@ -6,6 +6,7 @@ import (
 	"log"
 	"net"
 	"os"
+	"os/exec"
 	"strconv"
 
 	"github.com/jackc/pgx/v5"
@@ -80,4 +81,88 @@ func Example() {
 		log.Fatal(err)
 	}
 	fmt.Println("cuts:", fired, "backends cut:", len(cut.PIDs()))
+}
+
+// Produce the ambiguous commit: the server commits the transaction that
+// writes the orders table, and the connection breaks before the client
+// hears of it. The code under test must not apply the effect again when
+// the broker redelivers. A cut that never fired proves nothing; the
+// fault's statement counts say whether the code committed in autocommit,
+// where no COMMIT passes.
+func Example_ambiguousCommit() {
+	proxy, err := pgproxy.New("127.0.0.1:5432")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer proxy.Close()
+	cut, err := proxy.Arm(pgproxy.Rule{
+		At:     pgproxy.AfterCommitComplete,
+		Action: pgproxy.Cut,
+		Times:  1,
+		// Not the commit of a claim or a lease before it: the one of the
+		// transaction that mentions the orders table.
+		Within: "orders",
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+
+	// ... the code under test handles an event through the proxy ...
+
+	if fired, _ := cut.Fired(context.Background()); fired == 0 {
+		inTx, autocommit := cut.Statements()
+		fmt.Printf("no cut: %d statements in transactions, %d in autocommit\n", inTx, autocommit)
+	}
+}
+
+// Cut the connection in the middle of a transaction, after its first
+// statement (the claim of the event's marker, say) has completed.
+func ExampleRule_afterStatement() {
+	proxy, err := pgproxy.New("127.0.0.1:5432")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer proxy.Close()
+	if _, err := proxy.Arm(pgproxy.Rule{At: pgproxy.AfterStatement, N: 1, Action: pgproxy.Cut, Times: 1}); err != nil {
+		log.Fatal(err)
+	}
+	// ... the code under test handles an event through the proxy ...
+}
+
+// Point code under test that is configured by host and port, here a
+// consumer written in another language that reads libpq's environment,
+// at the proxy.
+func ExampleProxy_Addr() {
+	proxy, err := pgproxy.New("127.0.0.1:5432")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer proxy.Close()
+	host, port, err := net.SplitHostPort(proxy.Addr())
+	if err != nil {
+		log.Fatal(err)
+	}
+	consumer := exec.Command("python3", "consumer.py")
+	consumer.Env = append(os.Environ(), "PGHOST="+host, "PGPORT="+port)
+	if err := consumer.Run(); err != nil {
+		log.Fatal(err)
+	}
+}
+
+// Keep the code under test's DSN across a server restart that moves the
+// server to another port, as restarting a container does to its mapped
+// port: the proxy's address stays, and its new connections go to the
+// restarted server.
+func ExampleProxy_SetUpstream() {
+	proxy, err := pgproxy.New("127.0.0.1:5432")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer proxy.Close()
+
+	// ... crash and restart the server, which now listens on 5433 ...
+
+	if err := proxy.SetUpstream("127.0.0.1:5433"); err != nil {
+		log.Fatal(err)
+	}
 }

@@ -90,8 +90,8 @@ func checkUpstream(addr string) error {
 // Addr is the address the proxy listens on, host:port.
 func (p *Proxy) Addr() string { return p.ln.Addr().String() }
 
-// Upstream is the server address new connections go to.
-func (p *Proxy) Upstream() string {
+// currentUpstream is the server address new connections go to.
+func (p *Proxy) currentUpstream() string {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.upstream

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+
+	"github.com/harmless-dev/harmless/internal/faultplan"
 )
 
 // Point is the place in the protocol where a rule fires.
@@ -114,13 +116,8 @@ func (r Rule) validate() error {
 	return nil
 }
 
-// Kind is the kind of a fault armed with the rule, as package faults'
-// Armed names it: "proxy:" action "@" point with its words joined by
-// hyphens, e.g. "proxy:cut@after-commit-complete". The statement number
-// of an [AfterStatement] rule is not part of the kind.
-func (r Rule) Kind() string {
-	return fmt.Sprintf("proxy:%s@%s", r.Action, strings.ReplaceAll(string(r.At), " ", "-"))
-}
+// kind is the kind of a fault armed with the rule (see [Fault.Kind]).
+func (r Rule) kind() string { return faultplan.ProxyKind(string(r.Action), string(r.At)) }
 
 // String describes the rule, e.g. "cut after statement 1 on every
 // connection, at most once".
@@ -193,8 +190,11 @@ func (f *Fault) String() string { return f.rule.String() }
 // are there to make a Fault one of package faults' Armed.
 func (f *Fault) Fired(context.Context) (int64, error) { return f.fired.Load(), nil }
 
-// Kind is the kind of the fault's rule (see [Rule.Kind]).
-func (f *Fault) Kind() string { return f.rule.Kind() }
+// Kind is the kind of the fault, as package faults' Armed names it:
+// "proxy:" action "@" point with its words joined by hyphens, e.g.
+// "proxy:cut@after-commit-complete". The statement number of an
+// [AfterStatement] rule is not part of the kind.
+func (f *Fault) Kind() string { return f.rule.kind() }
 
 // Statements counts the statements the proxy saw complete on the
 // connections in the rule's scope since it was armed: inside a

@@ -996,17 +996,18 @@ func TestPublicAPIDetectorWorks(t *testing.T) {
 			violator[key] = true
 		}
 	}
-	// The harness points its proxy at a restarted server; no user does.
-	if !violator["faults/pgproxy.Proxy.SetUpstream"] {
-		t.Errorf("faults/pgproxy.Proxy.SetUpstream is not found harness-only")
-	} else if m := r.usage("faults/pgproxy.Proxy.SetUpstream").by[machinery]; !m["internal/harness"] {
-		t.Errorf("faults/pgproxy.Proxy.SetUpstream's users are %v; want internal/harness among them", sortedKeys(m))
+	// The harness's internal/backends queries through faults.DB; users
+	// pass pgx's own connections and never call its methods.
+	if !violator["faults.DB.Query"] {
+		t.Errorf("faults.DB.Query is not found harness-only")
+	} else if m := r.usage("faults.DB.Query").by[machinery]; !m["internal/backends"] {
+		t.Errorf("faults.DB.Query's users are %v; want internal/backends among them", sortedKeys(m))
 	}
-	// faults.Fault.Plan is referenced only inside faults.
-	if !violator["faults.Fault.Plan"] {
-		t.Errorf("faults.Fault.Plan is not found unused outside faults")
-	} else if got := r.usage("faults.Fault.Plan").why(); got != "used only inside its own package" {
-		t.Errorf("faults.Fault.Plan: %s; want used only inside its own package", got)
+	// adapters/exec/protocol.MaxID is referenced only inside its package.
+	if !violator["adapters/exec/protocol.MaxID"] {
+		t.Errorf("adapters/exec/protocol.MaxID is not found unused outside its package")
+	} else if got := r.usage("adapters/exec/protocol.MaxID").why(); got != "used only inside its own package" {
+		t.Errorf("adapters/exec/protocol.MaxID: %s; want used only inside its own package", got)
 	}
 	for _, key := range []string{"suite.Run", "adapters.Adapter", "adapters.Implementation", "suite.Option"} {
 		if violator[key] {

@@ -2,7 +2,8 @@
 // their packages' API: how the deliveries a plan targets (an event, an
 // attempt, how many times) are checked and described, alike for the
 // database fault points of package faults and the Go hooks of
-// internal/hooks; and the evidence sequences of the database fault points,
+// internal/hooks; the kinds the harness counts firings by ([Kind],
+// [ProxyKind]); and the evidence sequences of the database fault points,
 // by which the harness counts the faults armed in a schema ([CountArmed]),
 // so that a fault armed around its count is noticed.
 package faultplan
@@ -13,6 +14,7 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 
@@ -49,6 +51,18 @@ func DescribeTarget(namespace, id string, attempt, times int) string {
 		return s + ", once"
 	}
 	return s + ", at most " + strconv.Itoa(times) + " times"
+}
+
+// Kind is the kind of a database-side fault, as package faults' Armed
+// names it: "db:" action "@" point, e.g. "db:raise@commit". The harness
+// counts firings by kind and docs/reports.md lists the kinds.
+func Kind(action, point string) string { return "db:" + action + "@" + point }
+
+// ProxyKind is the kind of a rule of the wire proxy, faults/pgproxy:
+// "proxy:" action "@" point with the point's words joined by hyphens,
+// e.g. "proxy:cut@after-commit-complete".
+func ProxyKind(action, point string) string {
+	return "proxy:" + action + "@" + strings.ReplaceAll(point, " ", "-")
 }
 
 // EvidenceSequence is the unqualified name of the sequence, in the fault's

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"sync"
 
 	"github.com/harmless-dev/harmless/adapters"
 	"github.com/harmless-dev/harmless/faults"
@@ -20,13 +21,13 @@ import (
 //
 //   - "db:<action>@<point>": a database-side fault of package faults,
 //     e.g. "db:raise@effect", "db:sleep@effect", "db:terminate@commit"
-//     (see [faults.Plan.Kind]);
+//     (see [faults.Fault.Kind]);
 //   - "hook:<action>": a Go-level hook in the effect, e.g. "hook:panic"
 //     (see [hooks.Plan.Kind]);
 //   - "proxy:<action>@<point>": a rule of the wire proxy, the point's words
 //     joined by hyphens, e.g. "proxy:cut@before-commit",
 //     "proxy:cut@after-commit-complete", "proxy:cut@after-statement"
-//     (see [pgproxy.Rule.Kind]);
+//     (see [pgproxy.Fault.Kind]);
 //   - [ServerCrashKind]: a crash of the run's server.
 //
 // The play hands out no way to arm a fault that bypasses the count: its
@@ -106,6 +107,9 @@ func (h *Hooks) Effect(ctx context.Context, d adapters.Delivery) error {
 type Proxy struct {
 	proxy *pgproxy.Proxy
 	play  *Play
+
+	mu       sync.Mutex
+	upstream string // where the proxy's new connections go, as last set
 }
 
 // Arm arms r as [pgproxy.Proxy.Arm] does, and records the fault for
@@ -120,7 +124,22 @@ func (p *Proxy) Arm(r pgproxy.Rule) (*pgproxy.Fault, error) {
 }
 
 // Upstream is the server address the proxy's new connections go to.
-func (p *Proxy) Upstream() string { return p.proxy.Upstream() }
+func (p *Proxy) Upstream() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.upstream
+}
+
+// follow points the proxy's new connections at upstream (host:port).
+func (p *Proxy) follow(upstream string) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if err := p.proxy.SetUpstream(upstream); err != nil {
+		return err
+	}
+	p.upstream = upstream
+	return nil
+}
 
 // countByKind counts the firings of armed by kind; kinds that did not fire
 // are left out.

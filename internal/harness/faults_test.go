@@ -14,19 +14,20 @@ import (
 	"github.com/harmless-dev/harmless/adapters/reference"
 	"github.com/harmless-dev/harmless/faults"
 	"github.com/harmless-dev/harmless/faults/pgproxy"
+	"github.com/harmless-dev/harmless/internal/faultplan"
 	"github.com/harmless-dev/harmless/internal/harness"
 	"github.com/harmless-dev/harmless/internal/hooks"
 )
 
 func TestFaultKinds(t *testing.T) {
 	for _, tc := range []struct{ got, want string }{
-		{faults.Plan{Point: faults.AtEffect, Action: faults.Raise}.Kind(), "db:raise@effect"},
-		{faults.Plan{Point: faults.AtCommit, Action: faults.Terminate}.Kind(), "db:terminate@commit"},
-		{faults.Plan{Point: faults.AtEffect, Action: faults.Sleep, Sleep: time.Second}.Kind(), "db:sleep@effect"},
+		{faultplan.Kind(string(faults.Raise), string(faults.AtEffect)), "db:raise@effect"},
+		{faultplan.Kind(string(faults.Terminate), string(faults.AtCommit)), "db:terminate@commit"},
+		{faultplan.Kind(string(faults.Sleep), string(faults.AtEffect)), "db:sleep@effect"},
 		{hooks.Plan{Action: hooks.Panic}.Kind(), "hook:panic"},
-		{pgproxy.Rule{At: pgproxy.BeforeCommit, Action: pgproxy.Cut}.Kind(), "proxy:cut@before-commit"},
-		{pgproxy.Rule{At: pgproxy.AfterCommitComplete, Action: pgproxy.Cut}.Kind(), "proxy:cut@after-commit-complete"},
-		{pgproxy.Rule{At: pgproxy.AfterStatement, N: 3, Action: pgproxy.Cut}.Kind(), "proxy:cut@after-statement"},
+		{faultplan.ProxyKind(string(pgproxy.Cut), string(pgproxy.BeforeCommit)), "proxy:cut@before-commit"},
+		{faultplan.ProxyKind(string(pgproxy.Cut), string(pgproxy.AfterCommitComplete)), "proxy:cut@after-commit-complete"},
+		{faultplan.ProxyKind(string(pgproxy.Cut), string(pgproxy.AfterStatement)), "proxy:cut@after-statement"},
 		{harness.ServerCrashKind, "server:crash"},
 	} {
 		if tc.got != tc.want {

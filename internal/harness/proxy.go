@@ -35,7 +35,7 @@ func (s *Play) UseProxy(ctx context.Context) (*Proxy, error) {
 	if err != nil {
 		return nil, fmt.Errorf("proxy to %s: %w", upstream, err)
 	}
-	s.proxy = &Proxy{proxy: proxy, play: s}
+	s.proxy = &Proxy{proxy: proxy, play: s, upstream: upstream}
 	return s.proxy, nil
 }
 
@@ -54,7 +54,7 @@ func (s *Play) followServer(dsn string) error {
 	if err != nil {
 		return err
 	}
-	return proxy.proxy.SetUpstream(upstream)
+	return proxy.follow(upstream)
 }
 
 // upstreamOf is the host:port a proxy reaches the server at dsn on.
