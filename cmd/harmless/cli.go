@@ -19,6 +19,7 @@ import (
 	"github.com/harmless-dev/harmless/adapters/exec"
 	"github.com/harmless-dev/harmless/internal/adapters/builtin"
 	"github.com/harmless-dev/harmless/internal/docgen"
+	"github.com/harmless-dev/harmless/internal/provenance"
 	"github.com/harmless-dev/harmless/internal/redact"
 	"github.com/harmless-dev/harmless/internal/suite"
 	"github.com/harmless-dev/harmless/suite/certificate"
@@ -95,7 +96,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		})
 	case "version", "--version", "-version":
 		return noFlags("harmless version", "harmless version  (or harmless --version)", args[1:], stdout, stderr, func() {
-			fmt.Fprintf(stdout, "harmless %s (commit %s)\n", suite.Version, certificate.Harness().Commit)
+			fmt.Fprintf(stdout, "harmless %s (commit %s)\n", suite.Version, provenance.Harness().Commit)
 		})
 	case "help":
 		return help(args[1:], stdout, stderr)

@@ -126,10 +126,15 @@ func TestImplementerPackagesAreLight(t *testing.T) {
 // none of the container machinery and none of the suite, and the
 // certificate adds no package to what adapters and fixtures link (adapters
 // links pgx's connection and types for Effect.Apply's pgx.Tx; that is all
-// of pgx such a program gets). The certificate imports, of the module's
-// packages, only adapters and fixtures.
+// of pgx such a program gets), but internal/failuremsg, the shape of a
+// failure message that its excerpts read, which links nothing outside the
+// standard library. The certificate imports, of the module's packages,
+// only adapters, fixtures and internal/failuremsg.
 func TestCertificateReaderIsLight(t *testing.T) {
-	cert := module + "/suite/certificate"
+	cert, msg := module+"/suite/certificate", module+"/internal/failuremsg"
+	if list := deps(t, msg); len(list) != 1 || list[0] != msg {
+		t.Errorf("internal/failuremsg links non-standard packages: %s", describe(list))
+	}
 	program := deps(t, module+"/adapters", module+"/fixtures", cert)
 	t.Logf("a program importing adapters, fixtures and suite/certificate links %d non-standard packages", len(program))
 	forbid := append([]string{"github.com/onsi/", "github.com/jackc/pgx/v5/pgxpool", module + "/suite/", module + "/internal/harness"}, heavy...)
@@ -138,7 +143,7 @@ func TestCertificateReaderIsLight(t *testing.T) {
 			t.Errorf("the program links %s", bad)
 		}
 	}
-	base := map[string]bool{cert: true}
+	base := map[string]bool{cert: true, msg: true}
 	for _, p := range deps(t, module+"/adapters", module+"/fixtures") {
 		base[p] = true
 	}
@@ -148,8 +153,8 @@ func TestCertificateReaderIsLight(t *testing.T) {
 		}
 	}
 	for _, imp := range goList(t, "-f", "{{join .Imports \"\\n\"}}", cert) {
-		if strings.HasPrefix(imp, module+"/") && imp != module+"/adapters" && imp != module+"/fixtures" {
-			t.Errorf("suite/certificate imports %s; of the module's packages it may import only adapters and fixtures", imp)
+		if strings.HasPrefix(imp, module+"/") && imp != module+"/adapters" && imp != module+"/fixtures" && imp != msg {
+			t.Errorf("suite/certificate imports %s; of the module's packages it may import only adapters, fixtures and internal/failuremsg", imp)
 		}
 	}
 }

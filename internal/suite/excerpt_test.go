@@ -10,6 +10,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/harmless-dev/harmless/fixtures"
+	"github.com/harmless-dev/harmless/internal/failuremsg"
 	"github.com/harmless-dev/harmless/suite/certificate"
 )
 
@@ -90,8 +91,8 @@ func TestCertificateKeepsEveryProblem(t *testing.T) {
 	}
 	cut := 0
 	for line := range strings.SplitSeq(back.Message, "\n") {
-		if len(line) > certificate.MaxMessageLine {
-			t.Errorf("a line of %d bytes; want at most %d", len(line), certificate.MaxMessageLine)
+		if len(line) > failuremsg.MaxLine {
+			t.Errorf("a line of %d bytes; want at most %d", len(line), failuremsg.MaxLine)
 		}
 		if strings.Contains(line, "bytes left out") {
 			cut++

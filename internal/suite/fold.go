@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/harmless-dev/harmless/fixtures"
+	"github.com/harmless-dev/harmless/internal/provenance"
 	"github.com/harmless-dev/harmless/internal/redact"
 	"github.com/harmless-dev/harmless/suite/certificate"
 )
@@ -22,7 +23,7 @@ func (s *state) certificate() certificate.Certificate {
 	cert := certificate.Certificate{
 		Adapter:      s.adapter.Name,
 		SuiteVersion: Version,
-		Harness:      certificate.Harness(),
+		Harness:      provenance.Harness(),
 		Protocol:     s.cfg.protocol,
 		Database:     s.database,
 		DatabaseKind: s.kind,

@@ -18,6 +18,7 @@ import (
 	"github.com/harmless-dev/harmless/adapters"
 	"github.com/harmless-dev/harmless/adapters/reference"
 	"github.com/harmless-dev/harmless/fixtures"
+	"github.com/harmless-dev/harmless/internal/failuremsg"
 	"github.com/harmless-dev/harmless/internal/pgtest"
 	"github.com/harmless-dev/harmless/suite/certificate"
 )
@@ -304,8 +305,8 @@ func checkBounded(t *testing.T, cert certificate.Certificate) {
 	t.Helper()
 	for _, r := range cert.Rules {
 		for line := range strings.SplitSeq(r.Message, "\n") {
-			if len(line) > certificate.MaxMessageLine {
-				t.Errorf("rule %s: a line of %d bytes in the certificate; want at most %d: %.200q…", r.ID, len(line), certificate.MaxMessageLine, line)
+			if len(line) > failuremsg.MaxLine {
+				t.Errorf("rule %s: a line of %d bytes in the certificate; want at most %d: %.200q…", r.ID, len(line), failuremsg.MaxLine, line)
 			}
 		}
 		ex := r.Excerpt(certificate.ExcerptLines, "see the certificate")

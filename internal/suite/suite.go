@@ -14,6 +14,7 @@ import (
 
 	"github.com/harmless-dev/harmless/adapters"
 	"github.com/harmless-dev/harmless/fixtures"
+	"github.com/harmless-dev/harmless/internal/failuremsg"
 	"github.com/harmless-dev/harmless/internal/harness"
 	"github.com/harmless-dev/harmless/internal/redact"
 	"github.com/harmless-dev/harmless/suite/certificate"
@@ -325,7 +326,7 @@ type judgement struct {
 // means. Each problem is a line starting with "- ", its further lines
 // indented by two spaces, so that an excerpt can tell them apart (see
 // [certificate.RuleResult.Excerpt]); the certificate keeps them all, each
-// line bounded (see [certificate.Problem]).
+// line bounded (see [failuremsg.Problem]).
 func failureMessage(r fixtures.Rule, j judgement) string {
 	msg := failureBody(r, j)
 	if h := hintLine(r, []judgement{j}, ""); h != "" {
@@ -344,7 +345,7 @@ func failureBody(r fixtures.Rule, j judgement) string {
 		msg += "\nFirst, what the play shows: " + j.lead
 	}
 	for _, p := range j.problems {
-		msg += "\n" + certificate.Problem(p)
+		msg += "\n" + failuremsg.Problem(p)
 	}
 	if j.cause != "" {
 		msg += "\nThe deliveries show the cause: " + j.cause + "."

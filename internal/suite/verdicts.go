@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/harmless-dev/harmless/fixtures"
+	"github.com/harmless-dev/harmless/internal/failuremsg"
 	"github.com/harmless-dev/harmless/suite/certificate"
 )
 
@@ -184,17 +185,17 @@ func verdict(specs []*specRecord) (certificate.Verdict, string) {
 				failed = append(failed, h)
 			}
 		}
-		return certificate.VerdictFail, certificate.BoundLines(strings.Join(failed, "\n"))
+		return certificate.VerdictFail, failuremsg.BoundLines(strings.Join(failed, "\n"))
 	case skipped > 0:
 		return certificate.VerdictSkipped, fmt.Sprintf("%d of %d specs did not run", skipped, len(specs))
 	case inapplicable == len(specs):
 		return certificate.VerdictNotApplicable, reason
 	case passed == 0 && len(notSupported) > 0:
-		return certificate.VerdictNotSupported, certificate.BoundLines(strings.Join(notSupported, "\n"))
+		return certificate.VerdictNotSupported, failuremsg.BoundLines(strings.Join(notSupported, "\n"))
 	case len(notSupported) > 0:
 		notes = append(notes, "partly not supported: "+strings.Join(notSupported, "\n"))
 	}
-	return certificate.VerdictPass, certificate.BoundLines(strings.Join(notes, "\n"))
+	return certificate.VerdictPass, failuremsg.BoundLines(strings.Join(notes, "\n"))
 }
 
 // variantHint is a guess at the cause of a rule's violations read from

@@ -4,18 +4,19 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"unicode/utf8"
+
+	"github.com/harmless-dev/harmless/internal/failuremsg"
 )
 
 // A rule's message is written for two readers. The certificate (JSON,
 // JUnit) keeps the whole evidence: every problem the check found, each line
-// bounded by MaxMessageLine so that an error quoting a 1 MiB id cannot
+// bounded (internal/failuremsg) so that an error quoting a 1 MiB id cannot
 // make a certificate of megabytes. A person reads an excerpt
 // ([RuleResult.Excerpt]): the lines that say which rule broke, the first
 // problems, and how many more there are.
 //
-// A failure message has this shape (package suite writes it, each problem
-// with [Problem]): lines that name the rule and the variant, and sentences
+// A failure message has this shape (the harness writes it with
+// internal/failuremsg): lines that name the rule and the variant, sentences
 // about the cause ("First, what the play shows: ...", "The deliveries show
 // the cause: ...", "This may mean: ...", "This usually means: ..."), which
 // an excerpt always keeps whole, wrapped at spaces rather than cut; and
@@ -23,9 +24,6 @@ import (
 // two spaces, which an excerpt keeps as many of as fit, a long line cut
 // between words where it can be.
 const (
-	// MaxMessageLine bounds each line of a rule's message in the
-	// certificate, in bytes (see [BoundLines]).
-	MaxMessageLine = 4096
 	// excerptLine bounds each line of an excerpt.
 	excerptLine = 400
 	// excerptProblemLines bounds how many lines of one problem an excerpt
@@ -37,55 +35,9 @@ const (
 )
 
 const (
-	problemStart = "- "
-	problemCont  = "  "
+	problemStart = failuremsg.ProblemStart
+	problemCont  = failuremsg.ProblemCont
 )
-
-// BoundLines cuts every line of s longer than [MaxMessageLine] bytes in
-// its middle, saying how many bytes it left out: the start of a line says
-// what failed, the end of a wrapped error says why. A rule's message is
-// kept whole, but no line of it may be unbounded: an error that quotes a
-// 1 MiB id would make a certificate of megabytes.
-func BoundLines(s string) string {
-	lines := strings.Split(s, "\n")
-	for i, l := range lines {
-		lines[i] = elide(l, MaxMessageLine)
-	}
-	return strings.Join(lines, "\n")
-}
-
-// Problem writes problem p as a line of a failure message: "- " and its
-// first line, each further line indented by two spaces, every line
-// bounded (see [BoundLines]), so that an excerpt can tell the problems
-// apart.
-func Problem(p string) string {
-	return problemStart + BoundLines(strings.ReplaceAll(p, "\n", "\n"+problemCont))
-}
-
-// elide returns line unchanged if it has at most limit bytes, else its
-// start and its end with the middle left out and counted: the start of a
-// message says what failed, the end of a wrapped error says why. It cuts
-// between words where a space is near the cut (within wordReach bytes),
-// else on a UTF-8 boundary: a word longer than that, such as a huge quoted
-// id, is cut inside.
-func elide(line string, limit int) string {
-	if len(line) <= limit {
-		return line
-	}
-	marker := func(n int) string { return fmt.Sprintf(" …(%d bytes left out)… ", n) }
-	room := max(limit-len(marker(len(line))), 2)
-	head, tail := runeStart(line, room*3/4), runeEnd(line, room-room*3/4)
-	if i := strings.LastIndexByte(line[:head], ' '); i > 0 && head-i <= wordReach {
-		head = i
-	}
-	if i := strings.IndexByte(line[tail:], ' '); i >= 0 && i <= wordReach {
-		tail += i + 1
-	}
-	return line[:head] + marker(len(line)-head-(len(line)-tail)) + line[tail:]
-}
-
-// wordReach is how far elide looks for a space to cut at.
-const wordReach = 48
 
 // sentencePrefixes start the lines of a failure message that say what
 // caused it: an excerpt keeps them whole (see wrap).
@@ -102,7 +54,7 @@ func isSentence(line string) bool {
 
 // wrap breaks line at spaces into lines of at most width bytes, the
 // further ones indented by two spaces, so that a sentence is shown whole;
-// a word longer than a line is cut (see elide).
+// a word longer than a line is cut (see failuremsg.Elide).
 func wrap(line string, width int) []string {
 	var out []string
 	for len(line) > width {
@@ -113,24 +65,7 @@ func wrap(line string, width int) []string {
 		out = append(out, line[:cut])
 		line = problemCont + strings.TrimLeft(line[cut:], " ")
 	}
-	return append(out, elide(line, width))
-}
-
-// runeStart is the largest index at most n that starts a rune of s.
-func runeStart(s string, n int) int {
-	for n > 0 && n < len(s) && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return n
-}
-
-// runeEnd is the smallest index at least len(s)-n that starts a rune of s.
-func runeEnd(s string, n int) int {
-	i := len(s) - n
-	for i < len(s) && !utf8.RuneStart(s[i]) {
-		i++
-	}
-	return i
+	return append(out, failuremsg.Elide(line, width))
 }
 
 // Excerpt returns the rule's message shortened for a person: at most
@@ -148,7 +83,7 @@ func (r RuleResult) Excerpt(maxLines int, fullAt string) string {
 // excerpt is: for a list with a line per rule.
 func (r RuleResult) FirstLine() string {
 	line, _, _ := strings.Cut(r.Message, "\n")
-	return elide(line, excerptLine)
+	return failuremsg.Elide(line, excerptLine)
 }
 
 // messageItem is a line that names the rule or the variant, a sentence
@@ -212,7 +147,7 @@ func excerpt(msg string, maxLines int, fullAt string) string {
 		}
 		if !it.sentence {
 			for j, l := range it.lines {
-				it.lines[j] = elide(l, excerptLine)
+				it.lines[j] = failuremsg.Elide(l, excerptLine)
 			}
 		}
 	}
@@ -247,7 +182,7 @@ func excerpt(msg string, maxLines int, fullAt string) string {
 			out = append(out, it.lines...)
 		}
 		if left := r.end - r.start - r.shown; left > 0 {
-			out = append(out, elide(fmt.Sprintf("%s… and %d more %s; %s", problemStart, left, plural(left, "problem", "problems"), fullAt), excerptLine))
+			out = append(out, failuremsg.Elide(fmt.Sprintf("%s… and %d more %s; %s", problemStart, left, plural(left, "problem", "problems"), fullAt), excerptLine))
 		}
 		next = r.end
 	}
@@ -265,7 +200,7 @@ func excerpt(msg string, maxLines int, fullAt string) string {
 	if len(out)+len(last) > maxLines {
 		keep := max(maxLines-1-len(last), 1)
 		left := len(out) - keep
-		out = append(out[:keep:keep], elide(fmt.Sprintf("… and %d more %s; %s", left, plural(left, "line", "lines"), fullAt), excerptLine))
+		out = append(out[:keep:keep], failuremsg.Elide(fmt.Sprintf("… and %d more %s; %s", left, plural(left, "line", "lines"), fullAt), excerptLine))
 	}
 	return strings.Join(append(out, last...), "\n")
 }

@@ -60,7 +60,7 @@ type RuleResult struct {
 	Verdict Verdict        `json:"verdict"`
 	// Message is what failed, with every problem found (see
 	// [RuleResult.Excerpt] for its shape), why the rule is not supported,
-	// or a note on a pass. No line of it is longer than [MaxMessageLine].
+	// or a note on a pass. No line of it is longer than 4096 bytes.
 	Message string `json:"message,omitempty"`
 }
 
