@@ -223,10 +223,13 @@ func (p *printer) result(cert certificate.Certificate) {
 // tells a child from a built-in adapter of the same name.
 func subject(cert certificate.Certificate) string {
 	if cert.Protocol != nil && cert.Protocol.Name == harmlessexec.ProtocolName {
-		return cert.Adapter + " (" + harmlessexec.Name + ")"
+		return cert.Adapter + " (" + execSuffix + ")"
 	}
 	return cert.Adapter
 }
+
+// execSuffix names how a program run with --exec was run, as the flag does.
+const execSuffix = "exec"
 
 // statusColors colour the verdict line: certified green, partial and
 // interrupted yellow, not certified red.
