@@ -21,7 +21,7 @@ import (
 //		if err != nil {
 //			t.Fatal(err)
 //		}
-//		t.Logf("certifying %s", info.Implementation)
+//		t.Logf("certifying %s, %d in flight per process", info.Implementation, info.MaxInFlight)
 //		suite.Run(t, adapter)
 //	}
 //
@@ -36,7 +36,10 @@ func ExampleProbe() {
 	if err != nil {
 		log.Fatal(err) // it is not an implementation, or did not answer hello
 	}
-	log.Printf("certifying %s", info.Implementation) // the name and version it reported
+	// What the handshake settled: the name and version the child reported,
+	// the protocol version it chose, and how many requests each of its
+	// processes takes at once.
+	log.Printf("certifying %s (protocol %d, %d in flight per process)", info.Implementation, info.Protocol, info.MaxInFlight)
 	cert, err := suite.Certify(ctx, adapter)
 	if err != nil {
 		log.Fatal(err)

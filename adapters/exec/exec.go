@@ -46,9 +46,6 @@ import (
 	"github.com/harmless-dev/harmless/internal/redact"
 )
 
-// ProtocolName names the protocol in certificates.
-const ProtocolName = "harmless-exec"
-
 // DefaultStartTimeout bounds the probe's handshake when
 // [Config.StartTimeout] is zero.
 const DefaultStartTimeout = 30 * time.Second
@@ -106,8 +103,6 @@ func orDefault(d, def time.Duration) time.Duration {
 type Info struct {
 	// Protocol is the protocol version in use.
 	Protocol int
-	// Command is the command that was run.
-	Command string
 	// Implementation is the name and version the child reported.
 	Implementation protocol.Implementation
 	// declares is what the implementation declared; the adapter Probe
@@ -195,7 +190,6 @@ func Probe(ctx context.Context, cfg Config) (adapters.Adapter, Info, error) {
 	if err != nil {
 		return adapters.Adapter{}, Info{}, err
 	}
-	info.Command = cfg.Command
 	adapter := adapters.Adapter{
 		Name:     adapterName(info.Implementation),
 		Declares: info.declares,

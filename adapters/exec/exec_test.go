@@ -112,7 +112,7 @@ func TestProbeReportsTheHandshake(t *testing.T) {
 	if adapter.Declares != want || info.declares != want {
 		t.Errorf("declares %+v (info %+v), want %+v", adapter.Declares, info.declares, want)
 	}
-	if info.Protocol != protocol.Version || info.MaxInFlight != 8 || info.Implementation.Name != "execchild-reference" || info.Command == "" {
+	if info.Protocol != protocol.Version || info.MaxInFlight != 8 || info.Implementation.Name != "execchild-reference" {
 		t.Errorf("info %+v", info)
 	}
 }
@@ -483,7 +483,7 @@ func TestChildIgnoringShutdownIsKilled(t *testing.T) {
 	_, info := probe(t, execchild.IgnoreShutdown, Config{})
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
-	impl, err := newPool(ctx, Config{Command: info.Command, shutdownTimeout: 500 * time.Millisecond}, info, env(t))
+	impl, err := newPool(ctx, Config{Command: execchild.Command(execchild.IgnoreShutdown), shutdownTimeout: 500 * time.Millisecond}, info, env(t))
 	if err != nil {
 		t.Fatal(err)
 	}
