@@ -4,18 +4,18 @@
 // protocol).
 //
 // [Probe] starts the command once to learn what the implementation declares
-// and returns an [adapters.Adapter] that the suite certifies like any other,
-// named with the name the child declares in its hello (see [AdapterName]). Each implementation instance the suite builds is a pool of child
-// processes: requests go to a process with a free slot (each process declares
-// how many requests it handles at once), and the pool starts another process
-// when every slot is taken.
+// and returns an [adapters.Adapter] that the suite certifies like any other
+// (suite.Run, suite.Register, suite.Certify), named with the name the child
+// declares in its hello. Each implementation instance the suite builds is a
+// pool of child processes: requests go to a process with a free slot (each
+// process declares how many requests it handles at once), and the pool
+// starts another process when every slot is taken.
 //
 // The harness is never at the mercy of the child. Every request has a
 // deadline; a process that crashes, closes its output, writes something that
 // is not the protocol or stops reading its input is killed with its process
 // group, and the requests it had in flight fail unacknowledged with an error
-// wrapping [ErrProcessFailed] that says what happened and quotes the child's
-// stderr. The instance supervises its processes as systemd or Kubernetes
+// that says what happened and quotes the child's stderr. The instance supervises its processes as systemd or Kubernetes
 // would a consumer that exits: the next request that needs a process starts
 // a new one, and the broker redelivers what was in flight. Restarts wait a
 // tenth of a second after a crash, and a child that keeps crashing is backed
@@ -23,7 +23,7 @@
 // quickly and costs little.
 //
 // An instance is an [adapters.Drainer]: Drain asks every process to drain
-// its external effects, and returns an error wrapping [ErrDrainUnsupported]
+// its external effects, and returns an error wrapping [errors.ErrUnsupported]
 // when the child does not implement that optional request. It also has
 // Abort(ctx), which SIGKILLs every process of the instance, as a crash
 // would, for the fixtures that stop an implementation between its commit
@@ -46,19 +46,14 @@ import (
 	"github.com/harmless-dev/harmless/internal/redact"
 )
 
-// Name names this way of running an implementation, as the command's --exec
-// flag does; the harmless command shows it after the implementation's own
-// name, as in "CERTIFIED: node-pg (exec)".
-const Name = "exec"
+// DefaultStartTimeout bounds the probe's handshake when
+// [Config.StartTimeout] is zero.
+const DefaultStartTimeout = 30 * time.Second
 
-// ProtocolName names the protocol in certificates.
-const ProtocolName = "harmless-exec"
-
-// Defaults of [Config].
+// Bounds of an instance that a Config does not set (this package's tests do).
 const (
-	DefaultStartTimeout    = 30 * time.Second
-	DefaultShutdownTimeout = 5 * time.Second
-	DefaultMaxProcesses    = 64
+	defaultShutdownTimeout = 5 * time.Second
+	defaultMaxProcesses    = 64
 )
 
 // Config says how to run an external implementation.
@@ -70,28 +65,31 @@ type Config struct {
 	// Env holds extra KEY=VALUE variables for the child, on top of the
 	// harness's environment, HARMLESS_PROTOCOL and HARMLESS_INSTANCE.
 	Env []string
-	// StartTimeout bounds the probe's handshake. Instances are bounded by
-	// the context the harness gives their construction.
+	// StartTimeout bounds the probe's handshake; zero means
+	// [DefaultStartTimeout]. Instances are bounded by the context the
+	// harness gives their construction.
 	StartTimeout time.Duration
-	// ShutdownTimeout bounds a child's exit after shutdown; then its process
-	// group is killed.
-	ShutdownTimeout time.Duration
-	// MaxProcesses bounds the processes of one instance.
-	MaxProcesses int
 	// HarnessVersion is sent in hello.
 	HarnessVersion string
+
+	// shutdownTimeout bounds a child's exit after shutdown; then its
+	// process group is killed. Zero means defaultShutdownTimeout.
+	shutdownTimeout time.Duration
+	// maxProcesses bounds the processes of one instance. Zero means
+	// defaultMaxProcesses.
+	maxProcesses int
 }
 
 func (c Config) startTimeout() time.Duration { return orDefault(c.StartTimeout, DefaultStartTimeout) }
-func (c Config) shutdownTimeout() time.Duration {
-	return orDefault(c.ShutdownTimeout, DefaultShutdownTimeout)
+func (c Config) shutdownWait() time.Duration {
+	return orDefault(c.shutdownTimeout, defaultShutdownTimeout)
 }
 
-func (c Config) maxProcesses() int {
-	if c.MaxProcesses <= 0 {
-		return DefaultMaxProcesses
+func (c Config) processLimit() int {
+	if c.maxProcesses <= 0 {
+		return defaultMaxProcesses
 	}
-	return c.MaxProcesses
+	return c.maxProcesses
 }
 
 func orDefault(d, def time.Duration) time.Duration {
@@ -105,44 +103,43 @@ func orDefault(d, def time.Duration) time.Duration {
 type Info struct {
 	// Protocol is the protocol version in use.
 	Protocol int
-	// Command is the command that was run.
-	Command string
 	// Implementation is the name and version the child reported.
 	Implementation protocol.Implementation
-	// Declares is what the implementation declared.
-	Declares adapters.Declaration
+	// declares is what the implementation declared; the adapter Probe
+	// returns carries it.
+	declares adapters.Declaration
 	// MaxInFlight is how many requests one process handles at once.
 	MaxInFlight int
 }
 
 func (i Info) sameAs(o Info) bool {
-	return i.Protocol == o.Protocol && i.Implementation == o.Implementation && i.Declares == o.Declares && i.MaxInFlight == o.MaxInFlight
+	return i.Protocol == o.Protocol && i.Implementation == o.Implementation && i.declares == o.declares && i.MaxInFlight == o.MaxInFlight
 }
 
 func describe(i Info) string {
 	return fmt.Sprintf("%s (protocol %d, conflict policy %q, window %s, accepts clock %t, external effects %q, max send delay %s, max in flight %d)",
-		i.Implementation, i.Protocol, i.Declares.ConflictPolicy, i.Declares.RedeliveryWindow, i.Declares.AcceptsClock, i.Declares.ExternalEffects, i.Declares.MaxSendDelay, i.MaxInFlight)
+		i.Implementation, i.Protocol, i.declares.ConflictPolicy, i.declares.RedeliveryWindow, i.declares.AcceptsClock, i.declares.ExternalEffects, i.declares.MaxSendDelay, i.MaxInFlight)
 }
 
-// ErrHandshake marks a child that could not complete hello: it is the wrong
+// errHandshake marks a child that could not complete hello: it is the wrong
 // program, speaks another version or failed to start.
-var ErrHandshake = errors.New("the implementation did not complete the handshake")
+var errHandshake = errors.New("the implementation did not complete the handshake")
 
-// ErrUnsupported is wrapped by the error of a request the child answered
+// errUnsupported is wrapped by the error of a request the child answered
 // with the class "unsupported".
-var ErrUnsupported = errors.New("not supported by the implementation")
+var errUnsupported = errors.New("not supported by the implementation")
 
-// ErrDrainUnsupported is wrapped by the error of Drain on an instance whose
+// errDrainUnsupported is wrapped by the error of Drain on an instance whose
 // child does not implement the optional request drain (it answered the
 // class "unsupported"): the instance cannot say when its external effects
 // have reached the destination, and the harness waits instead until the
 // destination has heard nothing for a while. It wraps
 // [errors.ErrUnsupported], so callers that do not import this package can
 // recognise it too.
-var ErrDrainUnsupported = fmt.Errorf("the implementation does not drain: %w", errors.ErrUnsupported)
+var errDrainUnsupported = fmt.Errorf("the implementation does not drain: %w", errors.ErrUnsupported)
 
-// AnswerError is an error answer from the child.
-type AnswerError struct {
+// answerError is an error answer from the child.
+type answerError struct {
 	// Method is the request's method.
 	Method string
 	// Err is the answer.
@@ -152,22 +149,22 @@ type AnswerError struct {
 }
 
 // Error says which process answered what.
-func (e *AnswerError) Error() string {
+func (e *answerError) Error() string {
 	return fmt.Sprintf("%s answered %s with %s", e.Process, e.Method, e.Err.Error())
 }
 
 // Unwrap maps the error class to the harness's errors: invalid_input to
 // [adapters.ErrInvalidInput], payload_conflict to
-// [adapters.ErrPayloadConflict], unsupported to [ErrUnsupported]; a
+// [adapters.ErrPayloadConflict], unsupported to [errUnsupported]; a
 // transient error wraps nothing.
-func (e *AnswerError) Unwrap() error {
+func (e *answerError) Unwrap() error {
 	switch e.Err.Class {
 	case protocol.InvalidInput:
 		return adapters.ErrInvalidInput
 	case protocol.PayloadConflict:
 		return adapters.ErrPayloadConflict
 	case protocol.Unsupported:
-		return ErrUnsupported
+		return errUnsupported
 	}
 	return nil
 }
@@ -185,18 +182,17 @@ func Probe(ctx context.Context, cfg Config) (adapters.Adapter, Info, error) {
 		return adapters.Adapter{}, Info{}, err
 	}
 	info, err := handshake(ctx, proc, cfg.HarnessVersion)
-	sctx, scancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.shutdownTimeout())
+	sctx, scancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.shutdownWait())
 	defer scancel()
 	if serr := proc.shutdown(sctx); err == nil && serr != nil {
-		err = fmt.Errorf("%w: %w", ErrHandshake, serr)
+		err = fmt.Errorf("%w: %w", errHandshake, serr)
 	}
 	if err != nil {
 		return adapters.Adapter{}, Info{}, err
 	}
-	info.Command = cfg.Command
 	adapter := adapters.Adapter{
-		Name:     AdapterName(info.Implementation),
-		Declares: info.Declares,
+		Name:     adapterName(info.Implementation),
+		Declares: info.declares,
 		New: func(ctx context.Context, env adapters.Env) (adapters.Implementation, error) {
 			return newPool(ctx, cfg, info, env)
 		},
@@ -204,13 +200,13 @@ func Probe(ctx context.Context, cfg Config) (adapters.Adapter, Info, error) {
 	return adapter, info, nil
 }
 
-// AdapterName is the name of the adapter [Probe] returns for an
+// adapterName is the name of the adapter [Probe] returns for an
 // implementation: the name it declares in hello, since that, not the way
 // it was run, is what a certificate certifies; every report and verdict
 // line then names it as a Go adapter's is named. A name that holds
 // anything but printable characters (a newline, an escape sequence) is
 // quoted, so that it cannot forge or garble the lines that show it.
-func AdapterName(impl protocol.Implementation) string {
+func adapterName(impl protocol.Implementation) string {
 	name := impl.Name
 	for _, r := range name {
 		if !unicode.IsPrint(r) {
@@ -233,12 +229,12 @@ func handshake(ctx context.Context, proc *process, harness string) (Info, error)
 	var hello protocol.HelloResult
 	err := proc.request(ctx, protocol.MethodHello, protocol.HelloParams{Protocols: protocol.Versions, Harness: harness}, &hello)
 	if err != nil {
-		return Info{}, fmt.Errorf("%w: %w", ErrHandshake, err)
+		return Info{}, fmt.Errorf("%w: %w", errHandshake, err)
 	}
 	return Info{
 		Protocol:       hello.Protocol,
 		Implementation: hello.Implementation,
-		Declares:       hello.Declares,
+		declares:       hello.Declares,
 		MaxInFlight:    hello.MaxInFlight,
 	}, nil
 }
@@ -252,7 +248,7 @@ func (p *process) request(ctx context.Context, method string, params, result any
 		return err
 	}
 	if resp.Error != nil {
-		return &AnswerError{Method: method, Err: *resp.Error, Process: p.label}
+		return &answerError{Method: method, Err: *resp.Error, Process: p.label}
 	}
 	switch r := result.(type) {
 	case nil:

@@ -109,10 +109,10 @@ func TestProbeReportsTheHandshake(t *testing.T) {
 		t.Errorf("adapter %q, want the name the child declares, %q", adapter.Name, "execchild-reference")
 	}
 	want := adapters.Declaration{ConflictPolicy: adapters.RejectConflicts, RedeliveryWindow: 24 * time.Hour, AcceptsClock: true}
-	if adapter.Declares != want || info.Declares != want {
-		t.Errorf("declares %+v (info %+v), want %+v", adapter.Declares, info.Declares, want)
+	if adapter.Declares != want || info.declares != want {
+		t.Errorf("declares %+v (info %+v), want %+v", adapter.Declares, info.declares, want)
 	}
-	if info.Protocol != protocol.Version || info.MaxInFlight != 8 || info.Implementation.Name != "execchild-reference" || info.Command == "" {
+	if info.Protocol != protocol.Version || info.MaxInFlight != 8 || info.Implementation.Name != "execchild-reference" {
 		t.Errorf("info %+v", info)
 	}
 }
@@ -124,8 +124,8 @@ func TestAdapterNameIsPrintable(t *testing.T) {
 		"x\nCERTIFIED: y": `"x\nCERTIFIED: y"`,
 		"red\x1b[31m":     `"red\x1b[31m"`,
 	} {
-		if got := AdapterName(protocol.Implementation{Name: name, Version: "1"}); got != want {
-			t.Errorf("AdapterName(%q) = %q, want %q", name, got, want)
+		if got := adapterName(protocol.Implementation{Name: name, Version: "1"}); got != want {
+			t.Errorf("adapterName(%q) = %q, want %q", name, got, want)
 		}
 	}
 }
@@ -192,7 +192,7 @@ func TestPoolGrowsWhenEveryProcessIsBusy(t *testing.T) {
 }
 
 func TestMaxProcessesBoundsThePool(t *testing.T) {
-	impl, _ := start(t, execchild.HangOnDeliver, Config{MaxProcesses: 1})
+	impl, _ := start(t, execchild.HangOnDeliver, Config{maxProcesses: 1})
 	// Fill the only process's 8 slots with deliveries that hang until
 	// cancelled.
 	ctx, cancel := context.WithCancel(context.Background())
@@ -214,7 +214,7 @@ func TestMaxProcessesBoundsThePool(t *testing.T) {
 	}
 	// A ninth must wait for a slot, not start a second process.
 	_, err := deliver(t, impl, "ninth", 300*time.Millisecond)
-	if !errors.Is(err, ErrNoAnswer) || !strings.Contains(err.Error(), "was busy until the deadline") {
+	if !errors.Is(err, errNoAnswer) || !strings.Contains(err.Error(), "was busy until the deadline") {
 		t.Errorf("a ninth delivery: %v; want it to wait for a slot until its deadline", err)
 	}
 	impl.mu.Lock()
@@ -232,14 +232,14 @@ var failures = []struct {
 	want []string // in the error message
 	is   error
 }{
-	{execchild.CrashOnDeliver, []string{"exit status 3", execchild.LastWords}, ErrProcessFailed},
+	{execchild.CrashOnDeliver, []string{"exit status 3", execchild.LastWords}, errProcessFailed},
 	{execchild.Garbage, []string{"malformed answer", `"this is not json"`}, protocol.ErrViolation},
 	{execchild.UnknownOutcome, []string{`unknown outcome "maybe"`}, protocol.ErrViolation},
 	{execchild.WrongID, []string{"never sent or was already answered"}, protocol.ErrViolation},
 	{execchild.LongLine, []string{"line too long"}, protocol.ErrViolation},
-	{execchild.StrayGrandchild, []string{"exit status 4"}, ErrProcessFailed},
-	{execchild.HangOnDeliver, []string{"no answer", "deliver request"}, ErrNoAnswer},
-	{execchild.StopReading, []string{"no answer"}, ErrNoAnswer},
+	{execchild.StrayGrandchild, []string{"exit status 4"}, errProcessFailed},
+	{execchild.HangOnDeliver, []string{"no answer", "deliver request"}, errNoAnswer},
+	{execchild.StopReading, []string{"no answer"}, errNoAnswer},
 }
 
 func TestMisbehavingChildFailsItsDeliveryClearly(t *testing.T) {
@@ -258,7 +258,7 @@ func TestMisbehavingChildFailsItsDeliveryClearly(t *testing.T) {
 					t.Errorf("error does not say %q: %v", w, err)
 				}
 			}
-			if errors.Is(err, ErrProcessFailed) {
+			if errors.Is(err, errProcessFailed) {
 				// The process is gone and its crash recorded; the next
 				// delivery goes to a new process, which fails the same way.
 				_, again := deliver(t, impl, "2", testTimeout)
@@ -299,7 +299,7 @@ func TestMisbehavingChildFailsItsDeliveryClearly(t *testing.T) {
 func TestStrayGrandchildIsKilledWithTheGroup(t *testing.T) {
 	impl, _ := start(t, execchild.StrayGrandchild, Config{})
 	m := impl.procs[0]
-	if _, err := deliver(t, impl, "1", testTimeout); !errors.Is(err, ErrProcessFailed) {
+	if _, err := deliver(t, impl, "1", testTimeout); !errors.Is(err, errProcessFailed) {
 		t.Fatalf("delivery: %v", err)
 	}
 	if err := impl.Close(context.Background()); err != nil {
@@ -357,15 +357,15 @@ func TestErrorClassesMapToTheHarnessErrors(t *testing.T) {
 	for class, want := range map[string]error{
 		string(protocol.InvalidInput):    adapters.ErrInvalidInput,
 		string(protocol.PayloadConflict): adapters.ErrPayloadConflict,
-		string(protocol.Unsupported):     ErrUnsupported,
+		string(protocol.Unsupported):     errUnsupported,
 	} {
 		if _, err := deliver(t, impl, class, testTimeout); !errors.Is(err, want) {
 			t.Errorf("class %s: %v, want an error wrapping %v", class, err, want)
 		}
 	}
 	_, err := deliver(t, impl, string(protocol.Transient), testTimeout)
-	var answer *AnswerError
-	if !errors.As(err, &answer) || answer.Err.Class != protocol.Transient || errors.Is(err, adapters.ErrInvalidInput) || errors.Is(err, ErrProcessFailed) {
+	var answer *answerError
+	if !errors.As(err, &answer) || answer.Err.Class != protocol.Transient || errors.Is(err, adapters.ErrInvalidInput) || errors.Is(err, errProcessFailed) {
 		t.Errorf("class transient: %v", err)
 	}
 	_, err = deliver(t, impl, "bogus", testTimeout)
@@ -384,8 +384,8 @@ func TestHandshakeFailuresAreClear(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 			defer cancel()
 			_, _, err := Probe(ctx, Config{Command: execchild.Command(mode)})
-			if !errors.Is(err, ErrHandshake) || !strings.Contains(err.Error(), want) {
-				t.Errorf("probe: %v; want ErrHandshake saying %q", err, want)
+			if !errors.Is(err, errHandshake) || !strings.Contains(err.Error(), want) {
+				t.Errorf("probe: %v; want errHandshake saying %q", err, want)
 			}
 		})
 	}
@@ -393,7 +393,7 @@ func TestHandshakeFailuresAreClear(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 		defer cancel()
 		_, _, err := Probe(ctx, Config{Command: "/nonexistent/harmless-impl --flag"})
-		if !errors.Is(err, ErrHandshake) || !strings.Contains(err.Error(), "exit status 127") || !strings.Contains(err.Error(), "not found") {
+		if !errors.Is(err, errHandshake) || !strings.Contains(err.Error(), "exit status 127") || !strings.Contains(err.Error(), "not found") {
 			t.Errorf("probe: %v; want the shell's exit status 127 and its 'not found' on stderr", err)
 		}
 	})
@@ -437,8 +437,8 @@ func TestOneAtATimeChild(t *testing.T) {
 	}
 
 	_, _, err = Probe(ctx, Config{Command: execchild.CommandMaxInFlight(execchild.Reference, 0)})
-	if !errors.Is(err, ErrHandshake) || !strings.Contains(err.Error(), execchild.EnvMaxInFlight) {
-		t.Errorf("probe with max_in_flight 0: %v; want ErrHandshake naming %s", err, execchild.EnvMaxInFlight)
+	if !errors.Is(err, errHandshake) || !strings.Contains(err.Error(), execchild.EnvMaxInFlight) {
+		t.Errorf("probe with max_in_flight 0: %v; want errHandshake naming %s", err, execchild.EnvMaxInFlight)
 	}
 }
 
@@ -483,7 +483,7 @@ func TestChildIgnoringShutdownIsKilled(t *testing.T) {
 	_, info := probe(t, execchild.IgnoreShutdown, Config{})
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
-	impl, err := newPool(ctx, Config{Command: info.Command, ShutdownTimeout: 500 * time.Millisecond}, info, env(t))
+	impl, err := newPool(ctx, Config{Command: execchild.Command(execchild.IgnoreShutdown), shutdownTimeout: 500 * time.Millisecond}, info, env(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -544,8 +544,8 @@ func TestATransientSetupDoesNotEndTheInstance(t *testing.T) {
 	waitForLockWait(t, app)
 
 	_, err = deliver(t, impl, "needs-a-new-process", testTimeout)
-	var answer *AnswerError
-	if !errors.As(err, &answer) || answer.Err.Class != protocol.Transient || errors.Is(err, ErrProcessFailed) {
+	var answer *answerError
+	if !errors.As(err, &answer) || answer.Err.Class != protocol.Transient || errors.Is(err, errProcessFailed) {
 		t.Fatalf("the request that needed a new process: %v; want the transient answer to its setup, unacknowledged", err)
 	}
 	if err := tx.Rollback(ctx); err != nil {
@@ -630,7 +630,7 @@ func requestsSent(impl *pool) map[*process]uint64 {
 
 // TestDrainAsksEveryProcess: Drain sends drain to every process of the
 // instance and succeeds when each answers. A child that does not implement
-// drain makes Drain fail with ErrDrainUnsupported (also errors.ErrUnsupported),
+// drain makes Drain fail with errDrainUnsupported (also errors.ErrUnsupported),
 // at once on the next call, and goes on serving deliveries.
 func TestDrainAsksEveryProcess(t *testing.T) {
 	t.Run("answered", func(t *testing.T) {
@@ -653,12 +653,12 @@ func TestDrainAsksEveryProcess(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 		defer cancel()
 		err := impl.Drain(ctx)
-		if !errors.Is(err, ErrDrainUnsupported) || !errors.Is(err, errors.ErrUnsupported) || !strings.Contains(err.Error(), "unknown method drain") {
-			t.Fatalf("drain: %v; want ErrDrainUnsupported with the child's answer", err)
+		if !errors.Is(err, errDrainUnsupported) || !errors.Is(err, errors.ErrUnsupported) || !strings.Contains(err.Error(), "unknown method drain") {
+			t.Fatalf("drain: %v; want errDrainUnsupported with the child's answer", err)
 		}
 		before := requestsSent(impl)
-		if err := impl.Drain(ctx); !errors.Is(err, ErrDrainUnsupported) {
-			t.Errorf("a second drain: %v; want ErrDrainUnsupported", err)
+		if err := impl.Drain(ctx); !errors.Is(err, errDrainUnsupported) {
+			t.Errorf("a second drain: %v; want errDrainUnsupported", err)
 		}
 		if after := requestsSent(impl); fmt.Sprint(after) != fmt.Sprint(before) {
 			t.Errorf("a second drain asked the child again (%v, then %v); it already said it does not drain", before, after)
@@ -732,7 +732,7 @@ func TestAbortFailsTheDeliveryInFlight(t *testing.T) {
 		t.Fatalf("abort: %v", err)
 	}
 	err := <-failed
-	if !errors.Is(err, ErrProcessFailed) || !strings.Contains(err.Error(), "SIGKILL (abort)") {
+	if !errors.Is(err, errProcessFailed) || !strings.Contains(err.Error(), "SIGKILL (abort)") {
 		t.Errorf("the delivery in flight: %v; want it failed by the abort", err)
 	}
 }

@@ -115,7 +115,7 @@ func newPool(ctx context.Context, cfg Config, info Info, env adapters.Env) (*poo
 	// statement, which only the harness's own effect carries.
 	eff, ok := effect.Of(env.Effect)
 	if !ok {
-		return nil, fmt.Errorf("%s: the environment's effect (%T) was not built by the harmless harness; an exec adapter runs only under it", Name, env.Effect)
+		return nil, fmt.Errorf("exec: the environment's effect (%T) was not built by the harmless harness; an exec adapter runs only under it", env.Effect)
 	}
 	p := &pool{
 		cfg:       cfg,
@@ -211,16 +211,16 @@ func (p *pool) grow(ctx context.Context) (*member, error) {
 // error, or declared otherwise, is shut down, within the shutdown timeout.
 func (p *pool) discard(ctx context.Context, proc *process, err error) {
 	switch {
-	case errors.Is(err, ErrProcessFailed):
+	case errors.Is(err, errProcessFailed):
 		p.mu.Lock()
 		if !p.closed {
 			p.recordLocked(proc)
 		}
 		p.mu.Unlock()
-	case errors.Is(err, ErrNoAnswer):
+	case errors.Is(err, errNoAnswer):
 		proc.stop(errStartDeadline)
 	default:
-		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.cfg.shutdownTimeout())
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.cfg.shutdownWait())
 		defer cancel()
 		_ = proc.shutdown(sctx)
 	}
@@ -337,7 +337,7 @@ func (p *pool) crashLoopLocked() error {
 		return nil
 	}
 	return fmt.Errorf("%w: instance %d is in a crash loop and starts no process until %s: %d rounds of its processes crashed without a request answered in between; the last crash: %s",
-		ErrProcessFailed, p.env.Instance, until.UTC().Format(crashTime), p.streak, p.describeLocked(len(p.crashes)-1))
+		errProcessFailed, p.env.Instance, until.UTC().Format(crashTime), p.streak, p.describeLocked(len(p.crashes)-1))
 }
 
 // acquire returns a process with a slot taken for one request. When every
@@ -373,7 +373,7 @@ func (p *pool) acquire(ctx context.Context) (*member, error) {
 					err = a.err
 				}
 			case <-ctx.Done():
-				err = fmt.Errorf("%w: instance %d was starting a process, one at a time after processes failed, until the deadline: %w", ErrNoAnswer, p.env.Instance, context.Cause(ctx))
+				err = fmt.Errorf("%w: instance %d was starting a process, one at a time after processes failed, until the deadline: %w", errNoAnswer, p.env.Instance, context.Cause(ctx))
 			}
 			p.mu.Lock()
 			p.waiting--
@@ -384,7 +384,7 @@ func (p *pool) acquire(ctx context.Context) (*member, error) {
 			continue
 		}
 		spare := p.starting * (p.info.MaxInFlight - 1) // a starter takes one slot itself
-		if len(p.procs)+p.starting < p.cfg.maxProcesses() && p.waiting >= spare {
+		if len(p.procs)+p.starting < p.cfg.processLimit() && p.waiting >= spare {
 			if err := p.crashLoopLocked(); err != nil {
 				p.mu.Unlock()
 				return nil, err
@@ -398,7 +398,7 @@ func (p *pool) acquire(ctx context.Context) (*member, error) {
 		select {
 		case <-freed:
 		case <-ctx.Done():
-			err = fmt.Errorf("%w: every process of instance %d was busy until the deadline: %w", ErrNoAnswer, p.env.Instance, context.Cause(ctx))
+			err = fmt.Errorf("%w: every process of instance %d was busy until the deadline: %w", errNoAnswer, p.env.Instance, context.Cause(ctx))
 		}
 		p.mu.Lock()
 		p.waiting--
@@ -426,7 +426,7 @@ func (p *pool) start(ctx context.Context) (*member, error) {
 	if err == nil && ctx.Err() != nil {
 		// A process started now could not answer hello in time: not a
 		// failure of the child.
-		err = fmt.Errorf("%w: no time was left to start a process of instance %d: %w", ErrNoAnswer, p.env.Instance, context.Cause(ctx))
+		err = fmt.Errorf("%w: no time was left to start a process of instance %d: %w", errNoAnswer, p.env.Instance, context.Cause(ctx))
 	}
 	tried := err == nil
 	if tried {
@@ -465,7 +465,7 @@ func (p *pool) pause(ctx context.Context, d time.Duration) error {
 	case <-p.closing:
 		return errClosed
 	case <-ctx.Done():
-		return fmt.Errorf("%w: instance %d was waiting %s after a process failed before it starts another, until the deadline: %w", ErrNoAnswer, p.env.Instance, restartDelay, context.Cause(ctx))
+		return fmt.Errorf("%w: instance %d was waiting %s after a process failed before it starts another, until the deadline: %w", errNoAnswer, p.env.Instance, restartDelay, context.Cause(ctx))
 	}
 }
 
@@ -515,11 +515,11 @@ func (p *pool) call(ctx context.Context, method string, params, result any) erro
 // settle takes note of the outcome of a request to a process of the pool:
 // a process that failed is removed, and an answer ends a crash loop.
 func (p *pool) settle(err error) {
-	var answer *AnswerError
+	var answer *answerError
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	switch {
-	case errors.Is(err, ErrProcessFailed):
+	case errors.Is(err, errProcessFailed):
 		p.reapLocked()
 	case err == nil, errors.As(err, &answer):
 		p.servedLocked()
@@ -559,7 +559,7 @@ func (p *pool) Purge(ctx context.Context, cutoff time.Time) (int64, error) {
 
 // now is the harness's time for a child that accepts the clock.
 func (p *pool) now() *time.Time {
-	if !p.info.Declares.AcceptsClock || p.env.Clock == nil {
+	if !p.info.declares.AcceptsClock || p.env.Clock == nil {
 		return nil
 	}
 	t := wireTime(p.env.Clock.Now())
@@ -575,7 +575,7 @@ func wireTime(t time.Time) time.Time { return t.UTC().Truncate(time.Microsecond)
 // external effect the instance committed before the call has been
 // acknowledged by the destination (see [adapters.Drainer]). A child that
 // does not implement drain answers "unsupported", and Drain returns an
-// error wrapping [ErrDrainUnsupported], at once on later calls. Processes
+// error wrapping [errDrainUnsupported], at once on later calls. Processes
 // still starting have committed nothing and are not asked. When no process
 // is live, every one having crashed, Drain starts one and asks it: what
 // the dead ones committed waits in the database for a new process to send.
@@ -586,7 +586,7 @@ func (p *pool) Drain(ctx context.Context) error {
 	case p.closed:
 		err = errClosed
 	case p.noDrain:
-		err = ErrDrainUnsupported
+		err = errDrainUnsupported
 	}
 	p.reapLocked()
 	procs := slices.Clone(p.procs)
@@ -611,7 +611,7 @@ func (p *pool) Drain(ctx context.Context) error {
 	}
 	for _, err := range errs {
 		// Every process runs the same program: one answer says it for all.
-		if errors.Is(err, ErrDrainUnsupported) {
+		if errors.Is(err, errDrainUnsupported) {
 			return fmt.Errorf("drain instance %d: %w", p.env.Instance, err)
 		}
 	}
@@ -627,7 +627,7 @@ func (p *pool) drain(ctx context.Context, m *member) error {
 	select {
 	case m.slots <- struct{}{}:
 	case <-ctx.Done():
-		return fmt.Errorf("%w: %s was busy until the deadline: %w", ErrNoAnswer, m.label, context.Cause(ctx))
+		return fmt.Errorf("%w: %s was busy until the deadline: %w", errNoAnswer, m.label, context.Cause(ctx))
 	}
 	return p.drainHeld(ctx, m)
 }
@@ -639,11 +639,11 @@ func (p *pool) drainHeld(ctx context.Context, m *member) error {
 	err := m.request(ctx, protocol.MethodDrain, nil, nil)
 	p.settle(err)
 	switch {
-	case errors.Is(err, ErrUnsupported):
+	case errors.Is(err, errUnsupported):
 		p.mu.Lock()
 		p.noDrain = true
 		p.mu.Unlock()
-		return fmt.Errorf("%w: %w", ErrDrainUnsupported, err)
+		return fmt.Errorf("%w: %w", errDrainUnsupported, err)
 	}
 	return err
 }
@@ -653,7 +653,7 @@ func (p *pool) drainHeld(ctx context.Context, m *member) error {
 // SIGKILL and without shutdown, then waits until each has exited or ctx
 // ends. Whatever a child had committed but not yet sent to the external
 // destination stays in its database, for the next instance on the schema
-// to find. Requests in flight fail with [ErrProcessFailed], later requests
+// to find. Requests in flight fail with [errProcessFailed], later requests
 // fail, and Close becomes a no-op: the harness builds a new instance and
 // never uses an aborted one again. The processes Abort kills are not
 // crashes.
@@ -711,7 +711,7 @@ func (p *pool) Close(ctx context.Context) error {
 	)
 	for _, m := range procs {
 		wg.Go(func() {
-			sctx, cancel := context.WithTimeout(ctx, p.cfg.shutdownTimeout())
+			sctx, cancel := context.WithTimeout(ctx, p.cfg.shutdownWait())
 			defer cancel()
 			if err := m.shutdown(sctx); err != nil {
 				mu.Lock()

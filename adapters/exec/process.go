@@ -16,14 +16,14 @@ import (
 	"github.com/harmless-dev/harmless/internal/redact"
 )
 
-// ErrProcessFailed marks a request that failed because its child process
+// errProcessFailed marks a request that failed because its child process
 // crashed, broke the protocol or stopped reading its input. Every later
 // request to that process fails with the same cause; the instance replaces
 // the process and lists the failure among its crashes.
-var ErrProcessFailed = errors.New("implementation process failed")
+var errProcessFailed = errors.New("implementation process failed")
 
-// ErrNoAnswer marks a request the child did not answer in time.
-var ErrNoAnswer = errors.New("no answer from the implementation")
+// errNoAnswer marks a request the child did not answer in time.
+var errNoAnswer = errors.New("no answer from the implementation")
 
 // exitGrace is how long a process that has closed its stdout may take to
 // exit (and one that has exited may take to close its stdout) before it
@@ -291,7 +291,7 @@ func (p *process) failure() error {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return fmt.Errorf("%w: %s: %w%s", ErrProcessFailed, p.label, p.err, p.stderr.Summary())
+	return fmt.Errorf("%w: %s: %w%s", errProcessFailed, p.label, p.err, p.stderr.Summary())
 }
 
 // call sends one request and waits for its answer, until ctx ends.
@@ -334,7 +334,7 @@ func (p *process) call(ctx context.Context, method string, params any) (protocol
 			return resp, nil
 		default:
 		}
-		return protocol.Response{}, fmt.Errorf("%w: %s request %d to %s: %w%s", ErrNoAnswer, method, id, p.label, context.Cause(ctx), p.stderr.Summary())
+		return protocol.Response{}, fmt.Errorf("%w: %s request %d to %s: %w%s", errNoAnswer, method, id, p.label, context.Cause(ctx), p.stderr.Summary())
 	}
 }
 
@@ -367,7 +367,7 @@ func (p *process) write(ctx context.Context, line []byte) error {
 	case n == 0 && errors.Is(err, os.ErrDeadlineExceeded):
 		// Nothing was written, so the stream is intact; the child is only
 		// slow, as a hung Deliver would be.
-		return fmt.Errorf("%w: it stopped reading its stdin: %w", ErrNoAnswer, err)
+		return fmt.Errorf("%w: it stopped reading its stdin: %w", errNoAnswer, err)
 	case errors.Is(err, os.ErrDeadlineExceeded):
 		p.fail(fmt.Errorf("%w: %w", errCutLine, err))
 	case errors.Is(err, syscall.EPIPE):
@@ -408,7 +408,7 @@ func (p *process) shutdown(ctx context.Context) error {
 	p.stdin.Close()
 	select {
 	case <-p.exited:
-		if p.exitedOK && errors.Is(answer, ErrProcessFailed) {
+		if p.exitedOK && errors.Is(answer, errProcessFailed) {
 			answer = nil // it exited cleanly without answering: close enough
 		}
 		if answer == nil && !p.exitedOK {

@@ -132,7 +132,7 @@ WHERE application_name = $1 AND wait_event_type = 'Lock'`, app); err != nil {
 		t.Fatal(err)
 	}
 	err = <-failed
-	if !errors.Is(err, ErrProcessFailed) || !strings.Contains(err.Error(), "exit status 1") || !strings.Contains(err.Error(), execchild.NodeLostConnection) {
+	if !errors.Is(err, errProcessFailed) || !strings.Contains(err.Error(), "exit status 1") || !strings.Contains(err.Error(), execchild.NodeLostConnection) {
 		t.Fatalf("the delivery whose connection was terminated: %v; want the process's failure with its exit status and crash report", err)
 	}
 	if err := tx.Rollback(ctx); err != nil {
@@ -196,7 +196,7 @@ func TestAChildThatCrashesOnEveryRequest(t *testing.T) {
 	for i := range crashLoopLimit {
 		label := fmt.Sprintf("process %d of instance 1", i+1)
 		_, err := deliver(t, impl, fmt.Sprint("crash-", i), testTimeout)
-		if !errors.Is(err, ErrProcessFailed) || !strings.Contains(err.Error(), label) || !strings.Contains(err.Error(), execchild.LastWords) {
+		if !errors.Is(err, errProcessFailed) || !strings.Contains(err.Error(), label) || !strings.Contains(err.Error(), execchild.LastWords) {
 			t.Fatalf("delivery %d: %v; want the crash of %s", i+1, err, label)
 		}
 		if got := impl.Crashes(); len(got) != i+1 {
@@ -214,7 +214,7 @@ func TestAChildThatCrashesOnEveryRequest(t *testing.T) {
 	began := time.Now()
 	_, err := deliver(t, impl, "in-the-loop", testTimeout)
 	last := fmt.Sprintf("the last crash: process %d of instance 1 failed at", crashLoopLimit)
-	if !errors.Is(err, ErrProcessFailed) || !strings.Contains(err.Error(), "crash loop") || !strings.Contains(err.Error(), last) || !strings.Contains(err.Error(), execchild.LastWords) {
+	if !errors.Is(err, errProcessFailed) || !strings.Contains(err.Error(), "crash loop") || !strings.Contains(err.Error(), last) || !strings.Contains(err.Error(), execchild.LastWords) {
 		t.Errorf("a delivery in the crash loop: %v; want it failed with the last crash", err)
 	}
 	if took := time.Since(began); took >= restartDelay {
@@ -226,7 +226,7 @@ func TestAChildThatCrashesOnEveryRequest(t *testing.T) {
 
 	endBackoff(impl)
 	label := fmt.Sprintf("process %d of instance 1", crashLoopLimit+1)
-	if _, err := deliver(t, impl, "after-the-backoff", testTimeout); !errors.Is(err, ErrProcessFailed) || !strings.Contains(err.Error(), label+": it closed its stdout") {
+	if _, err := deliver(t, impl, "after-the-backoff", testTimeout); !errors.Is(err, errProcessFailed) || !strings.Contains(err.Error(), label+": it closed its stdout") {
 		t.Errorf("a delivery after the backoff: %v; want the crash of %s", err, label)
 	}
 	crashes := impl.Crashes()
@@ -264,7 +264,7 @@ func TestAChildThatCrashesOnEveryRequest(t *testing.T) {
 func TestARestartThatFailsHelloDoesNotHang(t *testing.T) {
 	cfg := Config{Env: []string{execchild.EnvMarkDir + "=" + t.TempDir(), execchild.EnvMaxInFlight + "=1"}}
 	impl, _ := start(t, execchild.CrashThenFailHello, cfg)
-	if _, err := deliver(t, impl, "first", testTimeout); !errors.Is(err, ErrProcessFailed) || !strings.Contains(err.Error(), execchild.LastWords) {
+	if _, err := deliver(t, impl, "first", testTimeout); !errors.Is(err, errProcessFailed) || !strings.Contains(err.Error(), execchild.LastWords) {
 		t.Fatalf("the first delivery: %v; want the first process's crash", err)
 	}
 	for i := range crashLoopLimit {
@@ -273,11 +273,11 @@ func TestARestartThatFailsHelloDoesNotHang(t *testing.T) {
 		took := time.Since(began)
 		switch {
 		case i < crashLoopLimit-1:
-			if !errors.Is(err, ErrHandshake) || !errors.Is(err, ErrProcessFailed) || !strings.Contains(err.Error(), execchild.NodeConnectRefused) {
+			if !errors.Is(err, errHandshake) || !errors.Is(err, errProcessFailed) || !strings.Contains(err.Error(), execchild.NodeConnectRefused) {
 				t.Errorf("delivery %d after the crash: %v; want the failed start of a new process, quoting its crash report", i+1, err)
 			}
 		default:
-			if !errors.Is(err, ErrProcessFailed) || !strings.Contains(err.Error(), "crash loop") || !strings.Contains(err.Error(), execchild.NodeConnectRefused) {
+			if !errors.Is(err, errProcessFailed) || !strings.Contains(err.Error(), "crash loop") || !strings.Contains(err.Error(), execchild.NodeConnectRefused) {
 				t.Errorf("delivery %d after the crash: %v; want the crash loop, quoting the last crash report", i+1, err)
 			}
 		}
@@ -302,7 +302,7 @@ func TestARestartThatFailsHelloDoesNotHang(t *testing.T) {
 	}
 	wg.Wait()
 	for i, err := range errs {
-		if !errors.Is(err, ErrProcessFailed) || !strings.Contains(err.Error(), execchild.NodeConnectRefused) {
+		if !errors.Is(err, errProcessFailed) || !strings.Contains(err.Error(), execchild.NodeConnectRefused) {
 			t.Errorf("concurrent delivery %d: %v; want the failed start, or the crash loop it renewed", i, err)
 		}
 	}
@@ -350,7 +350,7 @@ func busyWithHangingRestarts(t *testing.T) (*pool, <-chan error) {
 func TestAStartPastTheDeadlineIsNotACrash(t *testing.T) {
 	impl, _ := busyWithHangingRestarts(t)
 	_, err := deliver(t, impl, "needs-a-process", 500*time.Millisecond)
-	if !errors.Is(err, ErrHandshake) || !errors.Is(err, ErrNoAnswer) || errors.Is(err, ErrProcessFailed) {
+	if !errors.Is(err, errHandshake) || !errors.Is(err, errNoAnswer) || errors.Is(err, errProcessFailed) {
 		t.Errorf("the delivery that needed a new process: %v; want its hello unanswered", err)
 	}
 	impl.mu.Lock()
@@ -401,7 +401,7 @@ func TestStoppingAnInstanceKillsAProcessStillStarting(t *testing.T) {
 			// timeout, since it does not read; killing it takes no time.
 			// The other process exits as asked, within a second (the race
 			// detector makes a child sleep a second as it exits).
-			if took := time.Since(began); took > DefaultShutdownTimeout/2 {
+			if took := time.Since(began); took > defaultShutdownTimeout/2 {
 				t.Errorf("%s took %s; it must kill a process still starting, not wait for it", how, took)
 			}
 			if err := <-waiting; err == nil {
@@ -446,7 +446,7 @@ func TestCloseAndAbortAreNotCrashes(t *testing.T) {
 		if err := impl.Abort(t.Context()); err != nil {
 			t.Fatalf("abort: %v", err)
 		}
-		if err := <-failed; !errors.Is(err, ErrProcessFailed) || !strings.Contains(err.Error(), "SIGKILL (abort)") {
+		if err := <-failed; !errors.Is(err, errProcessFailed) || !strings.Contains(err.Error(), "SIGKILL (abort)") {
 			t.Errorf("the delivery in flight: %v; want it failed by the abort", err)
 		}
 		if got := impl.Crashes(); len(got) != 0 {
@@ -462,7 +462,7 @@ func TestAStrayStdoutLineIsACrash(t *testing.T) {
 	impl, _ := start(t, execchild.LogToStdout, Config{})
 	line := strconv.Quote(execchild.StdoutLog + "1")
 	_, err := deliver(t, impl, "1", testTimeout)
-	if !errors.Is(err, ErrProcessFailed) || !errors.Is(err, protocol.ErrViolation) || !strings.Contains(err.Error(), line) {
+	if !errors.Is(err, errProcessFailed) || !errors.Is(err, protocol.ErrViolation) || !strings.Contains(err.Error(), line) {
 		t.Fatalf("the delivery: %v; want a protocol violation quoting %s", err, line)
 	}
 	crashes := impl.Crashes()
@@ -493,7 +493,7 @@ func TestCrashesMaskTheSecrets(t *testing.T) {
 	password := role.Password
 	e.DSN = role.As(t, e.DSN)
 	impl := instance(t, adapter, e)
-	if _, err := deliver(t, impl, "1", testTimeout); !errors.Is(err, ErrProcessFailed) {
+	if _, err := deliver(t, impl, "1", testTimeout); !errors.Is(err, errProcessFailed) {
 		t.Fatalf("the delivery: %v; want the crash", err)
 	}
 	crashes := impl.Crashes()
@@ -517,13 +517,13 @@ func TestAChildThatStopsReadingMidLineIsNotACrash(t *testing.T) {
 	defer cancel()
 	ev := adapters.Event{Namespace: "exec-test", ID: "big", Payload: make([]byte, 1<<20)} // more than a pipe holds
 	_, err := impl.Deliver(ctx, adapters.Delivery{Event: ev, Attempt: 1})
-	if !errors.Is(err, ErrProcessFailed) || !strings.Contains(err.Error(), "in the middle of a request line") {
+	if !errors.Is(err, errProcessFailed) || !strings.Contains(err.Error(), "in the middle of a request line") {
 		t.Fatalf("the delivery the child stopped reading: %v; want the process killed for it", err)
 	}
 	if got := impl.Crashes(); len(got) != 0 {
 		t.Errorf("Crashes: %q; a process the harness killed for hanging did not crash", got)
 	}
-	if _, err := deliver(t, impl, "small", 500*time.Millisecond); !errors.Is(err, ErrNoAnswer) || !strings.Contains(err.Error(), "process 2 of instance 1") {
+	if _, err := deliver(t, impl, "small", 500*time.Millisecond); !errors.Is(err, errNoAnswer) || !strings.Contains(err.Error(), "process 2 of instance 1") {
 		t.Errorf("the next delivery: %v; want it unanswered by a new process", err)
 	}
 	if live := liveInGroup(t, first.cmd.Process.Pid); len(live) > 0 {
@@ -575,7 +575,7 @@ func TestProcessesThatCrashTogetherAreNotACrashLoop(t *testing.T) {
 	}
 	wg.Wait()
 	for i, err := range errs {
-		if !errors.Is(err, ErrProcessFailed) || !strings.Contains(err.Error(), execchild.NodeLostConnection) {
+		if !errors.Is(err, errProcessFailed) || !strings.Contains(err.Error(), execchild.NodeLostConnection) {
 			t.Errorf("delivery %d: %v; want its process's crash", i, err)
 		}
 	}

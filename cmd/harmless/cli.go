@@ -310,13 +310,16 @@ func implementation(ctx context.Context, f certifyFlags) (adapters.Adapter, []su
 		return adapters.Adapter{}, nil, fmt.Errorf("--exec %q: %w", f.exec, err)
 	}
 	return adapter, []suite.Option{suite.WithProtocol(certificate.Protocol{
-		Name:           exec.ProtocolName,
+		Name:           execProtocol,
 		Version:        info.Protocol,
-		Command:        info.Command,
+		Command:        f.exec,
 		Implementation: info.Implementation.String(),
 		MaxInFlight:    info.MaxInFlight,
 	})}, nil
 }
+
+// execProtocol names the exec protocol in the certificates of --exec.
+const execProtocol = "harmless-exec"
 
 // suiteOptions turns the flags about the run (database, sizes, seed) into
 // suite options. The command can always start PostgreSQL in a container:

@@ -377,12 +377,12 @@ func TestNodeOutboxSurvivesAKillBetweenCommitAndSend(t *testing.T) {
 func outboxSurvivesAKillBetweenCommitAndSend(t *testing.T, command string) {
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
-	adapter, info, err := harmlessexec.Probe(ctx, harmlessexec.Config{Command: command})
+	adapter, _, err := harmlessexec.Probe(ctx, harmlessexec.Config{Command: command})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if info.Declares.ExternalEffects != adapters.Outbox {
-		t.Fatalf("%s declares external effects %q, want %q", command, info.Declares.ExternalEffects, adapters.Outbox)
+	if adapter.Declares.ExternalEffects != adapters.Outbox {
+		t.Fatalf("%s declares external effects %q, want %q", command, adapter.Declares.ExternalEffects, adapters.Outbox)
 	}
 	dest, err := destination.Start(ctx, t.Logf)
 	if err != nil {

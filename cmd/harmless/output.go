@@ -7,7 +7,6 @@ import (
 	"strings"
 	"time"
 
-	harmlessexec "github.com/harmless-dev/harmless/adapters/exec"
 	"github.com/harmless-dev/harmless/fixtures"
 	"github.com/harmless-dev/harmless/internal/suite"
 	"github.com/harmless-dev/harmless/suite/certificate"
@@ -222,11 +221,14 @@ func (p *printer) result(cert certificate.Certificate) {
 // was run, so that the line reads the same for every language and still
 // tells a child from a built-in adapter of the same name.
 func subject(cert certificate.Certificate) string {
-	if cert.Protocol != nil && cert.Protocol.Name == harmlessexec.ProtocolName {
-		return cert.Adapter + " (" + harmlessexec.Name + ")"
+	if cert.Protocol != nil && cert.Protocol.Name == execProtocol {
+		return cert.Adapter + " (" + execSuffix + ")"
 	}
 	return cert.Adapter
 }
+
+// execSuffix names how a program run with --exec was run, as the flag does.
+const execSuffix = "exec"
 
 // statusColors colour the verdict line: certified green, partial and
 // interrupted yellow, not certified red.

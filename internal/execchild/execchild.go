@@ -201,14 +201,16 @@ func MaybeServe() {
 	os.Exit(serve(mode, maxInFlight, os.Stdin, os.Stdout))
 }
 
-// maxInFlightOf reads the value of EnvMaxInFlight.
+// maxInFlightOf reads the value of EnvMaxInFlight. A value over the
+// protocol's limit is left for the harness to reject at hello, as it
+// would any child's.
 func maxInFlightOf(value string) (int, error) {
 	if value == "" {
 		return DefaultMaxInFlight, nil
 	}
 	n, err := strconv.Atoi(value)
-	if err != nil || n < 1 || n > protocol.MaxInFlightLimit {
-		return 0, fmt.Errorf("%s=%q: want a number from 1 to %d", EnvMaxInFlight, value, protocol.MaxInFlightLimit)
+	if err != nil || n < 1 {
+		return 0, fmt.Errorf("%s=%q: want a positive number", EnvMaxInFlight, value)
 	}
 	return n, nil
 }
@@ -441,7 +443,7 @@ func (c *child) deliver(req protocol.IncomingRequest) {
 		c.answer(protocol.EncodeResult(req.ID, protocol.DeliverResult{Outcome: "maybe"}))
 		return
 	case WrongID:
-		c.answer(protocol.EncodeResult(req.ID+1000, protocol.DeliverResult{Outcome: protocol.OutcomeApplied}))
+		c.answer(protocol.EncodeResult(req.ID+1000, protocol.DeliverResult{Outcome: protocol.OutcomeName(adapters.Applied)}))
 		return
 	case HangOnDeliver:
 		return

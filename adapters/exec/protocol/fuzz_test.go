@@ -44,7 +44,7 @@ func FuzzDecodeResponse(f *testing.F) {
 		}
 		var again []byte
 		if resp.Error != nil {
-			if !resp.Error.Class.Valid() {
+			if !resp.Error.Class.valid() {
 				t.Fatalf("accepted class %q", resp.Error.Class)
 			}
 			again, err = EncodeError(resp.ID, resp.Error.Class, resp.Error.Message)
@@ -113,7 +113,7 @@ func FuzzLineReader(f *testing.F) {
 		for {
 			line, err := r.Next()
 			if err != nil {
-				if !errors.Is(err, io.EOF) && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, ErrLineTooLong) {
+				if !errors.Is(err, io.EOF) && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, errLineTooLong) {
 					t.Fatalf("unexpected error %v", err)
 				}
 				if errors.Is(err, io.EOF) && !bytes.Equal(read, data) {

@@ -45,8 +45,8 @@ const (
 // an IEEE 754 double, as most languages read them.
 const MaxID = 1<<53 - 1
 
-// MaxInFlightLimit is the largest max_in_flight an implementation may declare.
-const MaxInFlightLimit = 1024
+// maxInFlightLimit is the largest max_in_flight an implementation may declare.
+const maxInFlightLimit = 1024
 
 // maxWindow bounds a declared redelivery window, and a declared send
 // delay (about 100 years), so that each converts to a time.Duration
@@ -89,8 +89,8 @@ const (
 	Unsupported ErrorClass = "unsupported"
 )
 
-// Valid reports whether c is a defined class.
-func (c ErrorClass) Valid() bool {
+// valid reports whether c is a defined class.
+func (c ErrorClass) valid() bool {
 	switch c {
 	case Transient, InvalidInput, PayloadConflict, Unsupported:
 		return true
@@ -112,8 +112,8 @@ func (e *Error) Error() string {
 	return string(e.Class) + ": " + e.Message
 }
 
-// Request is one request, as the harness sends it.
-type Request struct {
+// request is one request, as the harness sends it.
+type request struct {
 	ID     uint64 `json:"id"`
 	Method string `json:"method"`
 	Params any    `json:"params"`
@@ -131,7 +131,7 @@ func EncodeRequest(id uint64, method string, params any) ([]byte, error) {
 	if params == nil {
 		params = struct{}{}
 	}
-	return encodeLine(Request{ID: id, Method: method, Params: params}, MaxRequestBytes)
+	return encodeLine(request{ID: id, Method: method, Params: params}, MaxRequestBytes)
 }
 
 // EncodeResult returns the line answering request id with result.
@@ -179,10 +179,10 @@ func decodeEnvelope(line []byte, limit int) (envelope, uint64, error) {
 		return env, 0, violation("a line of %d bytes is over the %d-byte limit", len(line), limit)
 	}
 	if !isObject(line) {
-		return env, 0, violation("not a JSON object: %s", Excerpt(line))
+		return env, 0, violation("not a JSON object: %s", excerpt(line))
 	}
 	if err := json.Unmarshal(line, &env); err != nil {
-		return env, 0, violation("not valid JSON (%v): %s", err, Excerpt(line))
+		return env, 0, violation("not valid JSON (%v): %s", err, excerpt(line))
 	}
 	id, err := decodeID(env.ID)
 	if err != nil {
@@ -212,7 +212,7 @@ func decodeID(raw json.RawMessage) (uint64, error) {
 	}
 	id, err := strconv.ParseUint(string(raw), 10, 64)
 	if err != nil || id == 0 || id > MaxID {
-		return 0, violation("the id %s is not an integer from 1 to 2^53-1", Excerpt(raw))
+		return 0, violation("the id %s is not an integer from 1 to 2^53-1", excerpt(raw))
 	}
 	return id, nil
 }
@@ -233,15 +233,15 @@ func DecodeResponse(line []byte) (Response, error) {
 		return Response{}, violation("answer %d has both a result and an error", id)
 	case hasResult:
 		if !isObject(env.Result) {
-			return Response{}, violation("the result of answer %d is not a JSON object: %s", id, Excerpt(env.Result))
+			return Response{}, violation("the result of answer %d is not a JSON object: %s", id, excerpt(env.Result))
 		}
 		resp.Result = env.Result
 	case hasError:
 		var e Error
 		if !isObject(env.Error) || json.Unmarshal(env.Error, &e) != nil {
-			return Response{}, violation("the error of answer %d is not an object with a string class and message: %s", id, Excerpt(env.Error))
+			return Response{}, violation("the error of answer %d is not an object with a string class and message: %s", id, excerpt(env.Error))
 		}
-		if !e.Class.Valid() {
+		if !e.Class.valid() {
 			return Response{}, violation("answer %d has the unknown error class %q (known: %s, %s, %s, %s)", id, e.Class, Transient, InvalidInput, PayloadConflict, Unsupported)
 		}
 		resp.Error = &e
@@ -274,7 +274,7 @@ func DecodeRequest(line []byte) (IncomingRequest, error) {
 		params = json.RawMessage("{}")
 	}
 	if !isObject(params) {
-		return IncomingRequest{}, violation("the params of request %d are not a JSON object: %s", id, Excerpt(params))
+		return IncomingRequest{}, violation("the params of request %d are not a JSON object: %s", id, excerpt(params))
 	}
 	return IncomingRequest{ID: id, Method: method, Params: params}, nil
 }
@@ -282,13 +282,13 @@ func DecodeRequest(line []byte) (IncomingRequest, error) {
 // decodeResult decodes the result object of method into v.
 func decodeResult(method string, raw json.RawMessage, v any) error {
 	if err := json.Unmarshal(raw, v); err != nil {
-		return violation("the %s result is malformed (%v): %s", method, err, Excerpt(raw))
+		return violation("the %s result is malformed (%v): %s", method, err, excerpt(raw))
 	}
 	return nil
 }
 
-// Excerpt quotes the start of a message for an error: at most 200 bytes.
-func Excerpt(b []byte) string {
+// excerpt quotes the start of a message for an error: at most 200 bytes.
+func excerpt(b []byte) string {
 	const shown = 200
 	if len(b) > shown {
 		return strconv.Quote(string(b[:shown])) + fmt.Sprintf("…(%d bytes)", len(b))
@@ -366,8 +366,8 @@ func DecodeHello(raw json.RawMessage, offered []int) (HelloResult, error) {
 	if h.MaxInFlight == 0 {
 		h.MaxInFlight = 1
 	}
-	if h.MaxInFlight < 1 || h.MaxInFlight > MaxInFlightLimit {
-		return HelloResult{}, violation("max_in_flight %d is not between 1 and %d", h.MaxInFlight, MaxInFlightLimit)
+	if h.MaxInFlight < 1 || h.MaxInFlight > maxInFlightLimit {
+		return HelloResult{}, violation("max_in_flight %d is not between 1 and %d", h.MaxInFlight, maxInFlightLimit)
 	}
 	return h, nil
 }
@@ -415,9 +415,9 @@ type DeliverResult struct {
 
 // Outcome names on the wire.
 const (
-	OutcomeApplied   = "applied"
-	OutcomeDuplicate = "duplicate"
-	OutcomeRejected  = "rejected"
+	outcomeApplied   = "applied"
+	outcomeDuplicate = "duplicate"
+	outcomeRejected  = "rejected"
 )
 
 // DecodeOutcome decodes a deliver result.
@@ -427,25 +427,25 @@ func DecodeOutcome(raw json.RawMessage) (adapters.Outcome, error) {
 		return 0, err
 	}
 	switch r.Outcome {
-	case OutcomeApplied:
+	case outcomeApplied:
 		return adapters.Applied, nil
-	case OutcomeDuplicate:
+	case outcomeDuplicate:
 		return adapters.Duplicate, nil
-	case OutcomeRejected:
+	case outcomeRejected:
 		return adapters.Rejected, nil
 	}
-	return 0, violation("unknown outcome %q (known: %s, %s, %s)", r.Outcome, OutcomeApplied, OutcomeDuplicate, OutcomeRejected)
+	return 0, violation("unknown outcome %q (known: %s, %s, %s)", r.Outcome, outcomeApplied, outcomeDuplicate, outcomeRejected)
 }
 
 // OutcomeName is the wire name of o.
 func OutcomeName(o adapters.Outcome) string {
 	switch o {
 	case adapters.Applied:
-		return OutcomeApplied
+		return outcomeApplied
 	case adapters.Duplicate:
-		return OutcomeDuplicate
+		return outcomeDuplicate
 	case adapters.Rejected:
-		return OutcomeRejected
+		return outcomeRejected
 	}
 	return ""
 }
@@ -468,7 +468,7 @@ func DecodePurge(raw json.RawMessage) (int64, error) {
 		return 0, err
 	}
 	if r.Removed == nil || *r.Removed < 0 {
-		return 0, violation("the purge result has no non-negative removed count: %s", Excerpt(raw))
+		return 0, violation("the purge result has no non-negative removed count: %s", excerpt(raw))
 	}
 	return *r.Removed, nil
 }

@@ -243,7 +243,7 @@ func TestLineReader(t *testing.T) {
 	if _, err := r.Next(); err != io.EOF {
 		t.Errorf("at the end: %v, want io.EOF", err)
 	}
-	if _, err := NewLineReader(strings.NewReader("abcd\n"), 3).Next(); !errors.Is(err, ErrLineTooLong) {
+	if _, err := NewLineReader(strings.NewReader("abcd\n"), 3).Next(); !errors.Is(err, errLineTooLong) {
 		t.Errorf("a 4-byte line with a limit of 3: %v", err)
 	}
 	r = NewLineReader(strings.NewReader("ok\npartial"), 10)
