@@ -2,14 +2,13 @@ package exec
 
 import (
 	"context"
-	"strings"
-	"testing"
-
-	"github.com/harmless-dev/harmless/fixtures"
+	"github.com/harmless-dev/harmless/internal/catalogid"
 	"github.com/harmless-dev/harmless/internal/execchild"
 	"github.com/harmless-dev/harmless/internal/pgtest"
 	"github.com/harmless-dev/harmless/suite"
 	"github.com/harmless-dev/harmless/suite/certificate"
+	"strings"
+	"testing"
 )
 
 // TestReferenceOverTheProtocolIsCertified certifies the reference Store run
@@ -25,7 +24,7 @@ func TestReferenceOverTheProtocolIsCertified(t *testing.T) {
 	// On a server named by a DSN the crash-recovery rules cannot run: the
 	// run is then partial, and those are the only rules that did not run.
 	for _, r := range cert.NotRun() {
-		if r.Fixture != fixtures.CrashRecovery || cert.DatabaseKind != "dsn" {
+		if r.Fixture != catalogid.CrashRecovery || cert.DatabaseKind != "dsn" {
 			t.Errorf("rule %s did not run on a %s server: %s", r.ID, cert.DatabaseKind, r.Message)
 		}
 	}
@@ -33,7 +32,7 @@ func TestReferenceOverTheProtocolIsCertified(t *testing.T) {
 		t.Fatalf("not certified:\n%s", cert.Table())
 	}
 	for _, r := range cert.Rules {
-		hooked := r.ID == fixtures.FailureAfterMarkerNotAcknowledged || r.ID == fixtures.FailureAfterMarkerRetryApplies
+		hooked := r.ID == catalogid.FailureAfterMarkerNotAcknowledged || r.ID == catalogid.FailureAfterMarkerRetryApplies
 		if hooked && !strings.Contains(r.Message, "partly not supported") {
 			t.Errorf("%s passed without noting that its Go-hook variants do not apply: %q", r.ID, r.Message)
 		}

@@ -4,16 +4,15 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"github.com/harmless-dev/harmless/internal/adapters/builtin"
+	"github.com/harmless-dev/harmless/internal/catalogid"
+	"github.com/harmless-dev/harmless/internal/pgtest"
+	"github.com/harmless-dev/harmless/suite/certificate"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
-
-	"github.com/harmless-dev/harmless/fixtures"
-	"github.com/harmless-dev/harmless/internal/adapters/builtin"
-	"github.com/harmless-dev/harmless/internal/pgtest"
-	"github.com/harmless-dev/harmless/suite/certificate"
 )
 
 var catchRateRuns = flag.Int("catch-rate-runs", 0, "run TestCatchRate with this many certify runs per adapter (0 skips it)")
@@ -38,7 +37,7 @@ func TestCatchRate(t *testing.T) {
 			// The race, and only the race: the failed-claimant variants
 			// measure something else, and take longer.
 			runCertify(t, bin, nil, "--adapter", adapter, "--dsn", dsn, "--json", path,
-				"--label-filter", "fixture:"+fixtures.ConcurrentDelivery+" && !rule:"+fixtures.ConcurrentDeliveryFailedClaimantNotLost,
+				"--label-filter", "fixture:"+catalogid.ConcurrentDelivery+" && !rule:"+catalogid.ConcurrentDeliveryFailedClaimantNotLost,
 				"--rounds", "1", "--overlap-rounds", "1")
 			data, err := os.ReadFile(path)
 			if err != nil {
@@ -50,7 +49,7 @@ func TestCatchRate(t *testing.T) {
 			}
 			var messages []string
 			for _, r := range cert.Rules {
-				if r.Fixture == fixtures.ConcurrentDelivery && r.Verdict == certificate.VerdictFail {
+				if r.Fixture == catalogid.ConcurrentDelivery && r.Verdict == certificate.VerdictFail {
 					messages = append(messages, r.Message)
 				}
 			}
@@ -106,7 +105,7 @@ func TestCatchRates(t *testing.T) {
 				t.Fatalf("%s must fail no rule: it has no catch rate", adapter)
 			}
 			args := []string{"--adapter", adapter, "--rule", strings.Join(entry.Fails, ",")}
-			if !slices.ContainsFunc(entry.Fails, func(id string) bool { return strings.HasPrefix(id, fixtures.CrashRecovery+".") }) {
+			if !slices.ContainsFunc(entry.Fails, func(id string) bool { return strings.HasPrefix(id, catalogid.CrashRecovery+".") }) {
 				args = append(args, "--dsn", dsn)
 			} else {
 				args = append(args, "--provision", "cluster")

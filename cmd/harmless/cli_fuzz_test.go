@@ -9,6 +9,7 @@ import (
 	"github.com/onsi/ginkgo/v2/types"
 
 	"github.com/harmless-dev/harmless/fixtures"
+	"github.com/harmless-dev/harmless/internal/speclabel"
 )
 
 // FuzzParseCertify feeds certify's parser the flags a user types freely:
@@ -36,7 +37,7 @@ func FuzzParseCertify(f *testing.F) {
 		match, filterErr := types.ParseLabelFilter(filter)
 		selects := filter == ""
 		for _, r := range fixtures.Rules() {
-			selects = selects || filterErr == nil && match(ruleLabels(r))
+			selects = selects || filterErr == nil && match(speclabel.Of(r))
 		}
 		if err != nil {
 			if msg := err.Error(); !strings.HasPrefix(msg, "--label-filter") && !strings.HasPrefix(msg, "--provision") {

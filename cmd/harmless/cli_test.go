@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/harmless-dev/harmless/fixtures"
+	"github.com/harmless-dev/harmless/internal/catalogid"
 	"github.com/harmless-dev/harmless/internal/pgtest"
 	"github.com/harmless-dev/harmless/internal/suite"
 	"github.com/harmless-dev/harmless/suite/certificate"
@@ -213,7 +214,7 @@ func TestCertify(t *testing.T) {
 		cert := readCertificate(t, path)
 		for _, r := range cert.Rules {
 			want := certificate.VerdictSkipped
-			if r.Fixture == fixtures.DoubleDelivery {
+			if r.Fixture == catalogid.DoubleDelivery {
 				want = certificate.VerdictPass
 			}
 			if r.Verdict != want {
@@ -222,7 +223,7 @@ func TestCertify(t *testing.T) {
 		}
 		ran := 0
 		for _, r := range fixtures.Rules() {
-			if r.Fixture == fixtures.DoubleDelivery {
+			if r.Fixture == catalogid.DoubleDelivery {
 				ran++
 			}
 		}

@@ -14,7 +14,9 @@ import (
 	"github.com/onsi/ginkgo/v2/types"
 
 	"github.com/harmless-dev/harmless/fixtures"
+	"github.com/harmless-dev/harmless/internal/catalogid"
 	"github.com/harmless-dev/harmless/internal/pgtest"
+	"github.com/harmless-dev/harmless/internal/speclabel"
 )
 
 // TestABadOutputPathStartsNothing: a report path that cannot be written is
@@ -104,13 +106,13 @@ func TestFixtureAndRuleSelectTheirRules(t *testing.T) {
 		want func(fixtures.Rule) bool
 	}{
 		{[]string{"--fixture", "double-delivery, bad-input"}, func(r fixtures.Rule) bool {
-			return r.Fixture == fixtures.DoubleDelivery || r.Fixture == fixtures.BadInput
+			return r.Fixture == catalogid.DoubleDelivery || r.Fixture == catalogid.BadInput
 		}},
-		{[]string{"--fixture", "bad-input", "--rule", fixtures.CrashRecoveryAppliedSurvives}, func(r fixtures.Rule) bool {
-			return r.Fixture == fixtures.BadInput || r.ID == fixtures.CrashRecoveryAppliedSurvives
+		{[]string{"--fixture", "bad-input", "--rule", catalogid.CrashRecoveryAppliedSurvives}, func(r fixtures.Rule) bool {
+			return r.Fixture == catalogid.BadInput || r.ID == catalogid.CrashRecoveryAppliedSurvives
 		}},
 		{[]string{"--fixture", "failure-after-marker", "--label-filter", "level:SHOULD"}, func(r fixtures.Rule) bool {
-			return r.Fixture == fixtures.FailureAfterMarker && r.Level == fixtures.Should
+			return r.Fixture == catalogid.FailureAfterMarker && r.Level == fixtures.Should
 		}},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
@@ -123,7 +125,7 @@ func TestFixtureAndRuleSelectTheirRules(t *testing.T) {
 				t.Fatalf("filter %q: %v", f.selection.filter(), err)
 			}
 			for _, r := range fixtures.Rules() {
-				if got := match(ruleLabels(r)); got != tc.want(r) {
+				if got := match(speclabel.Of(r)); got != tc.want(r) {
 					t.Errorf("rule %s selected: %t; want %t (filter %q)", r.ID, got, !got, f.selection.filter())
 				}
 			}

@@ -17,6 +17,7 @@ import (
 	"github.com/harmless-dev/harmless/adapters/external"
 	"github.com/harmless-dev/harmless/fixtures"
 	"github.com/harmless-dev/harmless/internal/adaptertest"
+	"github.com/harmless-dev/harmless/internal/catalogid"
 	"github.com/harmless-dev/harmless/internal/destination"
 	"github.com/harmless-dev/harmless/internal/execchild"
 	"github.com/harmless-dev/harmless/internal/harness"
@@ -205,9 +206,9 @@ func TestBrokenPythonExampleFailsConcurrentDelivery(t *testing.T) {
 	cert := readCertificate(t, path)
 	for _, r := range cert.Rules {
 		switch {
-		case r.Fixture == fixtures.ConcurrentDelivery && r.Verdict != certificate.VerdictFail:
+		case r.Fixture == catalogid.ConcurrentDelivery && r.Verdict != certificate.VerdictFail:
 			t.Errorf("%s: %s, want fail", r.ID, r.Verdict)
-		case r.Fixture == fixtures.DoubleDelivery && r.Verdict != certificate.VerdictPass:
+		case r.Fixture == catalogid.DoubleDelivery && r.Verdict != certificate.VerdictPass:
 			t.Errorf("%s: %s, want pass (the implementation is broken only under concurrency): %s", r.ID, r.Verdict, r.Message)
 		}
 	}
@@ -222,7 +223,7 @@ func TestExecVerdictNamesTheImplementation(t *testing.T) {
 	dir := t.TempDir()
 	jsonPath, junitPath := filepath.Join(dir, "c.json"), filepath.Join(dir, "c.xml")
 	code, stdout, stderr := runCertify(t, bin, nil, "--exec", execchild.Command(execchild.Reference), "--dsn", pgtest.DSN(t),
-		"--label-filter", "fixture:"+fixtures.DoubleDelivery, "--json", jsonPath, "--junit", junitPath)
+		"--label-filter", "fixture:"+catalogid.DoubleDelivery, "--json", jsonPath, "--junit", junitPath)
 	// Only double-delivery runs: the run is partial.
 	if code != exitPartial {
 		t.Fatalf("exit code %d, want %d\nstdout:\n%s\nstderr:\n%s", code, exitPartial, stdout, stderr)
@@ -256,7 +257,7 @@ func TestExecFailuresAreReported(t *testing.T) {
 	}
 	cert := readCertificate(t, path)
 	for _, r := range cert.Rules {
-		if r.Fixture == fixtures.DoubleDelivery && (r.Verdict != certificate.VerdictFail || !strings.Contains(r.Message, execchild.LastWords) || !strings.Contains(r.Message, "exit status 3")) {
+		if r.Fixture == catalogid.DoubleDelivery && (r.Verdict != certificate.VerdictFail || !strings.Contains(r.Message, execchild.LastWords) || !strings.Contains(r.Message, "exit status 3")) {
 			t.Errorf("%s: %s, want a failure quoting the exit status and the child's stderr: %s", r.ID, r.Verdict, r.Message)
 		}
 	}
@@ -533,13 +534,13 @@ func TestAChildThatDiesOnAKilledConnectionIsCertified(t *testing.T) {
 		switch {
 		case r.Fixture == fixtures.ExternalEffect && cert.Declared.ExternalEffects == adapters.NoExternalEffects:
 			want = certificate.VerdictNotApplicable
-		case r.ID == fixtures.FailureAfterMarkerProcessSurvivesKill:
+		case r.ID == catalogid.FailureAfterMarkerProcessSurvivesKill:
 			want = certificate.VerdictFail
 		}
 		if r.Verdict != want {
 			t.Errorf("rule %s: %s; want %s\n%s", r.ID, r.Verdict, want, r.Message)
 		}
-		if r.ID == fixtures.FailureAfterMarkerProcessSurvivesKill && !strings.Contains(r.Message, "Connection terminated unexpectedly") {
+		if r.ID == catalogid.FailureAfterMarkerProcessSurvivesKill && !strings.Contains(r.Message, "Connection terminated unexpectedly") {
 			t.Errorf("the SHOULD rule's message does not quote the crash report:\n%s", r.Message)
 		}
 	}
@@ -579,7 +580,7 @@ func TestAChildInAutocommitIsCertified(t *testing.T) {
 		if r.Verdict != want {
 			t.Errorf("rule %s: %s; want %s\n%s", r.ID, r.Verdict, want, r.Message)
 		}
-		if r.ID == fixtures.FailureAfterMarkerNotAcknowledged && !strings.Contains(r.Message, "no transaction was ever opened") {
+		if r.ID == catalogid.FailureAfterMarkerNotAcknowledged && !strings.Contains(r.Message, "no transaction was ever opened") {
 			t.Errorf("%s does not say why the cut after a transaction's first statement proved nothing:\n%s", r.ID, r.Message)
 		}
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/harmless-dev/harmless/adapters"
 	"github.com/harmless-dev/harmless/fixtures"
 	"github.com/harmless-dev/harmless/internal/adapters/builtin"
+	"github.com/harmless-dev/harmless/internal/applicability"
 	"github.com/harmless-dev/harmless/internal/provision"
 	"github.com/harmless-dev/harmless/suite/docker"
 )
@@ -157,7 +158,7 @@ func printJSON(stdout, stderr io.Writer, v any) int {
 
 // runPlan is which rules a run of certify would run against an
 // implementation, and why the others cannot: the catalogue's decision
-// (fixtures.Fixture.Applies), made before any run, as the run makes it.
+// (applicability.Of), made before any run, as the run makes it.
 type runPlan struct {
 	Adapter adapterInfo `json:"adapter"`
 	// OutOfProcess is set for a program run with --exec.
@@ -188,9 +189,9 @@ type ruleplan struct {
 	Reason  string         `json:"reason,omitempty"`
 	// NotApplicable marks a rule that does not run because the
 	// implementation has nothing it tests: not-applicable, which does not
-	// lower the status (see fixtures.Applicability.NotApplicable).
-	NotApplicable bool                 `json:"not_applicable,omitempty"`
-	Excluded      []fixtures.Exclusion `json:"excluded_variants,omitempty"`
+	// lower the status (see applicability.Decision.NotApplicable).
+	NotApplicable bool                      `json:"not_applicable,omitempty"`
+	Excluded      []applicability.Exclusion `json:"excluded_variants,omitempty"`
 }
 
 // planOf decides which rules a certify run with flags f would run. It
@@ -214,7 +215,7 @@ func planOf(ctx context.Context, f certifyFlags) (runPlan, error) {
 	if choice.Kind == "" {
 		p.Database = "none"
 	}
-	target := fixtures.Target{
+	target := applicability.Target{
 		RedeliveryWindow: adapter.Declares.RedeliveryWindow,
 		AcceptsClock:     adapter.Declares.AcceptsClock,
 		OutOfProcess:     p.OutOfProcess,
@@ -222,7 +223,7 @@ func planOf(ctx context.Context, f certifyFlags) (runPlan, error) {
 		ExternalEffects:  string(adapter.Declares.ExternalEffects),
 	}
 	for _, fx := range fixtures.Catalog() {
-		a := fx.Applies(target)
+		a := applicability.Of(fx, target)
 		for _, r := range fx.Rules {
 			p.Rules = append(p.Rules, ruleplan{ID: r.ID, Fixture: r.Fixture, Level: r.Level, Runs: a.Runs, Reason: a.Reason, NotApplicable: a.NotApplicable, Excluded: a.Excluded})
 		}

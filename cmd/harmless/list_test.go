@@ -15,6 +15,8 @@ import (
 	"github.com/harmless-dev/harmless/adapters"
 	harmlessexec "github.com/harmless-dev/harmless/adapters/exec"
 	"github.com/harmless-dev/harmless/fixtures"
+	"github.com/harmless-dev/harmless/internal/applicability"
+	"github.com/harmless-dev/harmless/internal/catalogid"
 	"github.com/harmless-dev/harmless/internal/execchild"
 	"github.com/harmless-dev/harmless/internal/pgtest"
 	"github.com/harmless-dev/harmless/internal/suite"
@@ -79,8 +81,8 @@ func TestListAdapter(t *testing.T) {
 
 	notRun := notRunOnADSN(t, "reference")
 	want := "needs a server the harness owns (a throwaway cluster or a container); the run uses a server named by a DSN"
-	if len(notRun) != 1 || notRun[fixtures.CrashRecovery] != want {
-		t.Errorf("on a DSN, fixtures not run: %q; want only %s, saying %q", notRun, fixtures.CrashRecovery, want)
+	if len(notRun) != 1 || notRun[catalogid.CrashRecovery] != want {
+		t.Errorf("on a DSN, fixtures not run: %q; want only %s, saying %q", notRun, catalogid.CrashRecovery, want)
 	}
 
 	// Without --dsn or --provision, the environment decides, as for
@@ -172,7 +174,7 @@ func TestListAdapterText(t *testing.T) {
 	for _, r := range fixtures.Rules() {
 		line := lineOf(out, r.ID)
 		switch {
-		case r.Fixture == fixtures.CrashRecovery:
+		case r.Fixture == catalogid.CrashRecovery:
 			crashing++
 			if !strings.Contains(line, "not-supported: needs a server the harness owns") {
 				t.Errorf("the line of %s says %q; want not-supported, and why", r.ID, line)
@@ -216,12 +218,12 @@ func TestListExec(t *testing.T) {
 			}
 		}
 		want := ""
-		if r.Fixture == fixtures.FailureAfterMarker {
+		if r.Fixture == catalogid.FailureAfterMarker {
 			want = "a panic in the effect, a cancelled context"
 		}
 		// A child that declares no external effects has nothing for
 		// external-effect to test: not-applicable, not a gap.
-		if r.Fixture == fixtures.ExternalEffect && r.NotApplicable && r.Reason == fixtures.ExternalEffectsNoneDeclared {
+		if r.Fixture == fixtures.ExternalEffect && r.NotApplicable && r.Reason == applicability.ExternalEffectsNoneDeclared {
 			continue
 		}
 		if !r.Runs || strings.Join(names, ", ") != want {
@@ -252,7 +254,7 @@ func TestListIsDocumented(t *testing.T) {
 	if !ok {
 		t.Fatal("docs/reports.md has no section on harmless list --adapter")
 	}
-	for _, typ := range []reflect.Type{reflect.TypeFor[runPlan](), reflect.TypeFor[ruleplan](), reflect.TypeFor[fixtures.Exclusion]()} {
+	for _, typ := range []reflect.Type{reflect.TypeFor[runPlan](), reflect.TypeFor[ruleplan](), reflect.TypeFor[applicability.Exclusion]()} {
 		for f := range typ.Fields() {
 			name := strings.Split(f.Tag.Get("json"), ",")[0]
 			if !strings.Contains(section, "`"+name+"`") && !strings.Contains(section, "`rules[]."+name+"`") && !strings.Contains(section, `"`+name+`"`) {
@@ -284,7 +286,7 @@ func TestListAgreesWithTheRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	cert, err := suite.Certify(t.Context(), adapter, suite.WithDSN(dsn),
-		suite.WithFixtures(fixtures.FailureAfterMarker, fixtures.CrashRecovery))
+		suite.WithFixtures(catalogid.FailureAfterMarker, catalogid.CrashRecovery))
 	if err != nil || cert.Error != "" {
 		t.Fatalf("certify: %v %s", err, cert.Error)
 	}
@@ -296,7 +298,7 @@ func TestListAgreesWithTheRun(t *testing.T) {
 	for _, r := range cert.Rules {
 		p := planned[r.ID]
 		switch {
-		case r.Fixture != fixtures.FailureAfterMarker && r.Fixture != fixtures.CrashRecovery:
+		case r.Fixture != catalogid.FailureAfterMarker && r.Fixture != catalogid.CrashRecovery:
 			continue
 		case p.Runs && r.Verdict != certificate.VerdictPass:
 			t.Errorf("rule %s: %s (%s); list said it runs, and the reference passes it", r.ID, r.Verdict, r.Message)
@@ -307,7 +309,7 @@ func TestListAgreesWithTheRun(t *testing.T) {
 	}
 	want := 0
 	for _, r := range fixtures.Rules() {
-		if r.Fixture == fixtures.FailureAfterMarker || r.Fixture == fixtures.CrashRecovery {
+		if r.Fixture == catalogid.FailureAfterMarker || r.Fixture == catalogid.CrashRecovery {
 			want++
 		}
 	}

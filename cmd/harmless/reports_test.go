@@ -18,6 +18,7 @@ import (
 	"github.com/harmless-dev/harmless/faults"
 	"github.com/harmless-dev/harmless/faults/pgproxy"
 	"github.com/harmless-dev/harmless/fixtures"
+	"github.com/harmless-dev/harmless/internal/catalogid"
 	"github.com/harmless-dev/harmless/internal/faultplan"
 	"github.com/harmless-dev/harmless/internal/harness"
 	"github.com/harmless-dev/harmless/internal/hooks"
@@ -150,7 +151,7 @@ func TestReports(t *testing.T) {
 	bin := binary(t)
 	dsn := pgtest.DSN(t)
 	const adapter = "broken-no-namespace"
-	filter := "fixture:" + fixtures.DoubleDelivery + " || fixture:" + fixtures.NamespaceIsolation
+	filter := "fixture:" + catalogid.DoubleDelivery + " || fixture:" + catalogid.NamespaceIsolation
 	// Neither stream is a terminal: no colour, even though NO_COLOR is unset.
 	noColor := "NO_COLOR="
 
@@ -167,10 +168,10 @@ func TestReports(t *testing.T) {
 			t.Fatalf("exit code %d; want %d\nstdout:\n%s\nstderr:\n%s", code, exitNotCertified, stdout, stderr)
 		}
 		order, counts := progressLines(stderr)
-		if want := []string{fixtures.DoubleDelivery, fixtures.NamespaceIsolation}; strings.Join(order, ",") != strings.Join(want, ",") {
+		if want := []string{catalogid.DoubleDelivery, catalogid.NamespaceIsolation}; strings.Join(order, ",") != strings.Join(want, ",") {
 			t.Errorf("progress lines for %v; want exactly one for each of %v\n%s", order, want, stderr)
 		}
-		for fixture, want := range map[string]string{fixtures.DoubleDelivery: "3 rules: 3 pass", fixtures.NamespaceIsolation: "2 rules: 2 fail"} {
+		for fixture, want := range map[string]string{catalogid.DoubleDelivery: "3 rules: 3 pass", catalogid.NamespaceIsolation: "2 rules: 2 fail"} {
 			if counts[fixture] != want {
 				t.Errorf("progress of %s says %q; want %q", fixture, counts[fixture], want)
 			}
@@ -232,7 +233,7 @@ func TestReports(t *testing.T) {
 
 	t.Run("the seed is the certificate's", func(t *testing.T) {
 		code, stdout, stderr := runCertify(t, bin, []string{noColor}, "-v", "--adapter", "reference", "--dsn", dsn,
-			"--label-filter", "fixture:"+fixtures.DoubleDelivery, "--seed", "987654321")
+			"--label-filter", "fixture:"+catalogid.DoubleDelivery, "--seed", "987654321")
 		if code != exitPartial {
 			t.Fatalf("exit code %d; want %d (a filtered run)\n%s%s", code, exitPartial, stdout, stderr)
 		}
@@ -256,12 +257,12 @@ func TestJUnitOfEveryVerdict(t *testing.T) {
 		Adapter: "sample", Certified: false, Seed: 42,
 		SuiteVersion: suite.Version, Harness: certificate.HarnessInfo{Commit: "0123abcd-dirty"},
 		Rules: []certificate.RuleResult{
-			{ID: fixtures.DoubleDeliveryOneEffect, Fixture: fixtures.DoubleDelivery, Level: fixtures.Must, Verdict: certificate.VerdictPass},
-			{ID: fixtures.ConflictingPayloadDetected, Fixture: fixtures.ConflictingPayload, Level: fixtures.Must, Verdict: certificate.VerdictFail,
+			{ID: catalogid.DoubleDeliveryOneEffect, Fixture: catalogid.DoubleDelivery, Level: fixtures.Must, Verdict: certificate.VerdictPass},
+			{ID: catalogid.ConflictingPayloadDetected, Fixture: fixtures.ConflictingPayload, Level: fixtures.Must, Verdict: certificate.VerdictFail,
 				Message: "MUST violated: <Duplicate> & \"not\" Rejected\n- event a/b applied once"},
-			{ID: fixtures.CrashRecoveryAppliedSurvives, Fixture: fixtures.CrashRecovery, Level: fixtures.Must, Verdict: certificate.VerdictNotSupported,
+			{ID: catalogid.CrashRecoveryAppliedSurvives, Fixture: catalogid.CrashRecovery, Level: fixtures.Must, Verdict: certificate.VerdictNotSupported,
 				Message: "needs a server the harness owns"},
-			{ID: fixtures.BadInputRunContinues, Fixture: fixtures.BadInput, Level: fixtures.Must, Verdict: certificate.VerdictSkipped,
+			{ID: catalogid.BadInputRunContinues, Fixture: catalogid.BadInput, Level: fixtures.Must, Verdict: certificate.VerdictSkipped,
 				Message: "no spec of this rule ran"},
 		},
 	}
@@ -305,9 +306,9 @@ func TestPrinter(t *testing.T) {
 	progress := suite.FixtureProgress{
 		Fixture: fixtures.ConflictingPayload,
 		Rules: []certificate.RuleResult{
-			{ID: fixtures.ConflictingPayloadNoSecondEffect, Verdict: certificate.VerdictPass},
-			{ID: fixtures.ConflictingPayloadDetected, Verdict: certificate.VerdictFail},
-			{ID: fixtures.ConflictingPayloadOriginalStands, Verdict: certificate.VerdictNotSupported},
+			{ID: catalogid.ConflictingPayloadNoSecondEffect, Verdict: certificate.VerdictPass},
+			{ID: catalogid.ConflictingPayloadDetected, Verdict: certificate.VerdictFail},
+			{ID: catalogid.ConflictingPayloadOriginalStands, Verdict: certificate.VerdictNotSupported},
 		},
 		Duration: 1200 * time.Millisecond,
 	}
@@ -431,7 +432,7 @@ func TestCertificateRecordsTheCommitWithoutAStamp(t *testing.T) {
 	}
 	path := filepath.Join(t.TempDir(), "c.json")
 	code, stdout, stderr := runCertify(t, bin, nil, "--adapter", "reference", "--dsn", pgtest.DSN(t),
-		"--label-filter", "fixture:"+fixtures.DoubleDelivery, "--json", path)
+		"--label-filter", "fixture:"+catalogid.DoubleDelivery, "--json", path)
 	if code != exitPartial {
 		t.Fatalf("exit code %d, want %d\nstdout:\n%s\nstderr:\n%s", code, exitPartial, stdout, stderr)
 	}

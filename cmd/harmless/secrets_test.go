@@ -13,14 +13,13 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/jackc/pgx/v5"
-
-	"github.com/harmless-dev/harmless/fixtures"
+	"github.com/harmless-dev/harmless/internal/catalogid"
 	"github.com/harmless-dev/harmless/internal/connstr"
 	"github.com/harmless-dev/harmless/internal/execchild"
 	"github.com/harmless-dev/harmless/internal/pgtest"
 	"github.com/harmless-dev/harmless/internal/redact"
 	"github.com/harmless-dev/harmless/suite/certificate"
+	"github.com/jackc/pgx/v5"
 )
 
 // secretRole is a role made for one test, with a random password whose
@@ -195,14 +194,14 @@ func TestSecretsStayOutOfReports(t *testing.T) {
 			}
 			p := newReportPaths(t)
 			code, stdout, stderr := runCertify(t, bin, append(p.env(), tc.env...),
-				append([]string{"-v", "--exec", execchild.Command(execchild.LeakDSN), "--dsn", tc.dsn, "--label-filter", "fixture:" + fixtures.DoubleDelivery}, p.args()...)...)
+				append([]string{"-v", "--exec", execchild.Command(execchild.LeakDSN), "--dsn", tc.dsn, "--label-filter", "fixture:" + catalogid.DoubleDelivery}, p.args()...)...)
 			if code != exitNotCertified {
 				t.Fatalf("exit code %d; want %d\nstdout:\n%s\nstderr:\n%s", code, exitNotCertified, stdout, stderr)
 			}
 			checkNoSecret(t, role.core, stdout, stderr, p)
 			cert := readCertificate(t, p.json)
 			for _, r := range cert.Rules {
-				if r.Fixture != fixtures.DoubleDelivery {
+				if r.Fixture != catalogid.DoubleDelivery {
 					continue
 				}
 				// The quote is still there, useful, with the password masked.
@@ -217,7 +216,7 @@ func TestSecretsStayOutOfReports(t *testing.T) {
 	// shown where it is quoted, and certify says so, once.
 	t.Run("a password too short to mask", func(t *testing.T) {
 		code, stdout, stderr := runCertify(t, bin, nil, "--adapter", "reference", "--dsn", role.url(short, shortPassword, role.port),
-			"--label-filter", "fixture:"+fixtures.DoubleDelivery)
+			"--label-filter", "fixture:"+catalogid.DoubleDelivery)
 		if code != exitPartial {
 			t.Fatalf("exit code %d; want %d\nstdout:\n%s\nstderr:\n%s", code, exitPartial, stdout, stderr)
 		}

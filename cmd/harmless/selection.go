@@ -10,6 +10,7 @@ import (
 	"github.com/onsi/ginkgo/v2/types"
 
 	"github.com/harmless-dev/harmless/fixtures"
+	"github.com/harmless-dev/harmless/internal/speclabel"
 )
 
 // selection is which rules a certify run is asked to run: a Ginkgo label
@@ -26,10 +27,10 @@ type selection struct {
 func (s selection) filter() string {
 	var ids []string
 	for _, id := range s.fixtures {
-		ids = append(ids, "fixture:"+id)
+		ids = append(ids, speclabel.Fixture(id))
 	}
 	for _, id := range s.rules {
-		ids = append(ids, "rule:"+id)
+		ids = append(ids, speclabel.Rule(id))
 	}
 	if len(ids) == 0 {
 		// As typed: wrapping it could change how Ginkgo reads it (an
@@ -60,17 +61,11 @@ func (s selection) selected() []string {
 	}
 	ids := []string{}
 	for _, r := range fixtures.Rules() {
-		if match(ruleLabels(r)) {
+		if match(speclabel.Of(r)) {
 			ids = append(ids, r.ID)
 		}
 	}
 	return ids
-}
-
-// ruleLabels are the Ginkgo labels of the spec that checks r: its
-// fixture's, its own and its level's (see package suite).
-func ruleLabels(r fixtures.Rule) []string {
-	return []string{"fixture:" + r.Fixture, r.Label(), "level:" + string(r.Level)}
 }
 
 // check refuses a selection that runs no rule. Ginkgo would skip every
@@ -91,7 +86,7 @@ func (s selection) check() error {
 		return fmt.Errorf("--label-filter %q cannot be combined with --fixture or --rule (as %q): %s", s.labelFilter, filter, plainFilterError(err))
 	}
 	for _, r := range fixtures.Rules() {
-		if match(ruleLabels(r)) {
+		if match(speclabel.Of(r)) {
 			return nil
 		}
 	}
@@ -115,7 +110,7 @@ var labelToken = regexp.MustCompile(`(?:fixture|rule|level):[^\s&|!,()/{}]+`)
 func labelHints(filter string) string {
 	var known []string
 	for _, r := range fixtures.Rules() {
-		known = append(known, ruleLabels(r)...)
+		known = append(known, speclabel.Of(r)...)
 	}
 	var hints []string
 	for _, label := range labelToken.FindAllString(filter, -1) {

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/harmless-dev/harmless/fixtures"
+	"github.com/harmless-dev/harmless/internal/catalogid"
 	"github.com/harmless-dev/harmless/internal/execchild"
 	"github.com/harmless-dev/harmless/internal/pgtest"
 	"github.com/harmless-dev/harmless/internal/suite"
@@ -69,8 +70,8 @@ func TestTerminalReportIsShort(t *testing.T) {
 	}
 	msg := "[concurrent-delivery / plain] MUST concurrent-delivery.one-effect violated: one effect\n" + strings.Join(problems, "\n") + "\nThis usually means: a race."
 	cert := certificate.Certificate{Adapter: "sample", Status: certificate.StatusNotCertified, Rules: []certificate.RuleResult{
-		{ID: fixtures.ConcurrentDeliveryOneEffect, Fixture: fixtures.ConcurrentDelivery, Level: fixtures.Must, Verdict: certificate.VerdictFail, Message: msg},
-		{ID: fixtures.DoubleDeliveryOneEffect, Fixture: fixtures.DoubleDelivery, Level: fixtures.Must, Verdict: certificate.VerdictPass},
+		{ID: catalogid.ConcurrentDeliveryOneEffect, Fixture: catalogid.ConcurrentDelivery, Level: fixtures.Must, Verdict: certificate.VerdictFail, Message: msg},
+		{ID: catalogid.DoubleDeliveryOneEffect, Fixture: catalogid.DoubleDelivery, Level: fixtures.Must, Verdict: certificate.VerdictPass},
 	}}
 	for _, jsonPath := range []string{"", "/tmp/c.json"} {
 		var stdout bytes.Buffer
@@ -130,13 +131,13 @@ func TestCrashingChildReportIsShort(t *testing.T) {
 		want = append(want, fmt.Sprintf("\n- round %d (overlap,", i))
 	}
 	for _, w := range want {
-		if !strings.Contains(messages[fixtures.ConcurrentDeliveryOneApplied], w) {
-			t.Errorf("the certificate's %s lost the problem %q", fixtures.ConcurrentDeliveryOneApplied, w)
+		if !strings.Contains(messages[catalogid.ConcurrentDeliveryOneApplied], w) {
+			t.Errorf("the certificate's %s lost the problem %q", catalogid.ConcurrentDeliveryOneApplied, w)
 		}
 	}
 	for i := 1; i <= 10; i++ {
-		if w := fmt.Sprintf("\n- redelivery %d (attempt", i); !strings.Contains(messages[fixtures.DoubleDeliveryRedeliveryDuplicate], w) {
-			t.Errorf("the certificate's %s lost the problem %q", fixtures.DoubleDeliveryRedeliveryDuplicate, w)
+		if w := fmt.Sprintf("\n- redelivery %d (attempt", i); !strings.Contains(messages[catalogid.DoubleDeliveryRedeliveryDuplicate], w) {
+			t.Errorf("the certificate's %s lost the problem %q", catalogid.DoubleDeliveryRedeliveryDuplicate, w)
 		}
 	}
 }

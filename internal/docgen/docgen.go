@@ -12,6 +12,8 @@ import (
 
 	"github.com/harmless-dev/harmless/fixtures"
 	"github.com/harmless-dev/harmless/internal/adapters/builtin"
+	"github.com/harmless-dev/harmless/internal/applicability"
+	"github.com/harmless-dev/harmless/internal/catalogid"
 	"github.com/harmless-dev/harmless/suite/certificate"
 )
 
@@ -47,11 +49,11 @@ func RulesPage() string {
 			fmt.Fprintf(&b, "More: [%s](%s).\n\n", page.Title, page.File)
 		}
 		for _, r := range f.Requires {
-			fmt.Fprintf(&b, "**Needs `%s`:** %s. Without it the fixture's rules are not-supported.\n\n", r, r.Doc())
+			fmt.Fprintf(&b, "**Needs `%s`:** %s. Without it the fixture's rules are not-supported.\n\n", r, applicability.Doc(r))
 		}
 		for _, v := range f.Variants {
 			for _, r := range v.Requires {
-				fmt.Fprintf(&b, "**The variant `%s` (%s) needs `%s`:** %s. Without it that variant is not played, and the rules are judged on the others.\n\n", v.ID, v.Name, r, r.Doc())
+				fmt.Fprintf(&b, "**The variant `%s` (%s) needs `%s`:** %s. Without it that variant is not played, and the rules are judged on the others.\n\n", v.ID, v.Name, r, applicability.Doc(r))
 			}
 		}
 		for _, r := range f.Rules {
@@ -72,17 +74,17 @@ type Page struct{ File, Title string }
 // FixturePage returns the page docs/rules.md links from fixture, if any.
 func FixturePage(fixture string) (Page, bool) {
 	switch fixture {
-	case fixtures.DoubleDelivery, fixtures.ConcurrentDelivery:
+	case catalogid.DoubleDelivery, catalogid.ConcurrentDelivery:
 		return Page{"concurrency.md", "duplicates, one after another and at once"}, true
-	case fixtures.FailureAfterMarker, fixtures.AmbiguousCommit:
+	case catalogid.FailureAfterMarker, catalogid.AmbiguousCommit:
 		return Page{"failures.md", "failures around the commit"}, true
 	case fixtures.ConflictingPayload:
 		return Page{"conflicts.md", "payload conflicts"}, true
 	case fixtures.RetentionExpiry:
 		return Page{"retention.md", "retention of deduplication state"}, true
-	case fixtures.NamespaceIsolation, fixtures.IdentityFidelity, fixtures.BadInput:
+	case catalogid.NamespaceIsolation, catalogid.IdentityFidelity, catalogid.BadInput:
 		return Page{"identity.md", "identities"}, true
-	case fixtures.CrashRecovery:
+	case catalogid.CrashRecovery:
 		return Page{"crash-recovery.md", "crash recovery"}, true
 	case fixtures.ExternalEffect:
 		return Page{"external-effects.md", "external effects"}, true

@@ -6,7 +6,7 @@ import (
 
 	"github.com/harmless-dev/harmless/adapters"
 	"github.com/harmless-dev/harmless/faults/pgproxy"
-	"github.com/harmless-dev/harmless/fixtures"
+	"github.com/harmless-dev/harmless/internal/catalogid"
 	"github.com/harmless-dev/harmless/internal/harness"
 	"github.com/harmless-dev/harmless/internal/ledger"
 )
@@ -81,20 +81,20 @@ func (c proxyCut) check(want adapters.Outcome) []string {
 }
 
 func (s *state) ambiguousCommit() {
-	s.describeFixture(fixtures.AmbiguousCommit, func() {
+	s.describeFixture(catalogid.AmbiguousCommit, func() {
 		var committed, rolledBack proxyCut
 		// One instance to build; two cuts, each a delivery and then
 		// redeliveries until terminal.
-		sc := s.scenario(fixtures.AmbiguousCommit, work{calls: 1}.plus(untilTerminal(2)))
+		sc := s.scenario(catalogid.AmbiguousCommit, work{calls: 1}.plus(untilTerminal(2)))
 		sc.gather(func(ctx context.Context) {
 			play := sc.begin(ctx)
 			sc.at("the cut after COMMIT's answer")
-			committed = s.cutDelivery(ctx, play, newEvent(fixtures.AmbiguousCommit, "after-commit"), pgproxy.AfterCommitComplete, 0)
+			committed = s.cutDelivery(ctx, play, newEvent(catalogid.AmbiguousCommit, "after-commit"), pgproxy.AfterCommitComplete, 0)
 			sc.at("the cut before COMMIT")
-			rolledBack = s.cutDelivery(ctx, play, newEvent(fixtures.AmbiguousCommit, "before-commit"), pgproxy.BeforeCommit, 0)
+			rolledBack = s.cutDelivery(ctx, play, newEvent(catalogid.AmbiguousCommit, "before-commit"), pgproxy.BeforeCommit, 0)
 		})
 
-		sc.rule(fixtures.AmbiguousCommitRedeliveryDuplicate, func() []string { return committed.check(adapters.Duplicate) })
-		sc.rule(fixtures.AmbiguousCommitLostCommitApplies, func() []string { return rolledBack.check(adapters.Applied) })
+		sc.rule(catalogid.AmbiguousCommitRedeliveryDuplicate, func() []string { return committed.check(adapters.Duplicate) })
+		sc.rule(catalogid.AmbiguousCommitLostCommitApplies, func() []string { return rolledBack.check(adapters.Applied) })
 	})
 }

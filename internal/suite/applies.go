@@ -6,11 +6,12 @@ import (
 
 	"github.com/harmless-dev/harmless/adapters"
 	"github.com/harmless-dev/harmless/fixtures"
+	"github.com/harmless-dev/harmless/internal/applicability"
 	"github.com/harmless-dev/harmless/internal/effect"
 )
 
-// applies decides, with the catalogue's one function
-// ([fixtures.Fixture.Applies]), whether the fixture id is played against
+// applies decides, with the one function that decides
+// ([applicability.Of]), whether the fixture id is played against
 // this run, and which of its variants are not: the same answer
 // `harmless list --adapter` gives before the run.
 //
@@ -20,13 +21,13 @@ import (
 // instance, or nil before one is; the server is read only once the run is
 // set up. Each fixture asks when what its requirements read is known,
 // which TestFixturesAskWhenTheyKnow checks against the catalogue.
-func (s *state) applies(id string, impl adapters.Implementation) fixtures.Applicability {
+func (s *state) applies(id string, impl adapters.Implementation) applicability.Decision {
 	f, err := fixtures.LookupFixture(id)
 	if err != nil {
 		// The suite's fixture ids are the catalogue's constants.
 		panic(fmt.Sprintf("harmless: %v", err))
 	}
-	t := fixtures.Target{
+	t := applicability.Target{
 		RedeliveryWindow: s.adapter.Declares.RedeliveryWindow,
 		AcceptsClock:     s.adapter.Declares.AcceptsClock,
 		OutOfProcess:     impl != nil && effect.IsRemote(impl),
@@ -35,7 +36,7 @@ func (s *state) applies(id string, impl adapters.Implementation) fixtures.Applic
 	if s.run != nil {
 		t.OwnedServer = s.run.Server().Owned()
 	}
-	return f.Applies(t)
+	return applicability.Of(f, t)
 }
 
 // listsVariant reports whether the catalogue lists the variant of fixture

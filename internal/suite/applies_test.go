@@ -7,6 +7,7 @@ import (
 
 	"github.com/harmless-dev/harmless/adapters/reference"
 	"github.com/harmless-dev/harmless/fixtures"
+	"github.com/harmless-dev/harmless/internal/catalogid"
 )
 
 // TestCatalogueVariantsAreTheSuites: every variant the catalogue decides
@@ -41,7 +42,7 @@ func TestCatalogueVariantsAreTheSuites(t *testing.T) {
 			}
 		}
 	}
-	if n := byPath[fixtures.ConcurrentDelivery+"/overlap"]; n == nil || n.play == nil {
+	if n := byPath[catalogid.ConcurrentDelivery+"/overlap"]; n == nil || n.play == nil {
 		t.Errorf("the tree has no play at concurrent-delivery/overlap: %v", slices.Sorted(maps.Keys(byPath)))
 	}
 }
@@ -53,9 +54,9 @@ func TestCatalogueVariantsAreTheSuites(t *testing.T) {
 // instance, once the run is set up.
 func TestFixturesAskWhenTheyKnow(t *testing.T) {
 	knownAt := map[string][]fixtures.Requirement{
-		fixtures.RetentionExpiry: {fixtures.NeedsRedeliveryWindow},
-		fixtures.CrashRecovery:   {fixtures.NeedsRedeliveryWindow, fixtures.NeedsOwnedServer},
-		fixtures.ExternalEffect:  {fixtures.NeedsExternalEffects},
+		fixtures.RetentionExpiry: {catalogid.NeedsRedeliveryWindow},
+		catalogid.CrashRecovery:  {catalogid.NeedsRedeliveryWindow, catalogid.NeedsOwnedServer},
+		fixtures.ExternalEffect:  {catalogid.NeedsExternalEffects},
 	}
 	for _, f := range fixtures.Catalog() {
 		reqs := slices.Clone(f.Requires)
@@ -64,7 +65,7 @@ func TestFixturesAskWhenTheyKnow(t *testing.T) {
 		}
 		known, asksEarly := knownAt[f.ID]
 		if !asksEarly {
-			if f.ID != fixtures.FailureAfterMarker && len(reqs) > 0 {
+			if f.ID != catalogid.FailureAfterMarker && len(reqs) > 0 {
 				t.Errorf("fixture %s requires %q, but the suite never asks the catalogue about it", f.ID, reqs)
 			}
 			continue

@@ -7,7 +7,7 @@ import (
 	"sync"
 
 	"github.com/harmless-dev/harmless/adapters"
-	"github.com/harmless-dev/harmless/fixtures"
+	"github.com/harmless-dev/harmless/internal/catalogid"
 	"github.com/harmless-dev/harmless/internal/harness"
 	"github.com/harmless-dev/harmless/internal/ledger"
 )
@@ -68,10 +68,10 @@ func (r *oddResult) judge() {
 }
 
 func (s *state) badInput() {
-	s.describeFixture(fixtures.BadInput, func() {
+	s.describeFixture(catalogid.BadInput, func() {
 		var (
 			results []oddResult
-			after   = newEvent(fixtures.BadInput, "ordinary-after-odd")
+			after   = newEvent(catalogid.BadInput, "ordinary-after-odd")
 			next    []harness.Attempt
 			nextFx  []ledger.Entry
 		)
@@ -81,7 +81,7 @@ func (s *state) badInput() {
 		// delivered twice, each time until terminal; then an ordinary
 		// event.
 		batches := (len(events) + pairParallelism - 1) / pairParallelism
-		sc := s.scenario(fixtures.BadInput, work{calls: 1}.plus(untilTerminal(2*batches+1)))
+		sc := s.scenario(catalogid.BadInput, work{calls: 1}.plus(untilTerminal(2*batches+1)))
 		sc.gather(func(ctx context.Context) {
 			play := sc.begin(ctx)
 			_, _ = play.Instance(ctx, 1) // a factory failure shows up in the attempts
@@ -114,7 +114,7 @@ func (s *state) badInput() {
 			must(err)
 		})
 
-		sc.noteRule(fixtures.BadInputExactlyOnceOrRejected, func() ([]string, string) {
+		sc.noteRule(catalogid.BadInputExactlyOnceOrRejected, func() ([]string, string) {
 			var problems, handled []string
 			for _, r := range results {
 				if r.issue != "" {
@@ -125,7 +125,7 @@ func (s *state) badInput() {
 			}
 			return problems, strings.Join(handled, "; ")
 		})
-		sc.rule(fixtures.BadInputRunContinues, func() []string {
+		sc.rule(catalogid.BadInputRunContinues, func() []string {
 			last := next[len(next)-1]
 			if last.Acked() && last.Outcome == adapters.Applied && len(nextFx) == 1 {
 				return nil

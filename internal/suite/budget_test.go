@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/harmless-dev/harmless/adapters"
-	"github.com/harmless-dev/harmless/fixtures"
+	"github.com/harmless-dev/harmless/internal/catalogid"
 	"github.com/harmless-dev/harmless/internal/pgtest"
 	"github.com/harmless-dev/harmless/suite/certificate"
 )
@@ -62,10 +62,10 @@ func TestBudgetChild(t *testing.T) {
 // deliveries made and pending, the faults fired), never with a bare
 // timeout, and the run goes on to the end.
 func TestBudgetRunsOut(t *testing.T) {
-	cert, output, _ := runTestChild(t, "TestBudgetChild", []string{runFixtures("TestBudgetChild", fixtures.DoubleDelivery)},
+	cert, output, _ := runTestChild(t, "TestBudgetChild", []string{runFixtures("TestBudgetChild", catalogid.DoubleDelivery)},
 		[]string{"HARMLESS_DSN=" + pgtest.DSN(t), budgetChildEnv + "=patient"}, 1)
 	for _, r := range cert.Rules {
-		if r.Fixture != fixtures.DoubleDelivery {
+		if r.Fixture != catalogid.DoubleDelivery {
 			continue
 		}
 		if r.Verdict != certificate.VerdictFail {
@@ -77,7 +77,7 @@ func TestBudgetRunsOut(t *testing.T) {
 				t.Errorf("rule %s failed without saying %q:\n%s", r.ID, want, r.Message)
 			}
 		}
-		if r.ID == fixtures.DoubleDeliveryFirstApplied {
+		if r.ID == catalogid.DoubleDeliveryFirstApplied {
 			t.Logf("%s failed with:\n%s", r.ID, r.Message)
 		}
 		if strings.Contains(r.Message, "timeout occurred") {

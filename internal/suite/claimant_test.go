@@ -12,8 +12,8 @@ import (
 
 	"github.com/harmless-dev/harmless/adapters"
 	"github.com/harmless-dev/harmless/adapters/reference"
-	"github.com/harmless-dev/harmless/fixtures"
 	"github.com/harmless-dev/harmless/internal/adapters/builtin"
+	"github.com/harmless-dev/harmless/internal/catalogid"
 	"github.com/harmless-dev/harmless/internal/pgtest"
 	"github.com/harmless-dev/harmless/suite/certificate"
 )
@@ -166,13 +166,13 @@ func TestFailedClaimant(t *testing.T) {
 	for name, c := range claimantCases {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			cert, output, elapsed := runTestChild(t, "TestClaimantChild", []string{runRule("TestClaimantChild", fixtures.ConcurrentDeliveryFailedClaimantNotLost)},
+			cert, output, elapsed := runTestChild(t, "TestClaimantChild", []string{runRule("TestClaimantChild", catalogid.ConcurrentDeliveryFailedClaimantNotLost)},
 				[]string{"HARMLESS_DSN=" + dsn, claimantChildEnv + "=" + name}, 0, 1)
 			t.Logf("the failed-claimant rule against %s took %s (the child process %s)",
 				name, time.Duration(cert.Duration*float64(time.Second)).Round(time.Millisecond), elapsed.Round(time.Millisecond))
 			var got *certificate.RuleResult
 			for i, r := range cert.Rules {
-				if r.ID == fixtures.ConcurrentDeliveryFailedClaimantNotLost {
+				if r.ID == catalogid.ConcurrentDeliveryFailedClaimantNotLost {
 					got = &cert.Rules[i]
 				} else if r.Verdict != certificate.VerdictSkipped {
 					t.Errorf("rule %s ran (%s): the label filter did not hold", r.ID, r.Verdict)
@@ -180,7 +180,7 @@ func TestFailedClaimant(t *testing.T) {
 			}
 			switch {
 			case got == nil:
-				t.Errorf("the certificate has no verdict of %s", fixtures.ConcurrentDeliveryFailedClaimantNotLost)
+				t.Errorf("the certificate has no verdict of %s", catalogid.ConcurrentDeliveryFailedClaimantNotLost)
 			case got.Verdict != c.want.verdict || !strings.Contains(got.Message, c.want.says):
 				t.Errorf("rule %s: verdict %s; want %s, saying %q\n%s", got.ID, got.Verdict, c.want.verdict, c.want.says, got.Message)
 			}

@@ -8,7 +8,7 @@ import (
 
 	"github.com/harmless-dev/harmless/adapters"
 	"github.com/harmless-dev/harmless/faults"
-	"github.com/harmless-dev/harmless/fixtures"
+	"github.com/harmless-dev/harmless/internal/catalogid"
 	"github.com/harmless-dev/harmless/internal/harness"
 	"github.com/harmless-dev/harmless/internal/ledger"
 )
@@ -30,7 +30,7 @@ type roundResult struct {
 }
 
 func (s *state) concurrentDelivery() {
-	s.describeFixture(fixtures.ConcurrentDelivery, func() {
+	s.describeFixture(catalogid.ConcurrentDelivery, func() {
 		variants := []struct {
 			id, name string
 			overlap  bool
@@ -48,7 +48,7 @@ func (s *state) concurrentDelivery() {
 				// Two instances to build; in each play of a round the
 				// contenders race in parallel, each delivered until
 				// terminal.
-				sc := s.scenario(fixtures.ConcurrentDelivery+" / "+v.name, work{calls: 2}.plus(untilTerminal(n*plays)))
+				sc := s.scenario(catalogid.ConcurrentDelivery+" / "+v.name, work{calls: 2}.plus(untilTerminal(n*plays)))
 				sc.gather(func(ctx context.Context) {
 					play := sc.begin(ctx)
 					rounds = make([]roundResult, 0, n)
@@ -59,10 +59,10 @@ func (s *state) concurrentDelivery() {
 					s.cfg.logf("concurrent-delivery (%s): %d rounds of %d contenders", v.name, len(rounds), s.cfg.contenders)
 				})
 
-				sc.judgedRule(fixtures.ConcurrentDeliveryOneEffect, func() judgement {
+				sc.judgedRule(catalogid.ConcurrentDeliveryOneEffect, func() judgement {
 					return collect(rounds, func(r roundResult) []string { return r.oneEffect })
 				})
-				sc.judgedRule(fixtures.ConcurrentDeliveryOneApplied, func() judgement {
+				sc.judgedRule(catalogid.ConcurrentDeliveryOneApplied, func() judgement {
 					return collect(rounds, func(r roundResult) []string { return r.oneApplied })
 				})
 			})
@@ -97,7 +97,7 @@ func (s *state) concurrentRound(ctx context.Context, play *harness.Play, round i
 	var problem string
 	var retry bool
 	for try := 1; try <= overlapTries; try++ {
-		r = s.race(ctx, play, newEvent(fixtures.ConcurrentDelivery, fmt.Sprintf("%s-%d-%d", variant, round, try)), overlap)
+		r = s.race(ctx, play, newEvent(catalogid.ConcurrentDelivery, fmt.Sprintf("%s-%d-%d", variant, round, try)), overlap)
 		if problem, retry = r.overlapProblem(); !retry {
 			break
 		}

@@ -1,17 +1,16 @@
 package suite
 
 import (
+	"github.com/harmless-dev/harmless/internal/catalogid"
 	"slices"
 	"testing"
-
-	"github.com/harmless-dev/harmless/fixtures"
 )
 
 // TestLineUp: the seed decides how a concurrent-delivery round is lined
 // up: the same seed the same way, each round its own way, the contenders
 // a permutation split evenly between the two workers.
 func TestLineUp(t *testing.T) {
-	ev := newEvent(fixtures.ConcurrentDelivery, "overlap-1-1")
+	ev := newEvent(catalogid.ConcurrentDelivery, "overlap-1-1")
 	a, b := &state{seed: 1}, &state{seed: 2}
 	order1, workers1 := a.lineUp(ev, 16)
 	order1b, workers1b := a.lineUp(ev, 16)
@@ -22,7 +21,7 @@ func TestLineUp(t *testing.T) {
 	if slices.Equal(order1, order2) && slices.Equal(workers1, workers2) {
 		t.Error("two seeds line a round up the same way")
 	}
-	if order3, _ := a.lineUp(newEvent(fixtures.ConcurrentDelivery, "overlap-2-1"), 16); slices.Equal(order1, order3) {
+	if order3, _ := a.lineUp(newEvent(catalogid.ConcurrentDelivery, "overlap-2-1"), 16); slices.Equal(order1, order3) {
 		t.Error("two rounds of one run are lined up the same way")
 	}
 	for _, n := range []int{2, 3, 16, 17} {

@@ -10,6 +10,7 @@ import (
 	"github.com/harmless-dev/harmless/adapters"
 	"github.com/harmless-dev/harmless/faults"
 	"github.com/harmless-dev/harmless/fixtures"
+	"github.com/harmless-dev/harmless/internal/catalogid"
 	"github.com/harmless-dev/harmless/internal/harness"
 	"github.com/harmless-dev/harmless/internal/ledger"
 )
@@ -95,9 +96,9 @@ func (s *state) conflictingPayload() {
 					c = v.play(ctx, sc.begin(ctx))
 				})
 
-				sc.judgedRule(fixtures.ConflictingPayloadNoSecondEffect, func() judgement { return c.noSecondEffect() })
-				sc.judgedRule(fixtures.ConflictingPayloadDetected, func() judgement { return c.detected(s.adapter.Declares.ConflictPolicy) })
-				sc.judgedRule(fixtures.ConflictingPayloadOriginalStands, func() judgement { return c.originalStands() })
+				sc.judgedRule(catalogid.ConflictingPayloadNoSecondEffect, func() judgement { return c.noSecondEffect() })
+				sc.judgedRule(catalogid.ConflictingPayloadDetected, func() judgement { return c.detected(s.adapter.Declares.ConflictPolicy) })
+				sc.judgedRule(catalogid.ConflictingPayloadOriginalStands, func() judgement { return c.originalStands() })
 			})
 		}
 	})

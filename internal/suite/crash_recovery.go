@@ -10,7 +10,7 @@ import (
 
 	"github.com/harmless-dev/harmless/adapters"
 	"github.com/harmless-dev/harmless/faults"
-	"github.com/harmless-dev/harmless/fixtures"
+	"github.com/harmless-dev/harmless/internal/catalogid"
 	"github.com/harmless-dev/harmless/internal/harness"
 	"github.com/harmless-dev/harmless/internal/ledger"
 )
@@ -39,7 +39,7 @@ const (
 // can. The fixture needs nothing of where the implementation runs, so it
 // asks before it builds an instance.
 func (s *state) crashUnsupported() string {
-	return s.applies(fixtures.CrashRecovery, nil).Reason
+	return s.applies(catalogid.CrashRecovery, nil).Reason
 }
 
 // beginCrash is begin for a scenario that crashes the server: the play's
@@ -65,7 +65,7 @@ func (s *state) crashAndRestart(ctx context.Context) harness.Recovery {
 }
 
 func (s *state) crashRecovery() {
-	s.describeFixture(fixtures.CrashRecovery, func() {
+	s.describeFixture(catalogid.CrashRecovery, func() {
 		s.crashAfterAck()
 		for _, st := range stalls {
 			s.crashInFlight(st)
@@ -79,7 +79,7 @@ func (s *state) crashAfterAck() {
 	s.group("after-ack", "after an acknowledged delivery", func() {
 		var (
 			skip                  string
-			ev                    = newEvent(fixtures.CrashRecovery, "acked")
+			ev                    = newEvent(catalogid.CrashRecovery, "acked")
 			before, after         []harness.Attempt
 			rowsBefore, rowsAfter int64
 			restored, effects     []ledger.Entry
@@ -88,7 +88,7 @@ func (s *state) crashAfterAck() {
 		)
 		// One instance to build; a delivery until terminal before the
 		// crash, a redelivery until terminal after it; the restart.
-		sc := s.scenario(fixtures.CrashRecovery+" / after an acknowledged delivery", work{calls: 1, waits: restartBudget}.plus(untilTerminal(2)))
+		sc := s.scenario(catalogid.CrashRecovery+" / after an acknowledged delivery", work{calls: 1, waits: restartBudget}.plus(untilTerminal(2)))
 		sc.gather(func(ctx context.Context) {
 			if skip = s.crashUnsupported(); skip != "" {
 				return
@@ -109,7 +109,7 @@ func (s *state) crashAfterAck() {
 			history = play.History(ev)
 		})
 
-		sc.judgedRule(fixtures.CrashRecoveryAppliedSurvives, func() judgement {
+		sc.judgedRule(catalogid.CrashRecoveryAppliedSurvives, func() judgement {
 			if skip != "" {
 				return notSupported(skip)
 			}
@@ -228,7 +228,7 @@ func (f *inFlight) last() harness.Attempt { return f.attempts[len(f.attempts)-1]
 func crashEvents(prefix string, n int) []*inFlight {
 	fs := make([]*inFlight, n)
 	for i := range fs {
-		fs[i] = &inFlight{ev: newEvent(fixtures.CrashRecovery, fmt.Sprintf("%s-%d", prefix, i+1)), worker: 1 + i%2}
+		fs[i] = &inFlight{ev: newEvent(catalogid.CrashRecovery, fmt.Sprintf("%s-%d", prefix, i+1)), worker: 1 + i%2}
 	}
 	return fs
 }
@@ -347,7 +347,7 @@ func (s *state) crashInFlight(st stall) {
 		// restart; then every event redelivered until terminal, one after
 		// another.
 		_, stallLimit := stallTiming(s.cfg.deliveryTimeout, 0)
-		sc := s.scenario(fixtures.CrashRecovery+" / with deliveries in flight, "+st.name,
+		sc := s.scenario(catalogid.CrashRecovery+" / with deliveries in flight, "+st.name,
 			work{calls: 3, waits: 2*stallLimit + restartBudget}.plus(untilTerminal(2)))
 		sc.gather(func(ctx context.Context) {
 			if skip = s.crashUnsupported(); skip != "" {
@@ -403,7 +403,7 @@ func (s *state) crashInFlight(st stall) {
 			}
 		})
 
-		sc.judgedRule(fixtures.CrashRecoveryInFlightExactlyOnce, func() judgement {
+		sc.judgedRule(catalogid.CrashRecoveryInFlightExactlyOnce, func() judgement {
 			if skip != "" {
 				return notSupported(skip)
 			}

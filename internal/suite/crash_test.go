@@ -18,6 +18,7 @@ import (
 	"github.com/harmless-dev/harmless/fixtures"
 	"github.com/harmless-dev/harmless/internal/adapters/builtin"
 	"github.com/harmless-dev/harmless/internal/adapters/kit"
+	"github.com/harmless-dev/harmless/internal/catalogid"
 	"github.com/harmless-dev/harmless/internal/provision"
 	"github.com/harmless-dev/harmless/suite/certificate"
 	"github.com/harmless-dev/harmless/suite/docker"
@@ -60,8 +61,8 @@ var crashCases = map[string]crashCase{
 	"unlogged": {
 		adapter: unloggedAdapter(),
 		want: map[string]expect{
-			fixtures.CrashRecoveryAppliedSurvives:     {certificate.VerdictFail, "its deduplication state did not survive the crash"},
-			fixtures.CrashRecoveryInFlightExactlyOnce: pass,
+			catalogid.CrashRecoveryAppliedSurvives:     {certificate.VerdictFail, "its deduplication state did not survive the crash"},
+			catalogid.CrashRecoveryInFlightExactlyOnce: pass,
 		},
 	},
 	// Single-threaded processes that start slowly: correct, certified, and
@@ -72,16 +73,16 @@ var crashCases = map[string]crashCase{
 	"slow-process-start": {
 		adapter: adapters.Adapter{Name: "slow-process-start", Declares: reference.Adapter().Declares, New: newProcesses},
 		want: map[string]expect{
-			fixtures.CrashRecoveryAppliedSurvives:     pass,
-			fixtures.CrashRecoveryInFlightExactlyOnce: {certificate.VerdictPass, "16 of 16 in-flight deliveries were held by a sleep"},
+			catalogid.CrashRecoveryAppliedSurvives:     pass,
+			catalogid.CrashRecoveryInFlightExactlyOnce: {certificate.VerdictPass, "16 of 16 in-flight deliveries were held by a sleep"},
 		},
 	},
 	// One connection, opened by the factory and kept for ever.
 	"no-reconnect": {
 		adapter: adapters.Adapter{Name: "no-reconnect", Declares: reference.Adapter().Declares, New: newOneConn},
 		want: map[string]expect{
-			fixtures.CrashRecoveryAppliedSurvives:     {certificate.VerdictFail, "it did not reconnect by itself"},
-			fixtures.CrashRecoveryInFlightExactlyOnce: {certificate.VerdictFail, "was never acknowledged after the restart"},
+			catalogid.CrashRecoveryAppliedSurvives:     {certificate.VerdictFail, "it did not reconnect by itself"},
+			catalogid.CrashRecoveryInFlightExactlyOnce: {certificate.VerdictFail, "was never acknowledged after the restart"},
 		},
 	},
 }
@@ -92,8 +93,8 @@ func builtinCase(name string, applied, inFlight expect) crashCase {
 		panic(err)
 	}
 	return crashCase{adapter: a, want: map[string]expect{
-		fixtures.CrashRecoveryAppliedSurvives:     applied,
-		fixtures.CrashRecoveryInFlightExactlyOnce: inFlight,
+		catalogid.CrashRecoveryAppliedSurvives:     applied,
+		catalogid.CrashRecoveryInFlightExactlyOnce: inFlight,
 	}}
 }
 
@@ -297,7 +298,7 @@ func TestCrashRecoveryInAContainer(t *testing.T) {
 // when the run finds no server of that kind (see skipWithoutServer).
 func runCrashCase(t *testing.T, name string, c crashCase, kind provision.Kind) {
 	t.Helper()
-	cert, output, elapsed := runTestChild(t, "TestCrashChild", []string{runFixtures("TestCrashChild", fixtures.CrashRecovery)},
+	cert, output, elapsed := runTestChild(t, "TestCrashChild", []string{runFixtures("TestCrashChild", catalogid.CrashRecovery)},
 		[]string{"HARMLESS_DSN=", "DATABASE_URL=", "HARMLESS_PROVISION=" + string(kind), crashChildEnv + "=" + name}, 0, 1)
 	skipWithoutServer(t, kind, cert.Error)
 	t.Logf("the crash-recovery fixture against %s on a %s took %s (the child process %s)",

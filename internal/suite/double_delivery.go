@@ -6,7 +6,7 @@ import (
 	"strings"
 
 	"github.com/harmless-dev/harmless/adapters"
-	"github.com/harmless-dev/harmless/fixtures"
+	"github.com/harmless-dev/harmless/internal/catalogid"
 	"github.com/harmless-dev/harmless/internal/harness"
 	"github.com/harmless-dev/harmless/internal/ledger"
 )
@@ -30,9 +30,9 @@ func newEvent(fixture, id string) adapters.Event {
 }
 
 func (s *state) doubleDelivery() {
-	s.describeFixture(fixtures.DoubleDelivery, func() {
+	s.describeFixture(catalogid.DoubleDelivery, func() {
 		var (
-			ev      = newEvent(fixtures.DoubleDelivery, "1")
+			ev      = newEvent(catalogid.DoubleDelivery, "1")
 			first   []harness.Attempt
 			later   [][]harness.Attempt // the last to freshWorker
 			effects []ledger.Entry
@@ -45,7 +45,7 @@ func (s *state) doubleDelivery() {
 		}
 		// Three instances to build, then twelve deliveries one after
 		// another.
-		sc := s.scenario(fixtures.DoubleDelivery, work{calls: 3}.plus(untilTerminal(2+redeliveries)))
+		sc := s.scenario(catalogid.DoubleDelivery, work{calls: 3}.plus(untilTerminal(2+redeliveries)))
 		sc.gather(func(ctx context.Context) {
 			play := sc.begin(ctx)
 			sc.at("the first delivery")
@@ -65,7 +65,7 @@ func (s *state) doubleDelivery() {
 			rows, rowsErr = play.StateRows(ctx)
 		})
 
-		sc.rule(fixtures.DoubleDeliveryFirstApplied, func() []string {
+		sc.rule(catalogid.DoubleDeliveryFirstApplied, func() []string {
 			last := first[len(first)-1]
 			if last.Acked() && last.Outcome == adapters.Applied {
 				return nil
@@ -73,7 +73,7 @@ func (s *state) doubleDelivery() {
 			return []string{fmt.Sprintf("the first delivery ended %s; expected Applied\n%s",
 				last.Result(), describe())}
 		})
-		sc.judgedRule(fixtures.DoubleDeliveryRedeliveryDuplicate, func() judgement {
+		sc.judgedRule(catalogid.DoubleDeliveryRedeliveryDuplicate, func() judgement {
 			var problems []string
 			for i, tries := range later {
 				last := tries[len(tries)-1]
@@ -88,7 +88,7 @@ func (s *state) doubleDelivery() {
 			cause, hint := unsharedClaim(first, later, rows, rowsErr)
 			return judgement{problems: append(problems, describe()), cause: cause, hint: hint}
 		})
-		sc.judgedRule(fixtures.DoubleDeliveryOneEffect, func() judgement {
+		sc.judgedRule(catalogid.DoubleDeliveryOneEffect, func() judgement {
 			if len(effects) == 1 && effects[0].Attempt == first[len(first)-1].Delivery.Attempt {
 				return judgement{}
 			}

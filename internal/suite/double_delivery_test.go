@@ -7,6 +7,7 @@ import (
 
 	"github.com/harmless-dev/harmless/adapters"
 	"github.com/harmless-dev/harmless/fixtures"
+	"github.com/harmless-dev/harmless/internal/catalogid"
 	"github.com/harmless-dev/harmless/internal/harness"
 )
 
@@ -67,7 +68,7 @@ func TestUnsharedClaim(t *testing.T) {
 // that the suspect is given when there is none, and not for a play the
 // harness cut short.
 func TestCauseReplacesSuspect(t *testing.T) {
-	r, err := fixtures.Lookup(fixtures.DoubleDeliveryOneEffect)
+	r, err := fixtures.Lookup(catalogid.DoubleDeliveryOneEffect)
 	if err != nil {
 		t.Fatal(err)
 	}

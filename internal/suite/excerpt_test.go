@@ -10,6 +10,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/harmless-dev/harmless/fixtures"
+	"github.com/harmless-dev/harmless/internal/catalogid"
 	"github.com/harmless-dev/harmless/internal/failuremsg"
 	"github.com/harmless-dev/harmless/suite/certificate"
 )
@@ -66,7 +67,7 @@ func roundProblems(kind string, n int) []string {
 // TestCertificateKeepsEveryProblem: the certificate's message holds every
 // problem a check found, each line bounded, a long one cut in its middle.
 func TestCertificateKeepsEveryProblem(t *testing.T) {
-	r := failedRule(t, fixtures.ConcurrentDeliveryOneEffect, map[string][]string{
+	r := failedRule(t, catalogid.ConcurrentDeliveryOneEffect, map[string][]string{
 		"plain":                        roundProblems("plain", 20),
 		"with a sleep after the claim": roundProblems("overlap", 10),
 	})
@@ -123,7 +124,7 @@ var moreProblems = regexp.MustCompile(`^- … and (\d+) more problems?; see the 
 // failure usually means, in at most the lines asked for, none of them long.
 func TestExcerptIsShort(t *testing.T) {
 	const hint = "see the JSON"
-	r := failedRule(t, fixtures.ConcurrentDeliveryOneEffect, map[string][]string{
+	r := failedRule(t, catalogid.ConcurrentDeliveryOneEffect, map[string][]string{
 		"plain":                        roundProblems("plain", 20),
 		"with a sleep after the claim": roundProblems("overlap", 10),
 	})
@@ -162,7 +163,7 @@ func TestExcerptIsShort(t *testing.T) {
 	}
 
 	// A problem of many lines is cut to a few.
-	long := failedRule(t, fixtures.ConcurrentDeliveryOneEffect, map[string][]string{
+	long := failedRule(t, catalogid.ConcurrentDeliveryOneEffect, map[string][]string{
 		"plain": {"round 1: 60 deliveries:" + strings.Repeat("\n  error: something else", 60)},
 	})
 	ex := long.Excerpt(certificate.ExcerptLines, hint)

@@ -11,6 +11,8 @@ import (
 	"github.com/harmless-dev/harmless/adapters"
 	"github.com/harmless-dev/harmless/faults"
 	"github.com/harmless-dev/harmless/fixtures"
+	"github.com/harmless-dev/harmless/internal/applicability"
+	"github.com/harmless-dev/harmless/internal/catalogid"
 	"github.com/harmless-dev/harmless/internal/destination"
 	"github.com/harmless-dev/harmless/internal/harness"
 	"github.com/harmless-dev/harmless/internal/ledger"
@@ -236,7 +238,7 @@ func (s *state) externalEffect() {
 			s.group(v.id, v.name, func() {
 				var (
 					x   = &extPlay{s: s, tag: fmt.Sprint(i + 1)}
-					app fixtures.Applicability
+					app applicability.Decision
 				)
 				// Two instances at most built, and every event delivered
 				// until terminal and once more, by two deliveries per
@@ -280,10 +282,10 @@ func (s *state) externalEffect() {
 						return judgement{}
 					}
 				}
-				x.sc.judgedRule(fixtures.ExternalEffectStableKey, judge((*extPlay).stableKey, nil))
-				x.sc.judgedRule(fixtures.ExternalEffectExactlyOnce, judge((*extPlay).exactlyOnce, x.summary))
-				x.sc.judgedRule(fixtures.ExternalEffectNoLoss, judge((*extPlay).noLoss, nil))
-				x.sc.judgedRule(fixtures.ExternalEffectNoNewKeyDuplicates, judge((*extPlay).noNewKey, nil))
+				x.sc.judgedRule(catalogid.ExternalEffectStableKey, judge((*extPlay).stableKey, nil))
+				x.sc.judgedRule(catalogid.ExternalEffectExactlyOnce, judge((*extPlay).exactlyOnce, x.summary))
+				x.sc.judgedRule(catalogid.ExternalEffectNoLoss, judge((*extPlay).noLoss, nil))
+				x.sc.judgedRule(catalogid.ExternalEffectNoNewKeyDuplicates, judge((*extPlay).noNewKey, nil))
 			})
 		}
 	})

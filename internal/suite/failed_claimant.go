@@ -11,6 +11,7 @@ import (
 	"github.com/harmless-dev/harmless/adapters"
 	"github.com/harmless-dev/harmless/faults"
 	"github.com/harmless-dev/harmless/fixtures"
+	"github.com/harmless-dev/harmless/internal/catalogid"
 	"github.com/harmless-dev/harmless/internal/harness"
 	"github.com/harmless-dev/harmless/internal/ledger"
 )
@@ -61,7 +62,7 @@ func (s *state) failedClaimant(v claimantVariant) {
 		// Two instances to build; every play of every round delivers the
 		// claimant and, at once, the contenders, then redelivers until a
 		// copy is acknowledged; a round is played up to overlapTries times.
-		sc := s.scenario(fixtures.ConcurrentDelivery+" / "+v.name, work{calls: 2 + n*overlapTries*3}.plus(untilTerminal(n*overlapTries)))
+		sc := s.scenario(catalogid.ConcurrentDelivery+" / "+v.name, work{calls: 2 + n*overlapTries*3}.plus(untilTerminal(n*overlapTries)))
 		sc.gather(func(ctx context.Context) {
 			play := sc.begin(ctx)
 			for round := 1; round <= n && ctx.Err() == nil && !sc.expired(); round++ {
@@ -71,7 +72,7 @@ func (s *state) failedClaimant(v claimantVariant) {
 			s.cfg.logf("concurrent-delivery (%s): %d plays of %d rounds, %d deliveries each", v.name, len(plays), n, s.cfg.contenders)
 		})
 
-		sc.judgedRule(fixtures.ConcurrentDeliveryFailedClaimantNotLost, func() judgement {
+		sc.judgedRule(catalogid.ConcurrentDeliveryFailedClaimantNotLost, func() judgement {
 			problems, note, unproven := judgeClaimant(plays)
 			if unproven != "" {
 				return notSupported(unproven)
@@ -149,7 +150,7 @@ func (s *state) claimantRound(ctx context.Context, play *harness.Play, v claiman
 // it fails the claimant all the same. Then the broker redelivers, if no
 // copy was acknowledged.
 func (s *state) playClaimant(ctx context.Context, play *harness.Play, v claimantVariant, round, try int) claimantResult {
-	ev := newEvent(fixtures.ConcurrentDelivery, fmt.Sprintf("claimant-%s-%d-%d", v.point, round, try))
+	ev := newEvent(catalogid.ConcurrentDelivery, fmt.Sprintf("claimant-%s-%d-%d", v.point, round, try))
 	label := fmt.Sprintf("round %d", round)
 	if try > 1 {
 		label += fmt.Sprintf(", try %d", try)
@@ -392,7 +393,7 @@ func claimantHint(plays []claimantResult) string {
 		return "" // the usual suspect fits
 	}
 	if suspect {
-		r, _ := fixtures.Lookup(fixtures.ConcurrentDeliveryFailedClaimantNotLost)
+		r, _ := fixtures.Lookup(catalogid.ConcurrentDeliveryFailedClaimantNotLost)
 		hints = append(hints, r.Suspect)
 	}
 	return strings.Join(hints, "; or ")

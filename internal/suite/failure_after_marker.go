@@ -7,7 +7,7 @@ import (
 	"github.com/harmless-dev/harmless/adapters"
 	"github.com/harmless-dev/harmless/faults"
 	"github.com/harmless-dev/harmless/faults/pgproxy"
-	"github.com/harmless-dev/harmless/fixtures"
+	"github.com/harmless-dev/harmless/internal/catalogid"
 	"github.com/harmless-dev/harmless/internal/harness"
 	"github.com/harmless-dev/harmless/internal/hooks"
 	"github.com/harmless-dev/harmless/internal/ledger"
@@ -98,12 +98,12 @@ var failures = []failure{
 }
 
 func (s *state) failureAfterMarker() {
-	s.describeFixture(fixtures.FailureAfterMarker, func() {
+	s.describeFixture(catalogid.FailureAfterMarker, func() {
 		for i, f := range failures {
 			s.group(f.id, f.name, func() {
 				var (
-					ev              = newEvent(fixtures.FailureAfterMarker, fmt.Sprint(i+1))
-					after           = newEvent(fixtures.FailureAfterMarker, fmt.Sprintf("%d-after", i+1))
+					ev              = newEvent(catalogid.FailureAfterMarker, fmt.Sprint(i+1))
+					after           = newEvent(catalogid.FailureAfterMarker, fmt.Sprintf("%d-after", i+1))
 					what            string
 					fired           int64
 					first           harness.Attempt
@@ -117,19 +117,19 @@ func (s *state) failureAfterMarker() {
 				// One instance to build; the failing delivery, its
 				// redeliveries until terminal and, after a killed
 				// connection, a new event until terminal.
-				sc := s.scenario(fixtures.FailureAfterMarker+" / "+f.name, work{calls: 1}.plus(untilTerminal(2)))
+				sc := s.scenario(catalogid.FailureAfterMarker+" / "+f.name, work{calls: 1}.plus(untilTerminal(2)))
 				sc.gather(func(ctx context.Context) {
 					play := sc.begin(ctx)
 					// Only an instance knows where it applies the effect;
 					// one that cannot be built fails its first delivery
 					// below, as before.
 					var impl adapters.Implementation
-					if listsVariant(fixtures.FailureAfterMarker, f.id) {
+					if listsVariant(catalogid.FailureAfterMarker, f.id) {
 						if built, err := play.Instance(ctx, 1); err == nil {
 							impl = built
 						}
 					}
-					if skip = s.applies(fixtures.FailureAfterMarker, impl).Excludes(f.id); skip != "" {
+					if skip = s.applies(catalogid.FailureAfterMarker, impl).Excludes(f.id); skip != "" {
 						return
 					}
 					plan := f.arm(ctx, play, ev)
@@ -185,7 +185,7 @@ func (s *state) failureAfterMarker() {
 					return judgement{problems: []string{fmt.Sprintf("the planned fault (%s) did not fire: %s\n%s", what, seen, harness.DescribeEvent(ev, effects, history))}}
 				}
 
-				sc.judgedRule(fixtures.FailureAfterMarkerNotAcknowledged, func() judgement {
+				sc.judgedRule(catalogid.FailureAfterMarkerNotAcknowledged, func() judgement {
 					if j := notFired(); j.final() {
 						return j
 					}
@@ -195,7 +195,7 @@ func (s *state) failureAfterMarker() {
 					}
 					return judgement{}
 				})
-				sc.judgedRule(fixtures.FailureAfterMarkerRetryApplies, func() judgement {
+				sc.judgedRule(catalogid.FailureAfterMarkerRetryApplies, func() judgement {
 					if j := notFired(); j.final() {
 						return j
 					}
@@ -211,7 +211,7 @@ func (s *state) failureAfterMarker() {
 						what, harness.Times(fired), then, len(effects), harness.DescribeEvent(ev, effects, history))}}
 				})
 				if f.kills {
-					sc.judgedRule(fixtures.FailureAfterMarkerSurvivesKill, func() judgement {
+					sc.judgedRule(catalogid.FailureAfterMarkerSurvivesKill, func() judgement {
 						if j := notFired(); j.final() {
 							return j
 						}
@@ -222,7 +222,7 @@ func (s *state) failureAfterMarker() {
 						return judgement{problems: []string{fmt.Sprintf("after its connection was killed (%s), worker 1 handled a new event badly\n%s",
 							what, harness.DescribeEvent(after, nextFx, next))}}
 					})
-					sc.judgedRule(fixtures.FailureAfterMarkerProcessSurvivesKill, func() judgement {
+					sc.judgedRule(catalogid.FailureAfterMarkerProcessSurvivesKill, func() judgement {
 						if j := notFired(); j.final() {
 							return j
 						}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/harmless-dev/harmless/adapters"
 	"github.com/harmless-dev/harmless/fixtures"
+	"github.com/harmless-dev/harmless/internal/speclabel"
 	"github.com/harmless-dev/harmless/suite/certificate"
 )
 
@@ -85,14 +86,14 @@ func (s *state) registerGinkgo() {
 func (s *state) ginkgoNode(n *node) {
 	var decorators []any
 	if n.fixture != "" {
-		decorators = append(decorators, ginkgo.Label("fixture:"+n.fixture))
+		decorators = append(decorators, ginkgo.Label(speclabel.Fixture(n.fixture)))
 	}
 	ginkgo.Describe(n.name, append(decorators, func() {
 		if sc := n.play; sc != nil {
 			ginkgo.BeforeAll(func(ctx ginkgo.SpecContext) { sc.run(ctx) })
 			for _, rec := range sc.rules {
 				r := rec.rule
-				ginkgo.It(r.ID+": "+r.Doc, ginkgo.Label(r.Label(), "level:"+string(r.Level)), func() {
+				ginkgo.It(r.ID+": "+r.Doc, ginkgo.Label(speclabel.Rule(r.ID), speclabel.Level(r.Level)), func() {
 					s.judge(rec)
 					switch rec.state {
 					case specNotApplicable:

@@ -10,6 +10,7 @@ import (
 	"github.com/harmless-dev/harmless/adapters/reference"
 	"github.com/harmless-dev/harmless/fixtures"
 	"github.com/harmless-dev/harmless/internal/adapters/broken/checktheninsert"
+	"github.com/harmless-dev/harmless/internal/catalogid"
 	"github.com/harmless-dev/harmless/internal/pgtest"
 	"github.com/harmless-dev/harmless/suite/certificate"
 )
@@ -69,8 +70,8 @@ func TestRunSelectsRulesWithRun(t *testing.T) {
 		rules []string // the rules played and reported, in catalogue order
 		code  int
 	}{
-		{"^TestRunChild$/" + fixtures.DoubleDelivery, []string{fixtures.DoubleDeliveryFirstApplied, fixtures.DoubleDeliveryRedeliveryDuplicate, fixtures.DoubleDeliveryOneEffect}, 0},
-		{"^TestRunChild$/" + fixtures.DoubleDelivery + "/one-effect", []string{fixtures.DoubleDeliveryOneEffect}, 0},
+		{"^TestRunChild$/" + catalogid.DoubleDelivery, []string{catalogid.DoubleDeliveryFirstApplied, catalogid.DoubleDeliveryRedeliveryDuplicate, catalogid.DoubleDeliveryOneEffect}, 0},
+		{"^TestRunChild$/" + catalogid.DoubleDelivery + "/one-effect", []string{catalogid.DoubleDeliveryOneEffect}, 0},
 	} {
 		t.Run(c.run, func(t *testing.T) {
 			cert, output, _ := runTestChild(t, "TestRunChild", []string{"-test.run=" + c.run}, env, c.code)

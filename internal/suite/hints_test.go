@@ -9,6 +9,7 @@ import (
 
 	"github.com/harmless-dev/harmless/adapters"
 	"github.com/harmless-dev/harmless/fixtures"
+	"github.com/harmless-dev/harmless/internal/catalogid"
 	"github.com/harmless-dev/harmless/internal/harness"
 	"github.com/harmless-dev/harmless/internal/ledger"
 )
@@ -25,11 +26,11 @@ func TestVariantHint(t *testing.T) {
 		passed, failed   []string
 		wantRace, wantNo bool
 	}{
-		{"sequential passed, in flight failed", fixtures.ConflictingPayloadDetected, []string{seq, first}, []string{inFlight}, true, false},
-		{"every variant failed", fixtures.ConflictingPayloadDetected, nil, []string{seq, inFlight, first}, false, true},
-		{"sequential failed", fixtures.ConflictingPayloadNoSecondEffect, []string{inFlight}, []string{seq}, false, true},
-		{"in flight failed but sequential did not run", fixtures.ConflictingPayloadDetected, []string{first}, []string{inFlight}, false, true},
-		{"another fixture", fixtures.ConcurrentDeliveryOneEffect, []string{seq}, []string{inFlight}, false, true},
+		{"sequential passed, in flight failed", catalogid.ConflictingPayloadDetected, []string{seq, first}, []string{inFlight}, true, false},
+		{"every variant failed", catalogid.ConflictingPayloadDetected, nil, []string{seq, inFlight, first}, false, true},
+		{"sequential failed", catalogid.ConflictingPayloadNoSecondEffect, []string{inFlight}, []string{seq}, false, true},
+		{"in flight failed but sequential did not run", catalogid.ConflictingPayloadDetected, []string{first}, []string{inFlight}, false, true},
+		{"another fixture", catalogid.ConcurrentDeliveryOneEffect, []string{seq}, []string{inFlight}, false, true},
 	} {
 		got := variantHint(tc.rule, tc.passed, tc.failed)
 		if tc.wantRace && !strings.Contains(got, "race") || tc.wantNo && got != "" {
@@ -48,7 +49,7 @@ func TestClaimantHint(t *testing.T) {
 	lostDup := claimantResult{effects: effects(0), claimant: failed, contenders: []contender{dup}}
 	stuck := claimantResult{effects: effects(0), claimant: failed}
 	fine := claimantResult{effects: effects(1)}
-	r, _ := fixtures.Lookup(fixtures.ConcurrentDeliveryFailedClaimantNotLost)
+	r, _ := fixtures.Lookup(catalogid.ConcurrentDeliveryFailedClaimantNotLost)
 	for _, tc := range []struct {
 		name  string
 		plays []claimantResult

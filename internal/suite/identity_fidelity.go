@@ -6,7 +6,7 @@ import (
 	"strings"
 
 	"github.com/harmless-dev/harmless/adapters"
-	"github.com/harmless-dev/harmless/fixtures"
+	"github.com/harmless-dev/harmless/internal/catalogid"
 )
 
 // twin is two strings that differ only where a lossy encoding, a collation,
@@ -72,14 +72,14 @@ func fidelityRules() []fidelityRule {
 	n := 0
 	pair := func(why string, a, b adapters.Event) identityPair {
 		n++
-		payload := fmt.Appendf(nil, `{"fixture":%q,"pair":%d}`, fixtures.IdentityFidelity, n)
+		payload := fmt.Appendf(nil, `{"fixture":%q,"pair":%d}`, catalogid.IdentityFidelity, n)
 		a.Payload, b.Payload = payload, payload
 		return identityPair{why: why, a: a, b: b}
 	}
 	inID := func(twins []twin) []identityPair {
 		var out []identityPair
 		for _, t := range twins {
-			ns := fmt.Sprintf("harmless.%s.%d", fixtures.IdentityFidelity, n+1)
+			ns := fmt.Sprintf("harmless.%s.%d", catalogid.IdentityFidelity, n+1)
 			out = append(out, pair("ids that differ only in "+t.why, adapters.Event{Namespace: ns, ID: t.x}, adapters.Event{Namespace: ns, ID: t.y}))
 		}
 		return out
@@ -87,14 +87,14 @@ func fidelityRules() []fidelityRule {
 	bytes, text, length := inID(byteTwins()), inID(textTwins()), inID(lengthTwins())
 	var inNamespace []identityPair
 	for _, t := range append(append(byteTwins(), textTwins()...), lengthTwins()...) {
-		id := fmt.Sprintf("%s-%d", fixtures.IdentityFidelity, n+1)
+		id := fmt.Sprintf("%s-%d", catalogid.IdentityFidelity, n+1)
 		inNamespace = append(inNamespace, pair("namespaces that differ only in "+t.why, adapters.Event{Namespace: t.x, ID: id}, adapters.Event{Namespace: t.y, ID: id}))
 	}
 	return []fidelityRule{
-		{fixtures.IdentityFidelityBytes, bytes},
-		{fixtures.IdentityFidelityText, text},
-		{fixtures.IdentityFidelityLength, length},
-		{fixtures.IdentityFidelityNamespace, inNamespace},
+		{catalogid.IdentityFidelityBytes, bytes},
+		{catalogid.IdentityFidelityText, text},
+		{catalogid.IdentityFidelityLength, length},
+		{catalogid.IdentityFidelityNamespace, inNamespace},
 	}
 }
 
@@ -110,14 +110,14 @@ func kept(plays []pairResult) (problems []string, note string) {
 }
 
 func (s *state) identityFidelity() {
-	s.describeFixture(fixtures.IdentityFidelity, func() {
+	s.describeFixture(catalogid.IdentityFidelity, func() {
 		rules := fidelityRules()
 		plays := make([][]pairResult, len(rules))
 		var all []identityPair
 		for _, r := range rules {
 			all = append(all, r.pairs...)
 		}
-		sc := s.scenario(fixtures.IdentityFidelity, pairWork(len(all), true))
+		sc := s.scenario(catalogid.IdentityFidelity, pairWork(len(all), true))
 		sc.gather(func(ctx context.Context) {
 			play := sc.begin(ctx)
 			sc.at("%d pairs, %d at a time", len(all), pairParallelism)

@@ -18,6 +18,7 @@ import (
 	"github.com/harmless-dev/harmless/adapters"
 	"github.com/harmless-dev/harmless/adapters/reference"
 	"github.com/harmless-dev/harmless/fixtures"
+	"github.com/harmless-dev/harmless/internal/catalogid"
 	"github.com/harmless-dev/harmless/internal/failuremsg"
 	"github.com/harmless-dev/harmless/internal/pgtest"
 	"github.com/harmless-dev/harmless/suite/certificate"
@@ -114,7 +115,7 @@ var misbehavers = map[string]misbehaving{
 			return adapters.Applied, nil
 		}),
 		opts:    small,
-		failing: []string{fixtures.DoubleDeliveryOneEffect, fixtures.ConcurrentDeliveryOneEffect, fixtures.ConcurrentDeliveryFailedClaimantNotLost, fixtures.FailureAfterMarkerRetryApplies},
+		failing: []string{catalogid.DoubleDeliveryOneEffect, catalogid.ConcurrentDeliveryOneEffect, catalogid.ConcurrentDeliveryFailedClaimantNotLost, catalogid.FailureAfterMarkerRetryApplies},
 		says:    "applied 0 times",
 	},
 	"no-policy": {
@@ -122,7 +123,7 @@ var misbehavers = map[string]misbehaving{
 		// all the same, but a policy nobody documented is no policy.
 		adapter: noPolicy(),
 		opts:    small,
-		failing: []string{fixtures.ConflictingPayloadDetected},
+		failing: []string{catalogid.ConflictingPayloadDetected},
 		says:    "no conflict policy",
 	},
 	"quotes-the-id": {
@@ -134,7 +135,7 @@ var misbehavers = map[string]misbehaving{
 		}),
 		opts:     small,
 		says:     "cannot handle id",
-		mentions: map[string]string{fixtures.BadInputExactlyOnceOrRejected: "bytes left out"},
+		mentions: map[string]string{catalogid.BadInputExactlyOnceOrRejected: "bytes left out"},
 	},
 	"factory-error": {
 		adapter: adapters.Adapter{Name: "factory-error", New: func(context.Context, adapters.Env) (adapters.Implementation, error) {

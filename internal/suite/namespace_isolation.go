@@ -6,7 +6,7 @@ import (
 	"strings"
 
 	"github.com/harmless-dev/harmless/adapters"
-	"github.com/harmless-dev/harmless/fixtures"
+	"github.com/harmless-dev/harmless/internal/catalogid"
 )
 
 // join is one way of building a single key from an identity: namespace and
@@ -125,12 +125,12 @@ func unambiguous(plays []pairResult) (problems []string, note string) {
 }
 
 func (s *state) namespaceIsolation() {
-	s.describeFixture(fixtures.NamespaceIsolation, func() {
+	s.describeFixture(catalogid.NamespaceIsolation, func() {
 		var sameID pairResult
 		var joined []pairResult
 		same, pairs := namespacePairs()
 		all := append([]identityPair{same}, pairs...)
-		sc := s.scenario(fixtures.NamespaceIsolation, pairWork(len(all), false))
+		sc := s.scenario(catalogid.NamespaceIsolation, pairWork(len(all), false))
 		sc.gather(func(ctx context.Context) {
 			play := sc.begin(ctx)
 			sc.at("%d pairs, %d at a time", len(all), pairParallelism)
@@ -138,7 +138,7 @@ func (s *state) namespaceIsolation() {
 			sameID, joined = plays[0], plays[1:]
 		})
 
-		sc.rule(fixtures.NamespaceIsolationSameID, func() []string {
+		sc.rule(catalogid.NamespaceIsolationSameID, func() []string {
 			if p := sameID.problem(); p != "" {
 				return []string{p}
 			}
@@ -148,7 +148,7 @@ func (s *state) namespaceIsolation() {
 			}
 			return nil
 		})
-		sc.noteRule(fixtures.NamespaceIsolationUnambiguous, func() ([]string, string) {
+		sc.noteRule(catalogid.NamespaceIsolationUnambiguous, func() ([]string, string) {
 			return unambiguous(joined)
 		})
 	})

@@ -11,7 +11,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/harmless-dev/harmless/adapters"
-	"github.com/harmless-dev/harmless/fixtures"
+	"github.com/harmless-dev/harmless/internal/catalogid"
 	"github.com/harmless-dev/harmless/internal/harness"
 	"github.com/harmless-dev/harmless/internal/ledger"
 )
@@ -299,14 +299,14 @@ func TestFidelityPairsMergeUnderRealKeys(t *testing.T) {
 		key   func(adapters.Event) string
 		rules []string
 	}{
-		{"a JSON key", jsonKey, []string{fixtures.IdentityFidelityBytes, fixtures.IdentityFidelityNamespace}},
-		{"invalid bytes decoded as U+FFFD", onBoth(func(s string) string { return strings.ToValidUTF8(s, "\uFFFD") }), []string{fixtures.IdentityFidelityBytes, fixtures.IdentityFidelityNamespace}},
-		{"a C string", onBoth(cString), []string{fixtures.IdentityFidelityBytes, fixtures.IdentityFidelityNamespace}},
-		{"lower() on the id", onID(asciiLower), []string{fixtures.IdentityFidelityText}},
-		{"trimmed", onBoth(strings.TrimSpace), []string{fixtures.IdentityFidelityText, fixtures.IdentityFidelityNamespace}},
-		{"a number", onID(numeric), []string{fixtures.IdentityFidelityText}},
-		{"left(id, 64)", onID(truncate), []string{fixtures.IdentityFidelityLength}},
-		{"the id alone", func(ev adapters.Event) string { return ev.ID }, []string{fixtures.IdentityFidelityNamespace}},
+		{"a JSON key", jsonKey, []string{catalogid.IdentityFidelityBytes, catalogid.IdentityFidelityNamespace}},
+		{"invalid bytes decoded as U+FFFD", onBoth(func(s string) string { return strings.ToValidUTF8(s, "\uFFFD") }), []string{catalogid.IdentityFidelityBytes, catalogid.IdentityFidelityNamespace}},
+		{"a C string", onBoth(cString), []string{catalogid.IdentityFidelityBytes, catalogid.IdentityFidelityNamespace}},
+		{"lower() on the id", onID(asciiLower), []string{catalogid.IdentityFidelityText}},
+		{"trimmed", onBoth(strings.TrimSpace), []string{catalogid.IdentityFidelityText, catalogid.IdentityFidelityNamespace}},
+		{"a number", onID(numeric), []string{catalogid.IdentityFidelityText}},
+		{"left(id, 64)", onID(truncate), []string{catalogid.IdentityFidelityLength}},
+		{"the id alone", func(ev adapters.Event) string { return ev.ID }, []string{catalogid.IdentityFidelityNamespace}},
 	} {
 		merged := map[string]bool{}
 		seen := map[string]string{} // key -> pair

@@ -11,6 +11,8 @@ import (
 
 	"github.com/harmless-dev/harmless/adapters"
 	"github.com/harmless-dev/harmless/fixtures"
+	"github.com/harmless-dev/harmless/internal/applicability"
+	"github.com/harmless-dev/harmless/internal/catalogid"
 	"github.com/harmless-dev/harmless/internal/harness"
 	"github.com/harmless-dev/harmless/internal/ledger"
 	"github.com/harmless-dev/harmless/internal/shortdur"
@@ -57,7 +59,7 @@ type retention struct {
 // newRetention decides how the fixture runs against an implementation that
 // declares d; a, the catalogue's decision, says whether it runs at all.
 // Declarations select the rules; they never weaken them.
-func newRetention(a fixtures.Applicability, d adapters.Declaration) retention {
+func newRetention(a applicability.Decision, d adapters.Declaration) retention {
 	w := d.RedeliveryWindow
 	switch {
 	case !a.Runs:
@@ -317,7 +319,7 @@ func (s *state) retentionOneEvent(r retention) {
 				rowsInside, tl.at(inside.at), rowsAfter, tl.at(after.at), lateNote(tl, ev, lateAt, late))
 		})
 
-		sc.judgedRule(fixtures.RetentionExpiryKeptInsideWindow, func() judgement {
+		sc.judgedRule(catalogid.RetentionExpiryKeptInsideWindow, func() judgement {
 			if j := r.applies(); j.final() {
 				return j
 			}
@@ -360,7 +362,7 @@ func (s *state) retentionOneEvent(r retention) {
 			}
 			return judgement{problems: problems, hint: hint}
 		})
-		sc.judgedRule(fixtures.RetentionExpiryPurgedAfterWindow, func() judgement {
+		sc.judgedRule(catalogid.RetentionExpiryPurgedAfterWindow, func() judgement {
 			if j := r.applies(); j.final() {
 				return j
 			}
@@ -496,7 +498,7 @@ func (s *state) retentionPurgeRace(r retention) {
 				len(purges), tl.span(raceFrom, raceBy), removed, len(recent)*retentionRedeliveries, len(recent))
 		})
 
-		sc.judgedRule(fixtures.RetentionExpiryConcurrentPurge, func() judgement {
+		sc.judgedRule(catalogid.RetentionExpiryConcurrentPurge, func() judgement {
 			if j := r.applies(); j.final() {
 				return j
 			}
@@ -605,7 +607,7 @@ func (s *state) retentionManyWindows(r retention) {
 			s.cfg.logf("retention-expiry (many windows): rows after each of %d steps: %s", len(steps), series())
 		})
 
-		sc.judgedRule(fixtures.RetentionExpiryStateBounded, func() judgement {
+		sc.judgedRule(catalogid.RetentionExpiryStateBounded, func() judgement {
 			if j := r.applies(); j.final() {
 				return j
 			}

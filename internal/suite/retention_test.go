@@ -12,6 +12,7 @@ import (
 	"github.com/harmless-dev/harmless/adapters"
 	"github.com/harmless-dev/harmless/adapters/reference"
 	"github.com/harmless-dev/harmless/fixtures"
+	"github.com/harmless-dev/harmless/internal/catalogid"
 	"github.com/harmless-dev/harmless/internal/pgtest"
 	"github.com/harmless-dev/harmless/suite/certificate"
 )
@@ -120,8 +121,8 @@ type retentionCase struct {
 // those in fail, which must fail.
 func retentionVerdicts(v certificate.Verdict, fail ...string) map[string]certificate.Verdict {
 	want := map[string]certificate.Verdict{}
-	for _, id := range []string{fixtures.RetentionExpiryKeptInsideWindow, fixtures.RetentionExpiryPurgedAfterWindow,
-		fixtures.RetentionExpiryConcurrentPurge, fixtures.RetentionExpiryStateBounded} {
+	for _, id := range []string{catalogid.RetentionExpiryKeptInsideWindow, catalogid.RetentionExpiryPurgedAfterWindow,
+		catalogid.RetentionExpiryConcurrentPurge, catalogid.RetentionExpiryStateBounded} {
 		want[id] = v
 	}
 	for _, id := range fail {
@@ -139,12 +140,12 @@ var retentionCases = map[string]retentionCase{
 	// The bugs of broken-early-purge and broken-no-purge, in real time.
 	"early-purge-realtime": {
 		adapter: storeAdapter("early-purge-realtime", realTime(realTimeWindow), purgeEarly),
-		want:    retentionVerdicts(certificate.VerdictPass, fixtures.RetentionExpiryKeptInsideWindow, fixtures.RetentionExpiryConcurrentPurge),
+		want:    retentionVerdicts(certificate.VerdictPass, catalogid.RetentionExpiryKeptInsideWindow, catalogid.RetentionExpiryConcurrentPurge),
 		says:    "ended Applied",
 	},
 	"no-purge-realtime": {
 		adapter: storeAdapter("no-purge-realtime", realTime(realTimeWindow), purgeNothing),
-		want:    retentionVerdicts(certificate.VerdictPass, fixtures.RetentionExpiryPurgedAfterWindow, fixtures.RetentionExpiryStateBounded),
+		want:    retentionVerdicts(certificate.VerdictPass, catalogid.RetentionExpiryPurgedAfterWindow, catalogid.RetentionExpiryStateBounded),
 		says:    "0 removed",
 	},
 	// A window declared, on the harness's clock, and no way to purge.

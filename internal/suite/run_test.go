@@ -8,6 +8,7 @@ import (
 	"github.com/harmless-dev/harmless/adapters/reference"
 	"github.com/harmless-dev/harmless/fixtures"
 	"github.com/harmless-dev/harmless/internal/adapters/broken/checktheninsert"
+	"github.com/harmless-dev/harmless/internal/catalogid"
 	"github.com/harmless-dev/harmless/internal/pgtest"
 )
 
@@ -39,13 +40,13 @@ func TestRunReportsEveryRule(t *testing.T) {
 	dsn := pgtest.DSN(t)
 	env := []string{"HARMLESS_DSN=" + dsn, runChildEnv + "=" + reference.Name}
 	t.Run("rules that ran pass, the rest is reported", func(t *testing.T) {
-		_, output, _ := runTestChild(t, "TestRunChild", []string{runFixtures("TestRunChild", fixtures.DoubleDelivery, fixtures.CrashRecovery)}, env, 0)
+		_, output, _ := runTestChild(t, "TestRunChild", []string{runFixtures("TestRunChild", catalogid.DoubleDelivery, catalogid.CrashRecovery)}, env, 0)
 		for _, r := range fixtures.Rules() {
 			var want string
 			switch r.Fixture {
-			case fixtures.DoubleDelivery:
+			case catalogid.DoubleDelivery:
 				want = "--- PASS: TestRunChild/" + r.Fixture + "/" + ruleSubtest(r.ID, r.Fixture) + " "
-			case fixtures.CrashRecovery:
+			case catalogid.CrashRecovery:
 				want = "--- SKIP: TestRunChild/" + r.Fixture + "/" + ruleSubtest(r.ID, r.Fixture) + " "
 			default:
 				// -run left the rule out: go test reports no subtest.

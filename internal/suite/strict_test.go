@@ -10,7 +10,7 @@ import (
 
 	"github.com/harmless-dev/harmless/adapters"
 	"github.com/harmless-dev/harmless/adapters/reference"
-	"github.com/harmless-dev/harmless/fixtures"
+	"github.com/harmless-dev/harmless/internal/catalogid"
 	"github.com/harmless-dev/harmless/internal/pgtest"
 	"github.com/harmless-dev/harmless/suite/certificate"
 )
@@ -34,15 +34,15 @@ var strictCases = map[string]strictCase{
 		// What a published library does.
 		refuse: func(ev adapters.Event) bool { return ev.Namespace == "" },
 		says: map[string]string{
-			fixtures.BadInputExactlyOnceOrRejected: "an empty namespace: rejected as invalid input",
-			fixtures.NamespaceIsolationUnambiguous: `refused cleanly, which proves nothing about a merge: "harmless\x00p11"/42`,
+			catalogid.BadInputExactlyOnceOrRejected: "an empty namespace: rejected as invalid input",
+			catalogid.NamespaceIsolationUnambiguous: `refused cleanly, which proves nothing about a merge: "harmless\x00p11"/42`,
 		},
 	},
 	"refuses-all-but-dotted-words": {
 		refuse: func(ev adapters.Event) bool { return !dottedWords.MatchString(ev.Namespace) },
 		says: map[string]string{
-			fixtures.NamespaceIsolationUnambiguous: `not exposed, because an event holding the separator was refused in every pair that would show them (refusing the separator makes such a join unambiguous): namespace and id joined with "/"`,
-			fixtures.IdentityFidelityNamespace:     "refused cleanly",
+			catalogid.NamespaceIsolationUnambiguous: `not exposed, because an event holding the separator was refused in every pair that would show them (refusing the separator makes such a join unambiguous): namespace and id joined with "/"`,
+			catalogid.IdentityFidelityNamespace:     "refused cleanly",
 		},
 	},
 }
@@ -90,7 +90,7 @@ func TestStrictChild(t *testing.T) {
 
 // identityFixtures are the fixtures that send identities an implementation
 // may refuse.
-var identityFixtures = []string{fixtures.NamespaceIsolation, fixtures.BadInput, fixtures.IdentityFidelity}
+var identityFixtures = []string{catalogid.NamespaceIsolation, catalogid.BadInput, catalogid.IdentityFidelity}
 
 // TestStrictImplementations runs the fixtures that send unusual identities
 // against correct implementations that refuse more of them than the

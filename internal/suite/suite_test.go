@@ -7,6 +7,7 @@ import (
 	"github.com/harmless-dev/harmless/adapters"
 	"github.com/harmless-dev/harmless/adapters/reference"
 	"github.com/harmless-dev/harmless/fixtures"
+	"github.com/harmless-dev/harmless/internal/applicability"
 	"github.com/harmless-dev/harmless/internal/provision"
 	"github.com/harmless-dev/harmless/internal/suite"
 	"github.com/harmless-dev/harmless/suite/certificate"
@@ -84,7 +85,7 @@ func TestReference(t *testing.T) {
 // on a server the run owns or not: why each fixture that does not run
 // cannot, by fixture.
 func notRunHere(adapter adapters.Adapter, owned bool) map[string]string {
-	target := fixtures.Target{
+	target := applicability.Target{
 		RedeliveryWindow: adapter.Declares.RedeliveryWindow,
 		AcceptsClock:     adapter.Declares.AcceptsClock,
 		OwnedServer:      owned,
@@ -92,7 +93,7 @@ func notRunHere(adapter adapters.Adapter, owned bool) map[string]string {
 	}
 	notRun := map[string]string{}
 	for _, f := range fixtures.Catalog() {
-		if a := f.Applies(target); !a.Runs {
+		if a := applicability.Of(f, target); !a.Runs {
 			notRun[f.ID] = a.Reason
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/harmless-dev/harmless/fixtures"
+	"github.com/harmless-dev/harmless/internal/catalogid"
 )
 
 // The fixtures describe themselves as a tree of plain values, built once
@@ -117,17 +118,17 @@ func (s *state) attach(sc *scenario) {
 // fixtures; describe is the suite's one list of them.
 func (s *state) build() {
 	describe := map[string]func(){
-		fixtures.DoubleDelivery:     s.doubleDelivery,
-		fixtures.ConcurrentDelivery: s.concurrentDelivery,
-		fixtures.FailureAfterMarker: s.failureAfterMarker,
-		fixtures.ConflictingPayload: s.conflictingPayload,
-		fixtures.RetentionExpiry:    s.retentionExpiry,
-		fixtures.NamespaceIsolation: s.namespaceIsolation,
-		fixtures.BadInput:           s.badInput,
-		fixtures.IdentityFidelity:   s.identityFidelity,
-		fixtures.AmbiguousCommit:    s.ambiguousCommit,
-		fixtures.CrashRecovery:      s.crashRecovery,
-		fixtures.ExternalEffect:     s.externalEffect,
+		catalogid.DoubleDelivery:     s.doubleDelivery,
+		catalogid.ConcurrentDelivery: s.concurrentDelivery,
+		catalogid.FailureAfterMarker: s.failureAfterMarker,
+		fixtures.ConflictingPayload:  s.conflictingPayload,
+		fixtures.RetentionExpiry:     s.retentionExpiry,
+		catalogid.NamespaceIsolation: s.namespaceIsolation,
+		catalogid.BadInput:           s.badInput,
+		catalogid.IdentityFidelity:   s.identityFidelity,
+		catalogid.AmbiguousCommit:    s.ambiguousCommit,
+		catalogid.CrashRecovery:      s.crashRecovery,
+		fixtures.ExternalEffect:      s.externalEffect,
 	}
 	catalog := fixtures.Catalog()
 	if len(describe) != len(catalog) {

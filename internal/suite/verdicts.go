@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/harmless-dev/harmless/fixtures"
+	"github.com/harmless-dev/harmless/internal/applicability"
 	"github.com/harmless-dev/harmless/internal/failuremsg"
 	"github.com/harmless-dev/harmless/suite/certificate"
 )
@@ -80,7 +81,7 @@ func notSupported(reason string) judgement { return judgement{unsupported: reaso
 
 // notApplicable is the judgement of a rule that has nothing to test in
 // the implementation, saying why, when reason is set (see
-// [fixtures.Applicability.NotApplicable]); it does not lower the status.
+// [applicability.Decision.NotApplicable]); it does not lower the status.
 func notApplicable(reason string) judgement {
 	return judgement{unsupported: reason, inapplicable: reason != ""}
 }
@@ -92,7 +93,7 @@ func (j judgement) final() bool { return j.unsupported != "" || len(j.problems) 
 // skipFor is the judgement of a rule of a fixture that a says does not
 // run (not-applicable or not-supported), or of a variant that is not
 // played (not-supported); the zero judgement when the rule is judged.
-func skipFor(a fixtures.Applicability, variant string) judgement {
+func skipFor(a applicability.Decision, variant string) judgement {
 	if a.NotApplicable {
 		return notApplicable(a.Reason)
 	}

@@ -8,14 +8,14 @@ import (
 	"time"
 
 	"github.com/harmless-dev/harmless/adapters"
-	"github.com/harmless-dev/harmless/fixtures"
+	"github.com/harmless-dev/harmless/internal/catalogid"
 )
 
 // TestPartialMarkdownSaysWhatDidNotRun: the summary of a partial run lists
 // each MUST rule that did not run, with the first line of why.
 func TestPartialMarkdownSaysWhatDidNotRun(t *testing.T) {
 	c := Certificate{Adapter: "sample", Faults: map[string]int64{}, Rules: ruleVerdicts(VerdictPass, map[string]Verdict{
-		fixtures.CrashRecoveryAppliedSurvives: VerdictNotSupported, fixtures.CrashRecoveryInFlightExactlyOnce: VerdictNotSupported,
+		catalogid.CrashRecoveryAppliedSurvives: VerdictNotSupported, catalogid.CrashRecoveryInFlightExactlyOnce: VerdictNotSupported,
 	})}
 	for i := range c.Rules {
 		if c.Rules[i].Verdict == VerdictNotSupported {
@@ -30,7 +30,7 @@ func TestPartialMarkdownSaysWhatDidNotRun(t *testing.T) {
 	for _, want := range []string{
 		"## harmless: PARTIAL: `sample`\n",
 		"No rule failed, but 2 MUST rules did not run",
-		"- `" + fixtures.CrashRecoveryAppliedSurvives + "` (not-supported): [crash-recovery] needs a server the harness owns\n",
+		"- `" + catalogid.CrashRecoveryAppliedSurvives + "` (not-supported): [crash-recovery] needs a server the harness owns\n",
 	} {
 		if !strings.Contains(b.String(), want) {
 			t.Errorf("no %q in\n%s", want, b.String())
@@ -43,9 +43,9 @@ func TestPartialMarkdownSaysWhatDidNotRun(t *testing.T) {
 // one, and passes.
 func sampleCertificate() Certificate {
 	except := map[string]Verdict{
-		fixtures.ConflictingPayloadDetected:   VerdictFail,
-		fixtures.CrashRecoveryAppliedSurvives: VerdictNotSupported,
-		fixtures.BadInputRunContinues:         VerdictSkipped,
+		catalogid.ConflictingPayloadDetected:   VerdictFail,
+		catalogid.CrashRecoveryAppliedSurvives: VerdictNotSupported,
+		catalogid.BadInputRunContinues:         VerdictSkipped,
 	}
 	rules := ruleVerdicts(VerdictPass, except)
 	for i, r := range rules {

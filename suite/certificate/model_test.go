@@ -6,6 +6,7 @@ import (
 
 	"github.com/harmless-dev/harmless/adapters"
 	"github.com/harmless-dev/harmless/fixtures"
+	"github.com/harmless-dev/harmless/internal/catalogid"
 )
 
 // ruleVerdicts returns a result for every rule of the catalogue, each with
@@ -31,11 +32,11 @@ func TestVerify(t *testing.T) {
 		want     adapters.Declaration
 	}{
 		{"every rule passed", all, nil, all},
-		{"a conflict rule failed", all, map[string]Verdict{fixtures.ConflictingPayloadDetected: VerdictFail},
+		{"a conflict rule failed", all, map[string]Verdict{catalogid.ConflictingPayloadDetected: VerdictFail},
 			adapters.Declaration{RedeliveryWindow: 24 * time.Hour, AcceptsClock: true}},
-		{"a retention rule failed", all, map[string]Verdict{fixtures.RetentionExpiryStateBounded: VerdictFail},
+		{"a retention rule failed", all, map[string]Verdict{catalogid.RetentionExpiryStateBounded: VerdictFail},
 			adapters.Declaration{ConflictPolicy: adapters.RejectConflicts}},
-		{"a retention rule skipped", all, map[string]Verdict{fixtures.RetentionExpiryKeptInsideWindow: VerdictSkipped},
+		{"a retention rule skipped", all, map[string]Verdict{catalogid.RetentionExpiryKeptInsideWindow: VerdictSkipped},
 			adapters.Declaration{ConflictPolicy: adapters.RejectConflicts}},
 		{"the real clock", adapters.Declaration{ConflictPolicy: adapters.RejectConflicts, RedeliveryWindow: 2 * time.Second}, nil,
 			adapters.Declaration{ConflictPolicy: adapters.RejectConflicts, RedeliveryWindow: 2 * time.Second}},
@@ -83,16 +84,16 @@ func TestStatus(t *testing.T) {
 		notRun int
 	}{
 		{"every rule passed", ruleVerdicts(VerdictPass, nil), StatusCertified, 0},
-		{"a rule failed", ruleVerdicts(VerdictPass, map[string]Verdict{fixtures.DoubleDeliveryOneEffect: VerdictFail}), StatusNotCertified, 0},
-		{"a failure beside rules that did not run", ruleVerdicts(VerdictNotSupported, map[string]Verdict{fixtures.DoubleDeliveryOneEffect: VerdictFail}), StatusNotCertified, must - 1},
-		{"a MUST rule not-supported", ruleVerdicts(VerdictPass, map[string]Verdict{fixtures.CrashRecoveryAppliedSurvives: VerdictNotSupported}), StatusPartial, 1},
-		{"a MUST rule filtered out", ruleVerdicts(VerdictPass, map[string]Verdict{fixtures.BadInputRunContinues: VerdictSkipped}), StatusPartial, 1},
-		{"a SHOULD rule not-supported", should(ruleVerdicts(VerdictPass, map[string]Verdict{fixtures.BadInputRunContinues: VerdictNotSupported}), fixtures.BadInputRunContinues), StatusCertified, 0},
-		{"a SHOULD rule failed", should(ruleVerdicts(VerdictPass, map[string]Verdict{fixtures.BadInputRunContinues: VerdictFail}), fixtures.BadInputRunContinues), StatusCertified, 0},
+		{"a rule failed", ruleVerdicts(VerdictPass, map[string]Verdict{catalogid.DoubleDeliveryOneEffect: VerdictFail}), StatusNotCertified, 0},
+		{"a failure beside rules that did not run", ruleVerdicts(VerdictNotSupported, map[string]Verdict{catalogid.DoubleDeliveryOneEffect: VerdictFail}), StatusNotCertified, must - 1},
+		{"a MUST rule not-supported", ruleVerdicts(VerdictPass, map[string]Verdict{catalogid.CrashRecoveryAppliedSurvives: VerdictNotSupported}), StatusPartial, 1},
+		{"a MUST rule filtered out", ruleVerdicts(VerdictPass, map[string]Verdict{catalogid.BadInputRunContinues: VerdictSkipped}), StatusPartial, 1},
+		{"a SHOULD rule not-supported", should(ruleVerdicts(VerdictPass, map[string]Verdict{catalogid.BadInputRunContinues: VerdictNotSupported}), catalogid.BadInputRunContinues), StatusCertified, 0},
+		{"a SHOULD rule failed", should(ruleVerdicts(VerdictPass, map[string]Verdict{catalogid.BadInputRunContinues: VerdictFail}), catalogid.BadInputRunContinues), StatusCertified, 0},
 		{"nothing ran", ruleVerdicts(VerdictSkipped, nil), StatusPartial, must},
 		{"external-effect not-applicable", ruleVerdicts(VerdictPass, map[string]Verdict{
-			fixtures.ExternalEffectStableKey: VerdictNotApplicable, fixtures.ExternalEffectExactlyOnce: VerdictNotApplicable,
-			fixtures.ExternalEffectNoLoss: VerdictNotApplicable, fixtures.ExternalEffectNoNewKeyDuplicates: VerdictNotApplicable,
+			catalogid.ExternalEffectStableKey: VerdictNotApplicable, catalogid.ExternalEffectExactlyOnce: VerdictNotApplicable,
+			catalogid.ExternalEffectNoLoss: VerdictNotApplicable, catalogid.ExternalEffectNoNewKeyDuplicates: VerdictNotApplicable,
 		}), StatusCertified, 0},
 		{"no rules at all", nil, StatusNotCertified, 0},
 	} {

@@ -10,6 +10,7 @@ import (
 	"github.com/harmless-dev/harmless/adapters/reference"
 	"github.com/harmless-dev/harmless/fixtures"
 	"github.com/harmless-dev/harmless/internal/adapters/broken/checktheninsert"
+	"github.com/harmless-dev/harmless/internal/catalogid"
 	"github.com/harmless-dev/harmless/suite"
 	"github.com/harmless-dev/harmless/suite/certificate"
 )
@@ -50,7 +51,7 @@ var _ = Describe("the embedding suite's own specs", func() {
 
 // filter keeps the run short: one fixture both adapters pass, one the
 // broken adapter fails, and the suite's own spec.
-var filter = "fixture:" + fixtures.DoubleDelivery + " || fixture:" + fixtures.ConflictingPayload + " || own"
+var filter = "fixture:" + catalogid.DoubleDelivery + " || fixture:" + fixtures.ConflictingPayload + " || own"
 
 // failRecorder is the testing.T of RunSpecs: the suite must fail, since one
 // adapter is broken, and that must not fail this test.
@@ -94,7 +95,7 @@ func TestEmbeddedInASuiteWithItsOwnSetup(t *testing.T) {
 	}
 	for _, r := range ref.Rules {
 		want := certificate.VerdictSkipped
-		if r.Fixture == fixtures.DoubleDelivery || r.Fixture == fixtures.ConflictingPayload {
+		if r.Fixture == catalogid.DoubleDelivery || r.Fixture == fixtures.ConflictingPayload {
 			want = certificate.VerdictPass
 		}
 		if r.Verdict != want {
@@ -109,11 +110,11 @@ func TestEmbeddedInASuiteWithItsOwnSetup(t *testing.T) {
 	failedMust := 0
 	for _, r := range broken.Rules {
 		switch {
-		case r.Fixture == fixtures.DoubleDelivery && r.Verdict != certificate.VerdictPass:
+		case r.Fixture == catalogid.DoubleDelivery && r.Verdict != certificate.VerdictPass:
 			t.Errorf("%s, rule %s: %s (%s); want pass", checktheninsert.Name, r.ID, r.Verdict, r.Message)
 		case r.Fixture == fixtures.ConflictingPayload && r.Verdict == certificate.VerdictFail && r.Level == fixtures.Must:
 			failedMust++
-		case r.Fixture != fixtures.DoubleDelivery && r.Fixture != fixtures.ConflictingPayload && r.Verdict != certificate.VerdictSkipped:
+		case r.Fixture != catalogid.DoubleDelivery && r.Fixture != fixtures.ConflictingPayload && r.Verdict != certificate.VerdictSkipped:
 			t.Errorf("%s, rule %s: %s; want skipped, the filter left it out", checktheninsert.Name, r.ID, r.Verdict)
 		}
 	}

@@ -36,7 +36,7 @@ func FuzzDecodeResponse(f *testing.F) {
 			}
 			return
 		}
-		if resp.ID == 0 || resp.ID > MaxID {
+		if resp.ID == 0 || resp.ID > maxID {
 			t.Fatalf("accepted id %d", resp.ID)
 		}
 		if (resp.Result == nil) == (resp.Error == nil) {
@@ -90,7 +90,7 @@ func FuzzDecodeRequest(f *testing.F) {
 			}
 			return
 		}
-		if req.ID == 0 || req.ID > MaxID || req.Method == "" || !isObject(req.Params) {
+		if req.ID == 0 || req.ID > maxID || req.Method == "" || !isObject(req.Params) {
 			t.Fatalf("accepted %q as %+v", line, req)
 		}
 		var p DeliverParams

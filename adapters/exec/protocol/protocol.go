@@ -41,9 +41,9 @@ const (
 	MaxAnswerBytes = 1 << 20
 )
 
-// MaxID is the largest request id: ids must be exact in a JSON number read as
+// maxID is the largest request id: ids must be exact in a JSON number read as
 // an IEEE 754 double, as most languages read them.
-const MaxID = 1<<53 - 1
+const maxID = 1<<53 - 1
 
 // maxInFlightLimit is the largest max_in_flight an implementation may declare.
 const maxInFlightLimit = 1024
@@ -211,7 +211,7 @@ func decodeID(raw json.RawMessage) (uint64, error) {
 		return 0, violation("the message has no id")
 	}
 	id, err := strconv.ParseUint(string(raw), 10, 64)
-	if err != nil || id == 0 || id > MaxID {
+	if err != nil || id == 0 || id > maxID {
 		return 0, violation("the id %s is not an integer from 1 to 2^53-1", excerpt(raw))
 	}
 	return id, nil

@@ -20,7 +20,7 @@ func TestDecodeResponseAcceptsTheSpecifiedShapes(t *testing.T) {
 		class  ErrorClass
 	}{
 		{`{"id":1,"result":{}}`, 1, `{}`, ""},
-		{` {"id": 9007199254740991, "result": {"outcome": "applied"}, "extra": [1]}`, MaxID, `{"outcome": "applied"}`, ""},
+		{` {"id": 9007199254740991, "result": {"outcome": "applied"}, "extra": [1]}`, maxID, `{"outcome": "applied"}`, ""},
 		{`{"id":3,"error":{"class":"transient","message":"try again"}}`, 3, "", Transient},
 		{`{"id":4,"result":null,"error":{"class":"unsupported"}}`, 4, "", Unsupported},
 		{`{"error":{"class":"invalid_input"},"id":5}`, 5, "", InvalidInput},

@@ -42,6 +42,7 @@ import (
 	"github.com/harmless-dev/harmless/internal/adapters/broken/sqlsplice"
 	"github.com/harmless-dev/harmless/internal/adapters/broken/timebucketed"
 	"github.com/harmless-dev/harmless/internal/adapters/broken/truncatedkey"
+	"github.com/harmless-dev/harmless/internal/applicability"
 	"github.com/harmless-dev/harmless/suite/certificate"
 )
 
@@ -53,7 +54,7 @@ import (
 // it must fail the rules in Fails, may fail those in MayFail, must be
 // not-supported with the reasons in Unsupported, and must be
 // not-applicable where the fixture does not apply to what the adapter
-// declares (fixtures.Fixture.Applies: the external-effect rules of an
+// declares (applicability.Of: the external-effect rules of an
 // adapter that declares no external effects).
 type Entry struct {
 	// Adapter is the adapter.
@@ -223,13 +224,13 @@ func (e Entry) Allowed(rule fixtures.Rule) ([]certificate.Verdict, string) {
 
 // applies is fixture's applicability to the entry's adapter, run in
 // process on a server the harness owns.
-func (e Entry) applies(fixture string) fixtures.Applicability {
+func (e Entry) applies(fixture string) applicability.Decision {
 	f, err := fixtures.LookupFixture(fixture)
 	if err != nil {
-		return fixtures.Applicability{Fixture: fixture}
+		return applicability.Decision{Fixture: fixture}
 	}
 	d := e.Adapter.Declares
-	return f.Applies(fixtures.Target{
+	return applicability.Of(f, applicability.Target{
 		RedeliveryWindow: d.RedeliveryWindow,
 		AcceptsClock:     d.AcceptsClock,
 		OwnedServer:      true,

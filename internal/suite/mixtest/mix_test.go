@@ -15,6 +15,7 @@ import (
 
 	"github.com/harmless-dev/harmless/adapters/reference"
 	"github.com/harmless-dev/harmless/fixtures"
+	"github.com/harmless-dev/harmless/internal/catalogid"
 	"github.com/harmless-dev/harmless/internal/pgtest"
 	"github.com/harmless-dev/harmless/internal/suite"
 )
@@ -50,7 +51,7 @@ func child(t *testing.T) {
 func certify(t *testing.T) {
 	suite.RunWith(t, []suite.Option{
 		suite.WithDSN(pgtest.DSN(t)),
-		suite.WithFixtures(fixtures.DoubleDelivery),
+		suite.WithFixtures(catalogid.DoubleDelivery),
 	}, reference.Adapter())
 }
 
@@ -108,7 +109,7 @@ func TestRunAndOwnSuiteInOneBinary(t *testing.T) {
 			// subtests: the child fails whatever the order, and only the
 			// lines below tell the outcome.
 			for _, r := range fixtures.Rules() {
-				if r.Fixture != fixtures.DoubleDelivery {
+				if r.Fixture != catalogid.DoubleDelivery {
 					continue
 				}
 				if want := "--- PASS: " + c.runTest + "/" + r.Fixture + "/" + strings.TrimPrefix(r.ID, r.Fixture+".") + " "; !strings.Contains(output, want) {

@@ -11,6 +11,8 @@ import (
 	"github.com/harmless-dev/harmless/fixtures"
 	"github.com/harmless-dev/harmless/internal/adapters/alternatives/databasesql"
 	"github.com/harmless-dev/harmless/internal/adapters/broken/checktheninsert"
+	"github.com/harmless-dev/harmless/internal/applicability"
+	"github.com/harmless-dev/harmless/internal/catalogid"
 	"github.com/harmless-dev/harmless/internal/pgtest"
 	"github.com/harmless-dev/harmless/internal/suite"
 	"github.com/harmless-dev/harmless/suite/certificate"
@@ -51,8 +53,8 @@ func checkCorrect(t *testing.T, c certificate.Certificate) {
 	// What the catalogue decides for an in-process adapter on a DSN.
 	notRun, notApplicable := map[string]string{}, map[string]bool{}
 	for _, f := range fixtures.Catalog() {
-		target := fixtures.Target{RedeliveryWindow: c.Declared.RedeliveryWindow, AcceptsClock: c.Declared.AcceptsClock, ExternalEffects: string(c.Declared.ExternalEffects)}
-		if a := f.Applies(target); !a.Runs {
+		target := applicability.Target{RedeliveryWindow: c.Declared.RedeliveryWindow, AcceptsClock: c.Declared.AcceptsClock, ExternalEffects: string(c.Declared.ExternalEffects)}
+		if a := applicability.Of(f, target); !a.Runs {
 			notRun[f.ID], notApplicable[f.ID] = a.Reason, a.NotApplicable
 		}
 	}
@@ -90,7 +92,7 @@ func TestCertifyTwice(t *testing.T) {
 	var ref, broken certificate.Certificate
 	var refErr, brokenErr error
 	var wg sync.WaitGroup
-	wg.Go(func() { ref, refErr = suite.Certify(ctx, reference.Adapter(), dsn, only(fixtures.DoubleDelivery)) })
+	wg.Go(func() { ref, refErr = suite.Certify(ctx, reference.Adapter(), dsn, only(catalogid.DoubleDelivery)) })
 	wg.Go(func() {
 		broken, brokenErr = suite.Certify(ctx, checktheninsert.Adapter(), dsn, only(fixtures.ConflictingPayload))
 	})
@@ -102,7 +104,7 @@ func TestCertifyTwice(t *testing.T) {
 		cert    certificate.Certificate
 		fixture string
 		status  certificate.Status
-	}{{ref, fixtures.DoubleDelivery, certificate.StatusPartial}, {broken, fixtures.ConflictingPayload, certificate.StatusNotCertified}} {
+	}{{ref, catalogid.DoubleDelivery, certificate.StatusPartial}, {broken, fixtures.ConflictingPayload, certificate.StatusNotCertified}} {
 		t.Logf("%s: %s, %s", c.cert.Adapter, c.cert.Status, c.cert.Summary())
 		if c.cert.Status != c.status {
 			t.Errorf("%s: status %s; want %s", c.cert.Adapter, c.cert.Status, c.status)
@@ -129,7 +131,7 @@ func TestCertifyTwice(t *testing.T) {
 func TestCertifyCancelled(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	cancel()
-	cert, err := suite.Certify(ctx, reference.Adapter(), suite.WithDSN(pgtest.DSN(t)), only(fixtures.DoubleDelivery))
+	cert, err := suite.Certify(ctx, reference.Adapter(), suite.WithDSN(pgtest.DSN(t)), only(catalogid.DoubleDelivery))
 	if !errors.Is(err, context.Canceled) {
 		t.Errorf("error %v; want one wrapping context.Canceled", err)
 	}
@@ -143,7 +145,7 @@ func TestCertifyCancelled(t *testing.T) {
 // not run.
 func TestCertifySetupError(t *testing.T) {
 	cert, err := suite.Certify(t.Context(), reference.Adapter(),
-		suite.WithDSN("postgres://nobody@127.0.0.1:1/none?sslmode=disable&connect_timeout=5"), only(fixtures.DoubleDelivery))
+		suite.WithDSN("postgres://nobody@127.0.0.1:1/none?sslmode=disable&connect_timeout=5"), only(catalogid.DoubleDelivery))
 	if !errors.Is(err, suite.ErrSetup) {
 		t.Errorf("error %v; want one wrapping suite.ErrSetup", err)
 	}
