@@ -44,6 +44,7 @@ import (
 	"github.com/harmless-dev/harmless/adapters"
 	"github.com/harmless-dev/harmless/adapters/exec/protocol"
 	"github.com/harmless-dev/harmless/internal/redact"
+	"github.com/harmless-dev/harmless/internal/version"
 )
 
 // DefaultStartTimeout bounds the probe's handshake when
@@ -69,8 +70,6 @@ type Config struct {
 	// [DefaultStartTimeout]. Instances are bounded by the context the
 	// harness gives their construction.
 	StartTimeout time.Duration
-	// HarnessVersion is sent in hello.
-	HarnessVersion string
 
 	// shutdownTimeout bounds a child's exit after shutdown; then its
 	// process group is killed. Zero means defaultShutdownTimeout.
@@ -181,7 +180,7 @@ func Probe(ctx context.Context, cfg Config) (adapters.Adapter, Info, error) {
 	if err != nil {
 		return adapters.Adapter{}, Info{}, err
 	}
-	info, err := handshake(ctx, proc, cfg.HarnessVersion)
+	info, err := handshake(ctx, proc)
 	sctx, scancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.shutdownWait())
 	defer scancel()
 	if serr := proc.shutdown(sctx); err == nil && serr != nil {
@@ -225,9 +224,9 @@ func launch(cfg Config, instance int, label string, secrets *redact.Redactor) (*
 }
 
 // handshake sends hello and checks the answer.
-func handshake(ctx context.Context, proc *process, harness string) (Info, error) {
+func handshake(ctx context.Context, proc *process) (Info, error) {
 	var hello protocol.HelloResult
-	err := proc.request(ctx, protocol.MethodHello, protocol.HelloParams{Protocols: protocol.Versions, Harness: harness}, &hello)
+	err := proc.request(ctx, protocol.MethodHello, protocol.HelloParams{Protocols: protocol.Versions, Harness: version.Harness}, &hello)
 	if err != nil {
 		return Info{}, fmt.Errorf("%w: %w", errHandshake, err)
 	}

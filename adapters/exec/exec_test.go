@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"database/sql"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -26,6 +27,7 @@ import (
 	"github.com/harmless-dev/harmless/internal/harness"
 	"github.com/harmless-dev/harmless/internal/ledger"
 	"github.com/harmless-dev/harmless/internal/pgtest"
+	"github.com/harmless-dev/harmless/internal/version"
 )
 
 func TestMain(m *testing.M) {
@@ -103,7 +105,7 @@ func deliver(t *testing.T, impl adapters.Implementation, id string, timeout time
 }
 
 func TestProbeReportsTheHandshake(t *testing.T) {
-	adapter, info := probe(t, execchild.Reference, Config{HarnessVersion: "test"})
+	adapter, info := probe(t, execchild.Reference, Config{})
 	// The adapter is named by the child, not by the way it is run.
 	if adapter.Name != "execchild-reference" {
 		t.Errorf("adapter %q, want the name the child declares, %q", adapter.Name, "execchild-reference")
@@ -734,5 +736,44 @@ func TestAbortFailsTheDeliveryInFlight(t *testing.T) {
 	err := <-failed
 	if !errors.Is(err, errProcessFailed) || !strings.Contains(err.Error(), "SIGKILL (abort)") {
 		t.Errorf("the delivery in flight: %v; want it failed by the abort", err)
+	}
+}
+
+// TestHelloCarriesTheHarnessVersion runs a child that saves the hello it
+// reads and answers it, and checks that the harness said which version it
+// is, so that a child may log it or refuse an old harness.
+func TestHelloCarriesTheHarnessVersion(t *testing.T) {
+	saved := filepath.Join(t.TempDir(), "hello.json")
+	answer, err := protocol.EncodeResult(1, protocol.HelloResult{
+		Protocol:       protocol.Version,
+		Implementation: protocol.Implementation{Name: "hello-saver", Version: "1"},
+		Declares:       adapters.Declaration{ConflictPolicy: adapters.RejectConflicts, RedeliveryWindow: time.Hour},
+		MaxInFlight:    1,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	_, _, err = Probe(ctx, Config{
+		Command: `IFS= read -r line; printf '%s\n' "$line" > "$SAVED"; printf '%s\n' "$ANSWER"; IFS= read -r shutdown`,
+		Env:     []string{"SAVED=" + saved, "ANSWER=" + strings.TrimSuffix(string(answer), "\n")},
+	})
+	if err != nil {
+		t.Fatalf("probe: %v", err)
+	}
+	line, err := os.ReadFile(saved)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var hello struct {
+		Method string               `json:"method"`
+		Params protocol.HelloParams `json:"params"`
+	}
+	if err := json.Unmarshal(line, &hello); err != nil {
+		t.Fatalf("the hello line %q: %v", line, err)
+	}
+	if hello.Method != protocol.MethodHello || hello.Params.Harness != version.Harness {
+		t.Errorf("hello %s; want method %q with harness %q", line, protocol.MethodHello, version.Harness)
 	}
 }

@@ -183,7 +183,7 @@ func (p *pool) grow(ctx context.Context) (*member, error) {
 		delete(p.launching, proc)
 		p.mu.Unlock()
 	}()
-	hello, err := handshake(ctx, proc, p.cfg.HarnessVersion)
+	hello, err := handshake(ctx, proc)
 	if err == nil && !hello.sameAs(p.info) {
 		err = fmt.Errorf("%s declares %s, but the probe declared %s; every process must declare the same", label, describe(hello), describe(p.info))
 	}

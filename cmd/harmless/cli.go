@@ -302,9 +302,8 @@ func implementation(ctx context.Context, f certifyFlags) (adapters.Adapter, []su
 		return adapter, nil, err
 	}
 	adapter, info, err := exec.Probe(ctx, exec.Config{
-		Command:        f.exec,
-		HarnessVersion: suite.Version,
-		StartTimeout:   max(f.deliveryTimeout, exec.DefaultStartTimeout),
+		Command:      f.exec,
+		StartTimeout: max(f.deliveryTimeout, exec.DefaultStartTimeout),
 	})
 	if err != nil {
 		return adapters.Adapter{}, nil, fmt.Errorf("--exec %q: %w", f.exec, err)

@@ -17,11 +17,12 @@ import (
 	"github.com/harmless-dev/harmless/internal/failuremsg"
 	"github.com/harmless-dev/harmless/internal/harness"
 	"github.com/harmless-dev/harmless/internal/redact"
+	"github.com/harmless-dev/harmless/internal/version"
 	"github.com/harmless-dev/harmless/suite/certificate"
 )
 
 // Version is the suite's version, recorded in every certificate.
-const Version = "0.1.0"
+const Version = version.Harness
 
 // setupTimeout bounds the suite's setup: finding or starting the
 // database. The fixtures' scenarios have budgets of their own, which follow
