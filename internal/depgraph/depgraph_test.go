@@ -166,3 +166,47 @@ func describe(list []string) string {
 	}
 	return strings.Join(list, ", ")
 }
+
+// toolsOnly are the module's packages that no public package may link: the
+// built-in adapters and their registry, the soak, the verdict matrix, the
+// generated docs and the command. They sit above the public packages
+// (docs/architecture.md, "Layers"), so a public package that linked one
+// would drag the harness's own tools into every implementer's build.
+var toolsOnly = []string{
+	module + "/internal/adapters/broken",
+	module + "/internal/adapters/alternatives",
+	module + "/internal/adapters/builtin",
+	module + "/internal/soak",
+	module + "/internal/verdictmatrix",
+	module + "/internal/docgen",
+	module + "/cmd/",
+}
+
+// TestPublicPackagesStayBelowTheTools checks the dependency direction of
+// docs/architecture.md: every package outside internal/, cmd/ and
+// examples/ links none of toolsOnly. The control is the command, which
+// must link them, so that an empty answer means a clean graph, not a
+// listing that found nothing.
+func TestPublicPackagesStayBelowTheTools(t *testing.T) {
+	if bad := matching(deps(t, module+"/cmd/harmless"), toolsOnly[:3], false); len(bad) == 0 {
+		t.Fatal("go list -deps ./cmd/harmless shows no built-in adapter; the check cannot be trusted")
+	}
+	var public []string
+	for _, p := range goList(t, module+"/...") {
+		rel := strings.TrimPrefix(p, module+"/")
+		if p == module || strings.HasPrefix(rel, "internal/") || strings.Contains(rel, "/internal/") ||
+			strings.HasPrefix(rel, "cmd/") || strings.HasPrefix(rel, "examples/") || strings.HasSuffix(rel, "test") {
+			continue
+		}
+		public = append(public, p)
+	}
+	if len(public) < 8 {
+		t.Fatalf("found only %d public packages (%v); the listing cannot be trusted", len(public), public)
+	}
+	for _, p := range public {
+		if bad := matching(deps(t, p), toolsOnly, false); len(bad) > 0 {
+			t.Errorf("public package %s links the harness's tools: %s", p, describe(bad))
+		}
+	}
+	t.Logf("%d public packages checked: %s", len(public), strings.Join(public, " "))
+}
