@@ -6,7 +6,7 @@ import (
 
 	"github.com/harmless-dev/harmless/adapters"
 	"github.com/harmless-dev/harmless/faults/pgproxy"
-	"github.com/harmless-dev/harmless/internal/catalogid"
+	"github.com/harmless-dev/harmless/fixtures"
 	"github.com/harmless-dev/harmless/internal/harness"
 	"github.com/harmless-dev/harmless/internal/ledger"
 )
@@ -80,21 +80,57 @@ func (c proxyCut) check(want adapters.Outcome) []string {
 		c.fault, c.first.Result(), then, len(c.effects), describe)}
 }
 
+// The ids of the fixture and its rules, written once, here: the
+// catalogue and internal/catalogid are generated from the definition
+// below. They are stable: labels, reports and other tools use them.
+const (
+	ambiguousCommitID = "ambiguous-commit"
+
+	ambiguousCommitRedeliveryDuplicate = "ambiguous-commit.redelivery-duplicate"
+	ambiguousCommitLostCommitApplies   = "ambiguous-commit.lost-commit-applies"
+)
+
+// ambiguousCommitDefinition is the fixture's catalogue entry, with
+// its rules' reasons and usual suspects, and its page in docs/.
+func ambiguousCommitDefinition() Definition {
+	return Definition{
+		Page: DocPage{File: "failures.md", Title: "failures around the commit"},
+		Fixture: fixtures.Fixture{
+			ID:  ambiguousCommitID,
+			Doc: "Put a wire-protocol proxy between the implementation and the server. Cut the connection after the server answered COMMIT and before the implementation sees the answer (the ambiguous commit: committed, but the implementation gets an error), then redeliver. Also cut it before COMMIT is forwarded (the server rolls back), then redeliver.",
+			Rules: []fixtures.Rule{
+				{
+					ID: ambiguousCommitRedeliveryDuplicate, Level: fixtures.Must,
+					Doc:     "After an ambiguous commit, the redelivery is Duplicate and the ledger holds exactly one effect.",
+					Reason:  "The commonest real source of duplicates: the server committed, the acknowledgement never reached the consumer, the broker redelivers. The marker committed with the effect is what makes the redelivery harmless. " + seedTogeth,
+					Suspect: "the marker and the effect are committed in separate transactions, so a lost COMMIT answer leaves one without the other",
+				},
+				{
+					ID: ambiguousCommitLostCommitApplies, Level: fixtures.Must,
+					Doc:     "When the connection is cut before COMMIT reaches the server, the redelivery is Applied and the ledger holds exactly one effect.",
+					Reason:  seedFailure,
+					Suspect: "part of the work committed earlier, in a transaction of its own, so the retry finds a marker without its effect",
+				},
+			},
+		},
+	}
+}
+
 func (s *state) ambiguousCommit() {
-	s.describeFixture(catalogid.AmbiguousCommit, func() {
+	s.describeFixture(ambiguousCommitID, func() {
 		var committed, rolledBack proxyCut
 		// One instance to build; two cuts, each a delivery and then
 		// redeliveries until terminal.
-		sc := s.scenario(catalogid.AmbiguousCommit, work{calls: 1}.plus(untilTerminal(2)))
+		sc := s.scenario(ambiguousCommitID, work{calls: 1}.plus(untilTerminal(2)))
 		sc.gather(func(ctx context.Context) {
 			play := sc.begin(ctx)
 			sc.at("the cut after COMMIT's answer")
-			committed = s.cutDelivery(ctx, play, newEvent(catalogid.AmbiguousCommit, "after-commit"), pgproxy.AfterCommitComplete, 0)
+			committed = s.cutDelivery(ctx, play, newEvent(ambiguousCommitID, "after-commit"), pgproxy.AfterCommitComplete, 0)
 			sc.at("the cut before COMMIT")
-			rolledBack = s.cutDelivery(ctx, play, newEvent(catalogid.AmbiguousCommit, "before-commit"), pgproxy.BeforeCommit, 0)
+			rolledBack = s.cutDelivery(ctx, play, newEvent(ambiguousCommitID, "before-commit"), pgproxy.BeforeCommit, 0)
 		})
 
-		sc.rule(catalogid.AmbiguousCommitRedeliveryDuplicate, func() []string { return committed.check(adapters.Duplicate) })
-		sc.rule(catalogid.AmbiguousCommitLostCommitApplies, func() []string { return rolledBack.check(adapters.Applied) })
+		sc.rule(ambiguousCommitRedeliveryDuplicate, func() []string { return committed.check(adapters.Duplicate) })
+		sc.rule(ambiguousCommitLostCommitApplies, func() []string { return rolledBack.check(adapters.Applied) })
 	})
 }

@@ -24,8 +24,9 @@ import (
 func (s *state) applies(id string, impl adapters.Implementation) applicability.Decision {
 	f, err := fixtures.LookupFixture(id)
 	if err != nil {
-		// The suite's fixture ids are the catalogue's constants.
-		panic(fmt.Sprintf("harmless: %v", err))
+		// The suite's fixture ids are its definitions', from which the
+		// catalogue is generated.
+		panic(fmt.Sprintf("harmless: %v", err)) // a stale catalogue: go generate ./...
 	}
 	t := applicability.Target{
 		RedeliveryWindow: s.adapter.Declares.RedeliveryWindow,

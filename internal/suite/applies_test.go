@@ -10,12 +10,24 @@ import (
 	"github.com/harmless-dev/harmless/internal/catalogid"
 )
 
-// TestCatalogueVariantsAreTheSuites: every variant the catalogue decides
-// on is one the suite's tree plays, by the same id and name, below its
-// fixture, so that a renamed variant cannot escape its requirements; and
-// every node of the tree has an id of its own.
+// TestCatalogueVariantsAreTheSuites: the tree's fixtures are the
+// catalogue's, in its order (each fixture's method names the fixture it
+// describes); every variant the catalogue decides on is one the suite's
+// tree plays, by the same id and name, below its fixture, so that a
+// renamed variant cannot escape its requirements; and every node of the
+// tree has an id of its own.
 func TestCatalogueVariantsAreTheSuites(t *testing.T) {
 	s := newState(t.Context(), reference.Adapter(), nil)
+	var inTree, inCatalogue []string
+	for _, n := range s.root.children {
+		inTree = append(inTree, n.fixture)
+	}
+	for _, f := range fixtures.Catalog() {
+		inCatalogue = append(inCatalogue, f.ID)
+	}
+	if !slices.Equal(inTree, inCatalogue) {
+		t.Errorf("the tree describes the fixtures %q; the catalogue lists %q", inTree, inCatalogue)
+	}
 	byPath := map[string]*node{}
 	var walk func(n *node)
 	walk = func(n *node) {

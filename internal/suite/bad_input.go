@@ -7,7 +7,7 @@ import (
 	"sync"
 
 	"github.com/harmless-dev/harmless/adapters"
-	"github.com/harmless-dev/harmless/internal/catalogid"
+	"github.com/harmless-dev/harmless/fixtures"
 	"github.com/harmless-dev/harmless/internal/harness"
 	"github.com/harmless-dev/harmless/internal/ledger"
 )
@@ -67,11 +67,47 @@ func (r *oddResult) judge() {
 	}
 }
 
+// The ids of the fixture and its rules, written once, here: the
+// catalogue and internal/catalogid are generated from the definition
+// below. They are stable: labels, reports and other tools use them.
+const (
+	badInputID = "bad-input"
+
+	badInputExactlyOnceOrRejected = "bad-input.exactly-once-or-rejected"
+	badInputRunContinues          = "bad-input.run-continues"
+)
+
+// badInputDefinition is the fixture's catalogue entry, with
+// its rules' reasons and usual suspects, and its page in docs/.
+func badInputDefinition() Definition {
+	return Definition{
+		Page: DocPage{File: "identity.md", Title: "identities"},
+		Fixture: fixtures.Fixture{
+			ID:  badInputID,
+			Doc: "Deliver odd events: an empty id, an empty namespace, ids of 4 KiB and 1 MiB, invalid UTF-8, NUL bytes, SQL metacharacters, an empty payload and a 16 MiB payload; each is delivered twice.",
+			Rules: []fixtures.Rule{
+				{
+					ID: badInputExactlyOnceOrRejected, Level: fixtures.Must,
+					Doc:     "Each odd event is either processed exactly once (Applied, then Duplicate, one effect) or refused cleanly with an error wrapping ErrInvalidInput (no effect); the certificate records which.",
+					Reason:  "Brokers carry whatever producers send. " + seedBound + " An input that crashes the consumer, or is retried for ever, stops the queue.",
+					Suspect: "identities spliced into SQL text, or limits of the database (index row size, NUL in text) surfacing as retryable errors",
+				},
+				{
+					ID: badInputRunContinues, Level: fixtures.Must,
+					Doc:     "After the odd events, the same instance still applies an ordinary event.",
+					Reason:  "One poisonous message must not take the consumer down with it.",
+					Suspect: "a connection or transaction left broken by an error on odd input",
+				},
+			},
+		},
+	}
+}
+
 func (s *state) badInput() {
-	s.describeFixture(catalogid.BadInput, func() {
+	s.describeFixture(badInputID, func() {
 		var (
 			results []oddResult
-			after   = newEvent(catalogid.BadInput, "ordinary-after-odd")
+			after   = newEvent(badInputID, "ordinary-after-odd")
 			next    []harness.Attempt
 			nextFx  []ledger.Entry
 		)
@@ -81,7 +117,7 @@ func (s *state) badInput() {
 		// delivered twice, each time until terminal; then an ordinary
 		// event.
 		batches := (len(events) + pairParallelism - 1) / pairParallelism
-		sc := s.scenario(catalogid.BadInput, work{calls: 1}.plus(untilTerminal(2*batches+1)))
+		sc := s.scenario(badInputID, work{calls: 1}.plus(untilTerminal(2*batches+1)))
 		sc.gather(func(ctx context.Context) {
 			play := sc.begin(ctx)
 			_, _ = play.Instance(ctx, 1) // a factory failure shows up in the attempts
@@ -114,7 +150,7 @@ func (s *state) badInput() {
 			must(err)
 		})
 
-		sc.noteRule(catalogid.BadInputExactlyOnceOrRejected, func() ([]string, string) {
+		sc.noteRule(badInputExactlyOnceOrRejected, func() ([]string, string) {
 			var problems, handled []string
 			for _, r := range results {
 				if r.issue != "" {
@@ -125,7 +161,7 @@ func (s *state) badInput() {
 			}
 			return problems, strings.Join(handled, "; ")
 		})
-		sc.rule(catalogid.BadInputRunContinues, func() []string {
+		sc.rule(badInputRunContinues, func() []string {
 			last := next[len(next)-1]
 			if last.Acked() && last.Outcome == adapters.Applied && len(nextFx) == 1 {
 				return nil

@@ -8,7 +8,7 @@ import (
 
 	"github.com/harmless-dev/harmless/adapters"
 	"github.com/harmless-dev/harmless/faults"
-	"github.com/harmless-dev/harmless/internal/catalogid"
+	"github.com/harmless-dev/harmless/fixtures"
 	"github.com/harmless-dev/harmless/internal/harness"
 	"github.com/harmless-dev/harmless/internal/ledger"
 )
@@ -29,8 +29,53 @@ type roundResult struct {
 	inconclusive string
 }
 
+// The ids of the fixture and its rules, written once, here: the
+// catalogue and internal/catalogid are generated from the definition
+// below. They are stable: labels, reports and other tools use them.
+const (
+	concurrentDeliveryID = "concurrent-delivery"
+
+	concurrentDeliveryOneEffect             = "concurrent-delivery.one-effect"
+	concurrentDeliveryOneApplied            = "concurrent-delivery.one-applied"
+	concurrentDeliveryFailedClaimantNotLost = "concurrent-delivery.failed-claimant-not-lost"
+)
+
+// concurrentDeliveryDefinition is the fixture's catalogue entry, with
+// its rules' reasons and usual suspects, and its page in docs/.
+func concurrentDeliveryDefinition() Definition {
+	return Definition{
+		Page: DocPage{File: "concurrency.md", Title: "duplicates, one after another and at once"},
+		Fixture: fixtures.Fixture{
+			ID: concurrentDeliveryID,
+			Doc: "Release N deliveries of one event together through a barrier, spread over two workers with their own connections; repeat for many rounds, once plainly and once with a database-side sleep after the claim so every contender overlaps the winner's open transaction. " +
+				"Then, in two more variants, a claimant holds the event in a database-side sleep (at the effect, or in COMMIT) while the other N-1 deliveries arrive; once they are seen waiting on a lock or have answered, the harness cancels the claimant's sleep, so its transaction fails there and rolls back. " +
+				"For these the harness plays a broker that treats the copies as one message: once any copy is acknowledged the message is done and nothing is redelivered; while none is, the unacknowledged copies are redelivered until one is acknowledged.",
+			Rules: []fixtures.Rule{
+				{
+					ID: concurrentDeliveryOneEffect, Level: fixtures.Must,
+					Doc:     "Each round's event has exactly one effect, however many deliveries raced for it.",
+					Reason:  "Two workers handed the same event is ordinary at-least-once behaviour. " + seedTwice,
+					Suspect: "check-then-insert without a unique constraint, or a dedup set held in process memory that other workers cannot see",
+				},
+				{
+					ID: concurrentDeliveryOneApplied, Level: fixtures.Must,
+					Doc:     "In each round exactly one delivery is acknowledged as Applied and every other as Duplicate.",
+					Reason:  "The claim must be decided by the database's unique constraint, so exactly one contender wins and the others learn they lost. " + seedClaim,
+					Suspect: "a race between checking for the marker and inserting it",
+				},
+				{
+					ID: concurrentDeliveryFailedClaimantNotLost, Level: fixtures.Must,
+					Doc:     "A contender may be acknowledged Duplicate only if the event ends up applied exactly once: when the claimant fails and rolls back while the other deliveries wait, the event has exactly one effect once every unacknowledged delivery is redelivered.",
+					Reason:  "A claim that is not committed is not yet a fact: it may still roll back. A broker treats the copies of a message as one, so a copy acknowledged as Duplicate while the claimant's transaction is open ends the message, and if the claimant then fails, nothing applies the effect and nothing is redelivered. " + seedFailure + " " + seedTogeth,
+					Suspect: "a delivery that finds the event busy answers Duplicate: a lock_timeout expiring (SQLSTATE 55P03) while it waits on another delivery's uncommitted claim, a failed pg_try_advisory_xact_lock, or a marker row skipped with SKIP LOCKED; it must wait for the claim's outcome, or return an error so that it is redelivered. Or the marker is committed in a transaction of its own before the effect, so the others find it although the claimant's effect rolls back",
+				},
+			},
+		},
+	}
+}
+
 func (s *state) concurrentDelivery() {
-	s.describeFixture(catalogid.ConcurrentDelivery, func() {
+	s.describeFixture(concurrentDeliveryID, func() {
 		variants := []struct {
 			id, name string
 			overlap  bool
@@ -48,7 +93,7 @@ func (s *state) concurrentDelivery() {
 				// Two instances to build; in each play of a round the
 				// contenders race in parallel, each delivered until
 				// terminal.
-				sc := s.scenario(catalogid.ConcurrentDelivery+" / "+v.name, work{calls: 2}.plus(untilTerminal(n*plays)))
+				sc := s.scenario(concurrentDeliveryID+" / "+v.name, work{calls: 2}.plus(untilTerminal(n*plays)))
 				sc.gather(func(ctx context.Context) {
 					play := sc.begin(ctx)
 					rounds = make([]roundResult, 0, n)
@@ -59,10 +104,10 @@ func (s *state) concurrentDelivery() {
 					s.cfg.logf("concurrent-delivery (%s): %d rounds of %d contenders", v.name, len(rounds), s.cfg.contenders)
 				})
 
-				sc.judgedRule(catalogid.ConcurrentDeliveryOneEffect, func() judgement {
+				sc.judgedRule(concurrentDeliveryOneEffect, func() judgement {
 					return collect(rounds, func(r roundResult) []string { return r.oneEffect })
 				})
-				sc.judgedRule(catalogid.ConcurrentDeliveryOneApplied, func() judgement {
+				sc.judgedRule(concurrentDeliveryOneApplied, func() judgement {
 					return collect(rounds, func(r roundResult) []string { return r.oneApplied })
 				})
 			})
@@ -97,7 +142,7 @@ func (s *state) concurrentRound(ctx context.Context, play *harness.Play, round i
 	var problem string
 	var retry bool
 	for try := 1; try <= overlapTries; try++ {
-		r = s.race(ctx, play, newEvent(catalogid.ConcurrentDelivery, fmt.Sprintf("%s-%d-%d", variant, round, try)), overlap)
+		r = s.race(ctx, play, newEvent(concurrentDeliveryID, fmt.Sprintf("%s-%d-%d", variant, round, try)), overlap)
 		if problem, retry = r.overlapProblem(); !retry {
 			break
 		}

@@ -10,7 +10,6 @@ import (
 	"github.com/harmless-dev/harmless/adapters"
 	"github.com/harmless-dev/harmless/faults"
 	"github.com/harmless-dev/harmless/fixtures"
-	"github.com/harmless-dev/harmless/internal/catalogid"
 	"github.com/harmless-dev/harmless/internal/harness"
 	"github.com/harmless-dev/harmless/internal/ledger"
 )
@@ -31,9 +30,9 @@ func (p conflictPayload) digest() string { return adapters.PayloadDigest(p.ev.Pa
 // conflictPair returns two events with the identity id: P1, the ordinary
 // payload, and P2, which differs from it by bytes.
 func conflictPair(id string) (p1, p2 conflictPayload) {
-	ev := newEvent(fixtures.ConflictingPayload, id)
+	ev := newEvent(conflictingPayloadID, id)
 	other := ev
-	other.Payload = fmt.Appendf(nil, `{"fixture":%q,"id":%q,"copy":"conflicting"}`, fixtures.ConflictingPayload, id)
+	other.Payload = fmt.Appendf(nil, `{"fixture":%q,"id":%q,"copy":"conflicting"}`, conflictingPayloadID, id)
 	return conflictPayload{name: "P1", ev: ev}, conflictPayload{name: "P2", ev: other}
 }
 
@@ -67,8 +66,51 @@ const (
 	conflictInFlightVariant   = "while the first is in flight"
 )
 
+// The ids of the fixture and its rules, written once, here: the
+// catalogue and internal/catalogid are generated from the definition
+// below. They are stable: labels, reports and other tools use them.
+const (
+	conflictingPayloadID = "conflicting-payload"
+
+	conflictingPayloadNoSecondEffect         = "conflicting-payload.no-second-effect"
+	conflictingPayloadConflictDetected       = "conflicting-payload.conflict-detected"
+	conflictingPayloadOriginalStillDuplicate = "conflicting-payload.original-still-duplicate"
+)
+
+// conflictingPayloadDefinition is the fixture's catalogue entry, with
+// its rules' reasons and usual suspects, and its page in docs/.
+func conflictingPayloadDefinition() Definition {
+	return Definition{
+		Page: DocPage{File: "conflicts.md", Title: "payload conflicts"},
+		Fixture: fixtures.Fixture{
+			ID:  conflictingPayloadID,
+			Doc: "Deliver the same identity again with a different payload: after the first delivery committed, while the first is still in flight (a database-side sleep holds it open), and with the conflicting copy arriving first. Payload equality is byte equality of the payload as delivered.",
+			Rules: []fixtures.Rule{
+				{
+					ID: conflictingPayloadNoSecondEffect, Level: fixtures.Must,
+					Doc:     "Under any policy, a conflicting copy never applies a second effect and never changes the stored one.",
+					Reason:  "The identity was claimed; whatever the payload, applying again is a duplicate effect and replacing the effect silently rewrites history. " + seedClaim,
+					Suspect: "the payload is part of the key, so a changed payload is treated as a new event; or, when double-delivery fails too, the claim lives in one instance's memory and the copy was delivered to the other instance",
+				},
+				{
+					ID: conflictingPayloadConflictDetected, Level: fixtures.Must,
+					Doc:     "The implementation declares a conflict policy, and a conflicting copy is answered Rejected (or an error wrapping ErrPayloadConflict), not Duplicate, and is not redelivered forever.",
+					Reason:  seedPolicy + " Stripe and the IETF Idempotency-Key draft answer a reused key with a different body with 422. Treating the conflict as a plain duplicate is the bug AWS Lambda Powertools shipped in three languages.",
+					Suspect: "the payload is not compared on conflict (only the identity is checked), or no policy is declared",
+				},
+				{
+					ID: conflictingPayloadOriginalStillDuplicate, Level: fixtures.Must,
+					Doc:     "After a conflicting copy, a redelivery of the payload that was applied is still Duplicate.",
+					Reason:  "Handling a conflict must not disturb the claim: the original event is still delivered at least once more by the broker.",
+					Suspect: "the conflicting copy overwrote the stored marker or digest",
+				},
+			},
+		},
+	}
+}
+
 func (s *state) conflictingPayload() {
-	s.describeFixture(fixtures.ConflictingPayload, func() {
+	s.describeFixture(conflictingPayloadID, func() {
 		variants := []struct {
 			id, name string
 			plays    int // how often the variant may be played
@@ -91,14 +133,14 @@ func (s *state) conflictingPayload() {
 				// payload, the conflicting copy and the applied payload
 				// again, each until terminal; the in-flight variant may
 				// play up to overlapTries times.
-				sc := s.scenario(fixtures.ConflictingPayload+" / "+v.name, work{calls: 2}.plus(untilTerminal(3*v.plays)))
+				sc := s.scenario(conflictingPayloadID+" / "+v.name, work{calls: 2}.plus(untilTerminal(3*v.plays)))
 				sc.gather(func(ctx context.Context) {
 					c = v.play(ctx, sc.begin(ctx))
 				})
 
-				sc.judgedRule(catalogid.ConflictingPayloadNoSecondEffect, func() judgement { return c.noSecondEffect() })
-				sc.judgedRule(catalogid.ConflictingPayloadDetected, func() judgement { return c.detected(s.adapter.Declares.ConflictPolicy) })
-				sc.judgedRule(catalogid.ConflictingPayloadOriginalStands, func() judgement { return c.originalStands() })
+				sc.judgedRule(conflictingPayloadNoSecondEffect, func() judgement { return c.noSecondEffect() })
+				sc.judgedRule(conflictingPayloadConflictDetected, func() judgement { return c.detected(s.adapter.Declares.ConflictPolicy) })
+				sc.judgedRule(conflictingPayloadOriginalStillDuplicate, func() judgement { return c.originalStands() })
 			})
 		}
 	})

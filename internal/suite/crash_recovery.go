@@ -10,6 +10,7 @@ import (
 
 	"github.com/harmless-dev/harmless/adapters"
 	"github.com/harmless-dev/harmless/faults"
+	"github.com/harmless-dev/harmless/fixtures"
 	"github.com/harmless-dev/harmless/internal/catalogid"
 	"github.com/harmless-dev/harmless/internal/harness"
 	"github.com/harmless-dev/harmless/internal/ledger"
@@ -39,7 +40,7 @@ const (
 // can. The fixture needs nothing of where the implementation runs, so it
 // asks before it builds an instance.
 func (s *state) crashUnsupported() string {
-	return s.applies(catalogid.CrashRecovery, nil).Reason
+	return s.applies(crashRecoveryID, nil).Reason
 }
 
 // beginCrash is begin for a scenario that crashes the server: the play's
@@ -64,8 +65,45 @@ func (s *state) crashAndRestart(ctx context.Context) harness.Recovery {
 	return rec
 }
 
+// The ids of the fixture and its rules, written once, here: the
+// catalogue and internal/catalogid are generated from the definition
+// below. They are stable: labels, reports and other tools use them.
+const (
+	crashRecoveryID = "crash-recovery"
+
+	crashRecoveryAppliedSurvives     = "crash-recovery.applied-survives"
+	crashRecoveryInFlightExactlyOnce = "crash-recovery.in-flight-exactly-once"
+)
+
+// crashRecoveryDefinition is the fixture's catalogue entry, with
+// its rules' reasons and usual suspects, and its page in docs/.
+func crashRecoveryDefinition() Definition {
+	return Definition{
+		Page: DocPage{File: "crash-recovery.md", Title: "crash recovery"},
+		Fixture: fixtures.Fixture{
+			ID:       crashRecoveryID,
+			Requires: []fixtures.Requirement{catalogid.NeedsOwnedServer},
+			Doc:      "Crash the database server the harness started for the run (an immediate shutdown of a throwaway cluster, SIGKILL to a container) and start it again, while the implementation keeps running and reaches the server through the harness's wire proxy, which follows it to its new address: once after a delivery was acknowledged, and once each with sixteen deliveries in flight, held inside their transactions by a database-side sleep at the effect, or stopped at their first write to the implementation's tables by a lock the harness holds. Before the in-flight deliveries, sixteen events are delivered at once to warm the implementation up; the harness crashes the server once the deliveries are held in the database, and disarms its faults first, so that none fires after the restart. Then redeliver what was not acknowledged, to the same instances. On a server named by a DSN its rules are not-supported.",
+			Rules: []fixtures.Rule{
+				{
+					ID: crashRecoveryAppliedSurvives, Level: fixtures.Must,
+					Doc:     "After a delivery acknowledged as Applied, a crash and a restart of the server, the effect is there once, the implementation's stored state is still there, and a redelivery to the same instance, which must reconnect by itself, is Duplicate.",
+					Reason:  "An acknowledgement is a promise that the event is handled for good: the claim must be as durable as the effect, or the broker's next redelivery applies it again. " + seedTogeth + " Servers crash, restart and fail over; a consumer that needs restarting with them stops processing until someone notices.",
+					Suspect: "deduplication state that does not survive a server crash (an UNLOGGED table, which crash recovery empties, or a cache beside the database), or a dead connection kept for ever",
+				},
+				{
+					ID: crashRecoveryInFlightExactlyOnce, Level: fixtures.Must,
+					Doc:     "When the server crashes with deliveries in flight, each event has exactly one effect once every unacknowledged delivery is redelivered until acknowledged, and no event acknowledged as Applied before the crash has lost its effect.",
+					Reason:  "A crash is the failure no error handler sees: whatever was not committed is gone, and the broker redelivers everything that was not acknowledged. " + seedTogeth + " " + seedFailure,
+					Suspect: "the marker and the effect committed in separate transactions, so that a crash between the two commits leaves one without the other",
+				},
+			},
+		},
+	}
+}
+
 func (s *state) crashRecovery() {
-	s.describeFixture(catalogid.CrashRecovery, func() {
+	s.describeFixture(crashRecoveryID, func() {
 		s.crashAfterAck()
 		for _, st := range stalls {
 			s.crashInFlight(st)
@@ -79,7 +117,7 @@ func (s *state) crashAfterAck() {
 	s.group("after-ack", "after an acknowledged delivery", func() {
 		var (
 			skip                  string
-			ev                    = newEvent(catalogid.CrashRecovery, "acked")
+			ev                    = newEvent(crashRecoveryID, "acked")
 			before, after         []harness.Attempt
 			rowsBefore, rowsAfter int64
 			restored, effects     []ledger.Entry
@@ -88,7 +126,7 @@ func (s *state) crashAfterAck() {
 		)
 		// One instance to build; a delivery until terminal before the
 		// crash, a redelivery until terminal after it; the restart.
-		sc := s.scenario(catalogid.CrashRecovery+" / after an acknowledged delivery", work{calls: 1, waits: restartBudget}.plus(untilTerminal(2)))
+		sc := s.scenario(crashRecoveryID+" / after an acknowledged delivery", work{calls: 1, waits: restartBudget}.plus(untilTerminal(2)))
 		sc.gather(func(ctx context.Context) {
 			if skip = s.crashUnsupported(); skip != "" {
 				return
@@ -109,7 +147,7 @@ func (s *state) crashAfterAck() {
 			history = play.History(ev)
 		})
 
-		sc.judgedRule(catalogid.CrashRecoveryAppliedSurvives, func() judgement {
+		sc.judgedRule(crashRecoveryAppliedSurvives, func() judgement {
 			if skip != "" {
 				return notSupported(skip)
 			}
@@ -228,7 +266,7 @@ func (f *inFlight) last() harness.Attempt { return f.attempts[len(f.attempts)-1]
 func crashEvents(prefix string, n int) []*inFlight {
 	fs := make([]*inFlight, n)
 	for i := range fs {
-		fs[i] = &inFlight{ev: newEvent(catalogid.CrashRecovery, fmt.Sprintf("%s-%d", prefix, i+1)), worker: 1 + i%2}
+		fs[i] = &inFlight{ev: newEvent(crashRecoveryID, fmt.Sprintf("%s-%d", prefix, i+1)), worker: 1 + i%2}
 	}
 	return fs
 }
@@ -347,7 +385,7 @@ func (s *state) crashInFlight(st stall) {
 		// restart; then every event redelivered until terminal, one after
 		// another.
 		_, stallLimit := stallTiming(s.cfg.deliveryTimeout, 0)
-		sc := s.scenario(catalogid.CrashRecovery+" / with deliveries in flight, "+st.name,
+		sc := s.scenario(crashRecoveryID+" / with deliveries in flight, "+st.name,
 			work{calls: 3, waits: 2*stallLimit + restartBudget}.plus(untilTerminal(2)))
 		sc.gather(func(ctx context.Context) {
 			if skip = s.crashUnsupported(); skip != "" {
@@ -403,7 +441,7 @@ func (s *state) crashInFlight(st stall) {
 			}
 		})
 
-		sc.judgedRule(catalogid.CrashRecoveryInFlightExactlyOnce, func() judgement {
+		sc.judgedRule(crashRecoveryInFlightExactlyOnce, func() judgement {
 			if skip != "" {
 				return notSupported(skip)
 			}

@@ -6,7 +6,7 @@ import (
 	"strings"
 
 	"github.com/harmless-dev/harmless/adapters"
-	"github.com/harmless-dev/harmless/internal/catalogid"
+	"github.com/harmless-dev/harmless/fixtures"
 	"github.com/harmless-dev/harmless/internal/harness"
 	"github.com/harmless-dev/harmless/internal/ledger"
 )
@@ -29,10 +29,53 @@ func newEvent(fixture, id string) adapters.Event {
 	}
 }
 
+// The ids of the fixture and its rules, written once, here: the
+// catalogue and internal/catalogid are generated from the definition
+// below. They are stable: labels, reports and other tools use them.
+const (
+	doubleDeliveryID = "double-delivery"
+
+	doubleDeliveryFirstApplied        = "double-delivery.first-applied"
+	doubleDeliveryRedeliveryDuplicate = "double-delivery.redelivery-duplicate"
+	doubleDeliveryOneEffect           = "double-delivery.one-effect"
+)
+
+// doubleDeliveryDefinition is the fixture's catalogue entry, with
+// its rules' reasons and usual suspects, and its page in docs/.
+func doubleDeliveryDefinition() Definition {
+	return Definition{
+		Page: DocPage{File: "concurrency.md", Title: "duplicates, one after another and at once"},
+		Fixture: fixtures.Fixture{
+			ID:  doubleDeliveryID,
+			Doc: "Deliver an event once, then redeliver it ten times, one after another, alternating between two workers, and once more to a third worker that has never seen it.",
+			Rules: []fixtures.Rule{
+				{
+					ID: doubleDeliveryFirstApplied, Level: fixtures.Must,
+					Doc:     "The first delivery of a new event is acknowledged as Applied.",
+					Reason:  "A run in which nothing is ever applied proves nothing; an implementation must apply new events. " + seedClaim,
+					Suspect: "the claim is never made, or the effect is skipped even when the claim succeeds",
+				},
+				{
+					ID: doubleDeliveryRedeliveryDuplicate, Level: fixtures.Must,
+					Doc:     "Every redelivery of an applied event is acknowledged as Duplicate.",
+					Reason:  "Brokers deliver at least once; a redelivery must be recognised by the event's identity, or the consumer cannot tell it from new work. " + seedTwice,
+					Suspect: "no marker is stored, or the marker is keyed by something that changes between deliveries (a broker message id, a timestamp)",
+				},
+				{
+					ID: doubleDeliveryOneEffect, Level: fixtures.Must,
+					Doc:     "After twelve deliveries the ledger holds exactly one effect, from the first delivery.",
+					Reason:  seedTwice,
+					Suspect: "the effect is applied without checking the claim's result",
+				},
+			},
+		},
+	}
+}
+
 func (s *state) doubleDelivery() {
-	s.describeFixture(catalogid.DoubleDelivery, func() {
+	s.describeFixture(doubleDeliveryID, func() {
 		var (
-			ev      = newEvent(catalogid.DoubleDelivery, "1")
+			ev      = newEvent(doubleDeliveryID, "1")
 			first   []harness.Attempt
 			later   [][]harness.Attempt // the last to freshWorker
 			effects []ledger.Entry
@@ -45,7 +88,7 @@ func (s *state) doubleDelivery() {
 		}
 		// Three instances to build, then twelve deliveries one after
 		// another.
-		sc := s.scenario(catalogid.DoubleDelivery, work{calls: 3}.plus(untilTerminal(2+redeliveries)))
+		sc := s.scenario(doubleDeliveryID, work{calls: 3}.plus(untilTerminal(2+redeliveries)))
 		sc.gather(func(ctx context.Context) {
 			play := sc.begin(ctx)
 			sc.at("the first delivery")
@@ -65,7 +108,7 @@ func (s *state) doubleDelivery() {
 			rows, rowsErr = play.StateRows(ctx)
 		})
 
-		sc.rule(catalogid.DoubleDeliveryFirstApplied, func() []string {
+		sc.rule(doubleDeliveryFirstApplied, func() []string {
 			last := first[len(first)-1]
 			if last.Acked() && last.Outcome == adapters.Applied {
 				return nil
@@ -73,7 +116,7 @@ func (s *state) doubleDelivery() {
 			return []string{fmt.Sprintf("the first delivery ended %s; expected Applied\n%s",
 				last.Result(), describe())}
 		})
-		sc.judgedRule(catalogid.DoubleDeliveryRedeliveryDuplicate, func() judgement {
+		sc.judgedRule(doubleDeliveryRedeliveryDuplicate, func() judgement {
 			var problems []string
 			for i, tries := range later {
 				last := tries[len(tries)-1]
@@ -88,7 +131,7 @@ func (s *state) doubleDelivery() {
 			cause, hint := unsharedClaim(first, later, rows, rowsErr)
 			return judgement{problems: append(problems, describe()), cause: cause, hint: hint}
 		})
-		sc.judgedRule(catalogid.DoubleDeliveryOneEffect, func() judgement {
+		sc.judgedRule(doubleDeliveryOneEffect, func() judgement {
 			if len(effects) == 1 && effects[0].Attempt == first[len(first)-1].Delivery.Attempt {
 				return judgement{}
 			}

@@ -74,7 +74,7 @@ type extFault struct {
 }
 
 func (x *extPlay) event(id string) adapters.Event {
-	ev := newEvent(fixtures.ExternalEffect, x.tag+"-"+id)
+	ev := newEvent(externalEffectID, x.tag+"-"+id)
 	x.events = append(x.events, ev)
 	return ev
 }
@@ -232,8 +232,61 @@ func (x *extPlay) sendWait() time.Duration {
 	return max(x.s.cfg.deliveryTimeout, harness.SendPace(x.s.adapter.Declares))
 }
 
+// The ids of the fixture and its rules, written once, here: the
+// catalogue and internal/catalogid are generated from the definition
+// below. They are stable: labels, reports and other tools use them.
+const (
+	externalEffectID = "external-effect"
+
+	externalEffectStableKey                = "external-effect.stable-key"
+	externalEffectExactlyOnceAtDestination = "external-effect.exactly-once-at-destination"
+	externalEffectNoLoss                   = "external-effect.no-loss"
+	externalEffectNoNewKeyForDuplicates    = "external-effect.no-new-key-for-duplicates"
+)
+
+// externalEffectDefinition is the fixture's catalogue entry, with
+// its rules' reasons and usual suspects, and its page in docs/.
+func externalEffectDefinition() Definition {
+	return Definition{
+		Page: DocPage{File: "external-effects.md", Title: "external effects"},
+		Fixture: fixtures.Fixture{
+			ID:       externalEffectID,
+			Requires: []fixtures.Requirement{catalogid.NeedsExternalEffects},
+			Doc: "The harness runs an external destination for each play, an HTTP API on the loopback that honours idempotency keys as Stripe and the IETF Idempotency-Key draft do, and counts what it processed; the implementation sends each applied event's external effect there. " +
+				"Plays, each with fresh events: redelivery, two workers at once and a conflicting copy; the destination answering 500 then 503; the destination processing a request and dropping the connection before its answer; the destination down while events are delivered (refusing connections), then up again, and the events not acknowledged redelivered; a slow answer; the implementation stopped between its commit and its send (the destination holds the first request, the instance is aborted or closed without draining, the request is dropped unprocessed, a new instance starts on the same schema and the event is redelivered to it); and the database transaction failing at COMMIT after the external call was made, then redelivered. " +
+				"After each play the harness drains every instance that implements adapters.Drainer, and waits until the destination has had no request for the implementation's send pace (its declared max send delay and a margin, else 5s) when an instance cannot be drained or a delay is declared, then judges from the destination's records and the ledger. An implementation that declares no external effects gets not-applicable: \"external effects: none declared\".",
+			Rules: []fixtures.Rule{
+				{
+					ID: externalEffectStableKey, Level: fixtures.Must,
+					Doc:     "Every request for one event carries the same idempotency key, across retries, redeliveries, workers and restarts; two different events never share a key.",
+					Reason:  seedExtern + " A destination deduplicates by the key alone: a key that changes between attempts makes each retry a new effect, and a key shared by two events makes the second a replay of the first.",
+					Suspect: "the key is made per attempt (a random UUID, a timestamp, the broker's message id) instead of being derived from the event's identity, or derived from the id without the namespace",
+				},
+				{
+					ID: externalEffectExactlyOnceAtDestination, Level: fixtures.Must,
+					Doc:     "Once the implementation is drained, the destination has processed each event whose effect committed exactly once, and nothing for an event never applied: a Duplicate, a conflicting copy, a claim that rolled back and was not retried.",
+					Reason:  seedExtern + " The charge made twice and the email sent three times are the commonest duplicate-delivery incidents: they happen at this boundary, not in the database.",
+					Suspect: "the request is sent inside the transaction with a fresh key, so a rolled-back and retried claim sends twice; or a relay retries an ambiguous send with a new key; or a Duplicate or a conflicting copy sends again",
+				},
+				{
+					ID: externalEffectNoLoss, Level: fixtures.Must,
+					Doc:     "Every event whose effect committed (acknowledged Applied) reaches the destination once the implementation is drained: after 500 and 503 answers, a dropped answer, the destination down for a while, and the implementation stopped between its commit and its send.",
+					Reason:  seedExtern + " A send after commit with nothing durable behind it is lost when the process stops between the two; an outbox row written in the claim's transaction is what survives.",
+					Suspect: "the request is sent after commit with no outbox, or the relay deletes the outbox row (or marks it sent) before the destination acknowledged it, or gives up after a failure",
+				},
+				{
+					ID: externalEffectNoNewKeyForDuplicates, Level: fixtures.Must,
+					Doc:     "A redelivery or a conflicting copy never produces a request with a key not already used for that event's applied effect.",
+					Reason:  seedExtern + " A redelivery is the same event: if it sends at all, it must send under the key of the effect already made, so that the destination replays instead of acting again.",
+					Suspect: "the duplicate path makes the external call too, with a key made per delivery (the payload, the attempt, a random value in the key)",
+				},
+			},
+		},
+	}
+}
+
 func (s *state) externalEffect() {
-	s.describeFixture(fixtures.ExternalEffect, func() {
+	s.describeFixture(externalEffectID, func() {
 		for i, v := range extVariants {
 			s.group(v.id, v.name, func() {
 				var (
@@ -246,9 +299,9 @@ func (s *state) externalEffect() {
 				// for a first send, and the drain of two instances at
 				// the implementation's pace.
 				waits := x.sendWait() + harness.DrainLimit(s.adapter.Declares, s.cfg.deliveryTimeout, 2) + slowAnswer + stopGrace
-				x.sc = s.scenario(fixtures.ExternalEffect+" / "+v.name, work{calls: 2 + 4*2, waits: waits}.plus(untilTerminal(4)))
+				x.sc = s.scenario(externalEffectID+" / "+v.name, work{calls: 2 + 4*2, waits: waits}.plus(untilTerminal(4)))
 				x.sc.gather(func(ctx context.Context) {
-					if app = s.applies(fixtures.ExternalEffect, nil); !app.Runs {
+					if app = s.applies(externalEffectID, nil); !app.Runs {
 						return
 					}
 					x.play = x.sc.begin(ctx)
@@ -282,10 +335,10 @@ func (s *state) externalEffect() {
 						return judgement{}
 					}
 				}
-				x.sc.judgedRule(catalogid.ExternalEffectStableKey, judge((*extPlay).stableKey, nil))
-				x.sc.judgedRule(catalogid.ExternalEffectExactlyOnce, judge((*extPlay).exactlyOnce, x.summary))
-				x.sc.judgedRule(catalogid.ExternalEffectNoLoss, judge((*extPlay).noLoss, nil))
-				x.sc.judgedRule(catalogid.ExternalEffectNoNewKeyDuplicates, judge((*extPlay).noNewKey, nil))
+				x.sc.judgedRule(externalEffectStableKey, judge((*extPlay).stableKey, nil))
+				x.sc.judgedRule(externalEffectExactlyOnceAtDestination, judge((*extPlay).exactlyOnce, x.summary))
+				x.sc.judgedRule(externalEffectNoLoss, judge((*extPlay).noLoss, nil))
+				x.sc.judgedRule(externalEffectNoNewKeyForDuplicates, judge((*extPlay).noNewKey, nil))
 			})
 		}
 	})

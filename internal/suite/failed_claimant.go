@@ -11,7 +11,6 @@ import (
 	"github.com/harmless-dev/harmless/adapters"
 	"github.com/harmless-dev/harmless/faults"
 	"github.com/harmless-dev/harmless/fixtures"
-	"github.com/harmless-dev/harmless/internal/catalogid"
 	"github.com/harmless-dev/harmless/internal/harness"
 	"github.com/harmless-dev/harmless/internal/ledger"
 )
@@ -62,7 +61,7 @@ func (s *state) failedClaimant(v claimantVariant) {
 		// Two instances to build; every play of every round delivers the
 		// claimant and, at once, the contenders, then redelivers until a
 		// copy is acknowledged; a round is played up to overlapTries times.
-		sc := s.scenario(catalogid.ConcurrentDelivery+" / "+v.name, work{calls: 2 + n*overlapTries*3}.plus(untilTerminal(n*overlapTries)))
+		sc := s.scenario(concurrentDeliveryID+" / "+v.name, work{calls: 2 + n*overlapTries*3}.plus(untilTerminal(n*overlapTries)))
 		sc.gather(func(ctx context.Context) {
 			play := sc.begin(ctx)
 			for round := 1; round <= n && ctx.Err() == nil && !sc.expired(); round++ {
@@ -72,7 +71,7 @@ func (s *state) failedClaimant(v claimantVariant) {
 			s.cfg.logf("concurrent-delivery (%s): %d plays of %d rounds, %d deliveries each", v.name, len(plays), n, s.cfg.contenders)
 		})
 
-		sc.judgedRule(catalogid.ConcurrentDeliveryFailedClaimantNotLost, func() judgement {
+		sc.judgedRule(concurrentDeliveryFailedClaimantNotLost, func() judgement {
 			problems, note, unproven := judgeClaimant(plays)
 			if unproven != "" {
 				return notSupported(unproven)
@@ -150,7 +149,7 @@ func (s *state) claimantRound(ctx context.Context, play *harness.Play, v claiman
 // it fails the claimant all the same. Then the broker redelivers, if no
 // copy was acknowledged.
 func (s *state) playClaimant(ctx context.Context, play *harness.Play, v claimantVariant, round, try int) claimantResult {
-	ev := newEvent(catalogid.ConcurrentDelivery, fmt.Sprintf("claimant-%s-%d-%d", v.point, round, try))
+	ev := newEvent(concurrentDeliveryID, fmt.Sprintf("claimant-%s-%d-%d", v.point, round, try))
 	label := fmt.Sprintf("round %d", round)
 	if try > 1 {
 		label += fmt.Sprintf(", try %d", try)
@@ -393,7 +392,7 @@ func claimantHint(plays []claimantResult) string {
 		return "" // the usual suspect fits
 	}
 	if suspect {
-		r, _ := fixtures.Lookup(catalogid.ConcurrentDeliveryFailedClaimantNotLost)
+		r, _ := fixtures.Lookup(concurrentDeliveryFailedClaimantNotLost)
 		hints = append(hints, r.Suspect)
 	}
 	return strings.Join(hints, "; or ")

@@ -3,10 +3,12 @@ package suite
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	"github.com/harmless-dev/harmless/adapters"
 	"github.com/harmless-dev/harmless/faults"
 	"github.com/harmless-dev/harmless/faults/pgproxy"
+	"github.com/harmless-dev/harmless/fixtures"
 	"github.com/harmless-dev/harmless/internal/catalogid"
 	"github.com/harmless-dev/harmless/internal/harness"
 	"github.com/harmless-dev/harmless/internal/hooks"
@@ -21,6 +23,9 @@ type failure struct {
 	id, name string
 	// kills reports whether the failure kills the delivery's connection.
 	kills bool
+	// requires is what the variant needs beyond the fixture: the catalogue
+	// lists the variants that need anything (failureVariants).
+	requires []fixtures.Requirement
 	// arm plans the failure for attempt 1 of ev.
 	arm func(ctx context.Context, play *harness.Play, ev adapters.Event) planned
 }
@@ -85,25 +90,88 @@ func proxyFailure(at pgproxy.Point, n int) func(context.Context, *harness.Play, 
 
 // failures are the fixture's variants, by name. The catalogue lists those
 // that need more than the fixture (the Go hooks need an implementation in
-// the harness's process) and decides whether they are played; a test
-// checks that it names only variants of this list.
+// the harness's process), from their requires, and decides whether they
+// are played.
 var failures = []failure{
 	{id: "raise-at-effect", name: "an error raised at the effect", arm: dbFailure(faults.AtEffect, faults.Raise)},
 	{id: "raise-at-commit", name: "an error raised at COMMIT", arm: dbFailure(faults.AtCommit, faults.Raise)},
-	{id: "panic", name: "a panic in the effect", arm: hookFailure(hooks.Panic)},
-	{id: "cancel", name: "a cancelled context", arm: hookFailure(hooks.Cancel)},
+	{id: "panic", name: "a panic in the effect", requires: []fixtures.Requirement{catalogid.NeedsInProcess}, arm: hookFailure(hooks.Panic)},
+	{id: "cancel", name: "a cancelled context", requires: []fixtures.Requirement{catalogid.NeedsInProcess}, arm: hookFailure(hooks.Cancel)},
 	{id: "kill-at-effect", name: "the connection killed at the effect", kills: true, arm: dbFailure(faults.AtEffect, faults.Terminate)},
 	{id: "cut-after-statement", name: "the connection cut by the proxy after the transaction's first statement", kills: true, arm: proxyFailure(pgproxy.AfterStatement, 1)},
 	{id: "cut-before-commit", name: "the connection cut by the proxy before COMMIT", kills: true, arm: proxyFailure(pgproxy.BeforeCommit, 0)},
 }
 
+// The ids of the fixture and its rules, written once, here: the
+// catalogue and internal/catalogid are generated from the definition
+// below. They are stable: labels, reports and other tools use them.
+const (
+	failureAfterMarkerID = "failure-after-marker"
+
+	failureAfterMarkerNotAcknowledged                 = "failure-after-marker.not-acknowledged"
+	failureAfterMarkerRetryApplies                    = "failure-after-marker.retry-applies"
+	failureAfterMarkerSurvivesKilledConnection        = "failure-after-marker.survives-killed-connection"
+	failureAfterMarkerProcessSurvivesKilledConnection = "failure-after-marker.process-survives-killed-connection"
+)
+
+// failureAfterMarkerDefinition is the fixture's catalogue entry, with
+// its rules' reasons and usual suspects, and its page in docs/.
+func failureAfterMarkerDefinition() Definition {
+	return Definition{
+		Page: DocPage{File: "failures.md", Title: "failures around the commit"},
+		Fixture: fixtures.Fixture{
+			ID:       failureAfterMarkerID,
+			Variants: failureVariants(),
+			Doc:      "Make the transaction fail after the marker is inserted and before the effect commits (an error at the effect, an error at COMMIT, a panic in the effect, a cancelled context, the connection killed by the server or cut by the wire proxy), then redeliver. The panic and the cancelled context are Go hooks in the effect: for an implementation in another process (--exec) they are not-supported, and the other variants cover the same failure.",
+			Rules: []fixtures.Rule{
+				{
+					ID: failureAfterMarkerNotAcknowledged, Level: fixtures.Must,
+					Doc:     "A delivery whose transaction failed is not acknowledged: it returns an error.",
+					Reason:  "An acknowledged delivery is never redelivered; acknowledging a rolled-back delivery loses the event.",
+					Suspect: "errors from the effect or from COMMIT are swallowed and the delivery is acknowledged anyway",
+				},
+				{
+					ID: failureAfterMarkerRetryApplies, Level: fixtures.Must,
+					Doc:     "The redelivery after the failure is Applied and the ledger ends with exactly one effect.",
+					Reason:  seedFailure + " " + seedTogeth,
+					Suspect: "the marker is committed in its own transaction before the effect, so the retry finds it and drops the event",
+				},
+				{
+					ID: failureAfterMarkerSurvivesKilledConnection, Level: fixtures.Must,
+					Doc:     "After its connection was killed mid-transaction, the same instance still applies new events.",
+					Reason:  "Connections die in production; a consumer that cannot recover from one stops processing everything after it.",
+					Suspect: "a broken connection is kept and reused, or a transaction is left open on it",
+				},
+				{
+					ID: failureAfterMarkerProcessSurvivesKilledConnection, Level: fixtures.Should,
+					Doc:     "When its connection is killed mid-transaction, the implementation's process survives: it reports the error and goes on, and no supervisor has to restart it.",
+					Reason:  "A supervisor restarts a consumer that dies, and the broker redelivers what it had in flight, so a crash loses nothing the MUST rules judge; but every crash drops the work of every delivery the process had in flight, and a process that dies on every lost connection turns a database failover into a crash loop. node-postgres, for one, kills the process on an 'error' event nobody listens to, on the pool or on a checked-out client.",
+					Suspect: "an error event with no listener (node-postgres's pool, or a client checked out of it), or an exception that escapes the handler",
+				},
+			},
+		},
+	}
+}
+
+// failureVariants are the failures the catalogue lists: those that need
+// more than the fixture.
+func failureVariants() []fixtures.Variant {
+	var vs []fixtures.Variant
+	for _, f := range failures {
+		if len(f.requires) > 0 {
+			vs = append(vs, fixtures.Variant{ID: f.id, Name: f.name, Requires: slices.Clone(f.requires)})
+		}
+	}
+	return vs
+}
+
 func (s *state) failureAfterMarker() {
-	s.describeFixture(catalogid.FailureAfterMarker, func() {
+	s.describeFixture(failureAfterMarkerID, func() {
 		for i, f := range failures {
 			s.group(f.id, f.name, func() {
 				var (
-					ev              = newEvent(catalogid.FailureAfterMarker, fmt.Sprint(i+1))
-					after           = newEvent(catalogid.FailureAfterMarker, fmt.Sprintf("%d-after", i+1))
+					ev              = newEvent(failureAfterMarkerID, fmt.Sprint(i+1))
+					after           = newEvent(failureAfterMarkerID, fmt.Sprintf("%d-after", i+1))
 					what            string
 					fired           int64
 					first           harness.Attempt
@@ -117,19 +185,19 @@ func (s *state) failureAfterMarker() {
 				// One instance to build; the failing delivery, its
 				// redeliveries until terminal and, after a killed
 				// connection, a new event until terminal.
-				sc := s.scenario(catalogid.FailureAfterMarker+" / "+f.name, work{calls: 1}.plus(untilTerminal(2)))
+				sc := s.scenario(failureAfterMarkerID+" / "+f.name, work{calls: 1}.plus(untilTerminal(2)))
 				sc.gather(func(ctx context.Context) {
 					play := sc.begin(ctx)
 					// Only an instance knows where it applies the effect;
 					// one that cannot be built fails its first delivery
 					// below, as before.
 					var impl adapters.Implementation
-					if listsVariant(catalogid.FailureAfterMarker, f.id) {
+					if listsVariant(failureAfterMarkerID, f.id) {
 						if built, err := play.Instance(ctx, 1); err == nil {
 							impl = built
 						}
 					}
-					if skip = s.applies(catalogid.FailureAfterMarker, impl).Excludes(f.id); skip != "" {
+					if skip = s.applies(failureAfterMarkerID, impl).Excludes(f.id); skip != "" {
 						return
 					}
 					plan := f.arm(ctx, play, ev)
@@ -185,7 +253,7 @@ func (s *state) failureAfterMarker() {
 					return judgement{problems: []string{fmt.Sprintf("the planned fault (%s) did not fire: %s\n%s", what, seen, harness.DescribeEvent(ev, effects, history))}}
 				}
 
-				sc.judgedRule(catalogid.FailureAfterMarkerNotAcknowledged, func() judgement {
+				sc.judgedRule(failureAfterMarkerNotAcknowledged, func() judgement {
 					if j := notFired(); j.final() {
 						return j
 					}
@@ -195,7 +263,7 @@ func (s *state) failureAfterMarker() {
 					}
 					return judgement{}
 				})
-				sc.judgedRule(catalogid.FailureAfterMarkerRetryApplies, func() judgement {
+				sc.judgedRule(failureAfterMarkerRetryApplies, func() judgement {
 					if j := notFired(); j.final() {
 						return j
 					}
@@ -211,7 +279,7 @@ func (s *state) failureAfterMarker() {
 						what, harness.Times(fired), then, len(effects), harness.DescribeEvent(ev, effects, history))}}
 				})
 				if f.kills {
-					sc.judgedRule(catalogid.FailureAfterMarkerSurvivesKill, func() judgement {
+					sc.judgedRule(failureAfterMarkerSurvivesKilledConnection, func() judgement {
 						if j := notFired(); j.final() {
 							return j
 						}
@@ -222,7 +290,7 @@ func (s *state) failureAfterMarker() {
 						return judgement{problems: []string{fmt.Sprintf("after its connection was killed (%s), worker 1 handled a new event badly\n%s",
 							what, harness.DescribeEvent(after, nextFx, next))}}
 					})
-					sc.judgedRule(catalogid.FailureAfterMarkerProcessSurvivesKill, func() judgement {
+					sc.judgedRule(failureAfterMarkerProcessSurvivesKilledConnection, func() judgement {
 						if j := notFired(); j.final() {
 							return j
 						}

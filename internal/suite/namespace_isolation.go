@@ -6,7 +6,7 @@ import (
 	"strings"
 
 	"github.com/harmless-dev/harmless/adapters"
-	"github.com/harmless-dev/harmless/internal/catalogid"
+	"github.com/harmless-dev/harmless/fixtures"
 )
 
 // join is one way of building a single key from an identity: namespace and
@@ -124,13 +124,49 @@ func unambiguous(plays []pairResult) (problems []string, note string) {
 	return problems, note
 }
 
+// The ids of the fixture and its rules, written once, here: the
+// catalogue and internal/catalogid are generated from the definition
+// below. They are stable: labels, reports and other tools use them.
+const (
+	namespaceIsolationID = "namespace-isolation"
+
+	namespaceIsolationSameIDTwoNamespaces = "namespace-isolation.same-id-two-namespaces"
+	namespaceIsolationUnambiguousIdentity = "namespace-isolation.unambiguous-identity"
+)
+
+// namespaceIsolationDefinition is the fixture's catalogue entry, with
+// its rules' reasons and usual suspects, and its page in docs/.
+func namespaceIsolationDefinition() Definition {
+	return Definition{
+		Page: DocPage{File: "identity.md", Title: "identities"},
+		Fixture: fixtures.Fixture{
+			ID:  namespaceIsolationID,
+			Doc: "Deliver the same id in two namespaces, and pairs of identities that one join of namespace and id into a single string would merge: for each separator (none, \"/\", \":\", \"|\", \".\", NUL, \"-\", \"_\", \"#\", \",\", \";\", a space, \"@\") and each order, such as (\"harmless:p5\", \"42\") and (\"harmless\", \"p5:42\"), or (\"harmlessp1\", \"42\") and (\"harmless\", \"p142\") for no separator; and two pairs with an empty namespace. Pairs are played eight at a time, the two events of a pair one after the other, on the two workers.",
+			Rules: []fixtures.Rule{
+				{
+					ID: namespaceIsolationSameIDTwoNamespaces, Level: fixtures.Must,
+					Doc:     "The same id in two namespaces is two events: both are Applied, two effects.",
+					Reason:  seedNS,
+					Suspect: "the unique key is the id alone",
+				},
+				{
+					ID: namespaceIsolationUnambiguousIdentity, Level: fixtures.Must,
+					Doc:     "Namespace and id are never joined ambiguously: each pair a join would merge is two events, two effects, unless one of its events is refused cleanly (ErrInvalidInput, no effect); a refused event proves nothing, so a join without a separator must be shown absent by a pair whose events were both accepted.",
+					Reason:  seedNS + " A key built by concatenation (\"a:b\" + \"c\" = \"a\" + \"b:c\") merges events that are not the same. Refusing an identity the implementation cannot store is allowed everywhere (see bad-input), and refusing the separator in namespaces or ids does make a join with it unambiguous.",
+					Suspect: "the key is namespace and id joined into one string, with or without a separator, or the id alone",
+				},
+			},
+		},
+	}
+}
+
 func (s *state) namespaceIsolation() {
-	s.describeFixture(catalogid.NamespaceIsolation, func() {
+	s.describeFixture(namespaceIsolationID, func() {
 		var sameID pairResult
 		var joined []pairResult
 		same, pairs := namespacePairs()
 		all := append([]identityPair{same}, pairs...)
-		sc := s.scenario(catalogid.NamespaceIsolation, pairWork(len(all), false))
+		sc := s.scenario(namespaceIsolationID, pairWork(len(all), false))
 		sc.gather(func(ctx context.Context) {
 			play := sc.begin(ctx)
 			sc.at("%d pairs, %d at a time", len(all), pairParallelism)
@@ -138,7 +174,7 @@ func (s *state) namespaceIsolation() {
 			sameID, joined = plays[0], plays[1:]
 		})
 
-		sc.rule(catalogid.NamespaceIsolationSameID, func() []string {
+		sc.rule(namespaceIsolationSameIDTwoNamespaces, func() []string {
 			if p := sameID.problem(); p != "" {
 				return []string{p}
 			}
@@ -148,7 +184,7 @@ func (s *state) namespaceIsolation() {
 			}
 			return nil
 		})
-		sc.noteRule(catalogid.NamespaceIsolationUnambiguous, func() ([]string, string) {
+		sc.noteRule(namespaceIsolationUnambiguousIdentity, func() ([]string, string) {
 			return unambiguous(joined)
 		})
 	})

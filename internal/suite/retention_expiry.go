@@ -246,11 +246,62 @@ func notApplied(ev adapters.Event, tries []harness.Attempt) string {
 		ev, last.Result(), len(tries))
 }
 
+// The ids of the fixture and its rules, written once, here: the
+// catalogue and internal/catalogid are generated from the definition
+// below. They are stable: labels, reports and other tools use them.
+const (
+	retentionExpiryID = "retention-expiry"
+
+	retentionExpiryKeptInsideWindow    = "retention-expiry.kept-inside-window"
+	retentionExpiryPurgedAfterWindow   = "retention-expiry.purged-after-window"
+	retentionExpiryConcurrentPurgeSafe = "retention-expiry.concurrent-purge-safe"
+	retentionExpiryStateBounded        = "retention-expiry.state-bounded"
+)
+
+// retentionExpiryDefinition is the fixture's catalogue entry, with
+// its rules' reasons and usual suspects, and its page in docs/.
+func retentionExpiryDefinition() Definition {
+	return Definition{
+		Page: DocPage{File: "retention.md", Title: "retention of deduplication state"},
+		Fixture: fixtures.Fixture{
+			ID:       retentionExpiryID,
+			Requires: []fixtures.Requirement{catalogid.NeedsRedeliveryWindow},
+			Doc:      "With the harness's clock (or, for implementations that cannot take it, real time and a short declared window W): deliver at t0; purge and redeliver at t0+W-ε; purge at t0+W+ε; purge while redeliveries of events inside the window run; and drive many events through many windows with periodic purges.",
+			Rules: []fixtures.Rule{
+				{
+					ID: retentionExpiryKeptInsideWindow, Level: fixtures.Must,
+					Doc:     "Inside the declared redelivery window a purge keeps the marker: a redelivery at t0+W-ε is Duplicate and the marker is still stored.",
+					Reason:  seedWindow,
+					Suspect: "dedup state purged inside the redelivery window (a retention shorter than the broker's redelivery window)",
+				},
+				{
+					ID: retentionExpiryPurgedAfterWindow, Level: fixtures.Must,
+					Doc:     "A purge after the window removes the marker, so state is bounded. (A redelivery after expiry then applies again; the harness reports it, outside the window, as information.)",
+					Reason:  "Dedup state kept for ever grows without bound; the window is the contract that makes removing it safe.",
+					Suspect: "no purge at all, or a purge that ignores its cutoff",
+				},
+				{
+					ID: retentionExpiryConcurrentPurgeSafe, Level: fixtures.Must,
+					Doc:     "Purges running concurrently with redeliveries of events inside the window never break deduplication.",
+					Reason:  "Purges run from a cron or a background loop while deliveries continue; they must only ever remove expired state.",
+					Suspect: "a purge that deletes by the wrong cutoff, or deletes and re-inserts markers",
+				},
+				{
+					ID: retentionExpiryStateBounded, Level: fixtures.Must,
+					Doc:     "Over many events and many windows with periodic purges, the stored state stays bounded by the window, not by the history.",
+					Reason:  seedWindow + " No longer: state proportional to history is a slow outage.",
+					Suspect: "a purge that never runs, or removes nothing",
+				},
+			},
+		},
+	}
+}
+
 func (s *state) retentionExpiry() {
 	// The fixture needs a window it can play, which the declaration alone
 	// decides: it is known when the tree is built.
-	r := newRetention(s.applies(fixtures.RetentionExpiry, nil), s.adapter.Declares)
-	s.describeFixture(fixtures.RetentionExpiry, func() {
+	r := newRetention(s.applies(retentionExpiryID, nil), s.adapter.Declares)
+	s.describeFixture(retentionExpiryID, func() {
 		s.retentionOneEvent(r)
 		s.retentionPurgeRace(r)
 		s.retentionManyWindows(r)
@@ -262,7 +313,7 @@ func (s *state) retentionExpiry() {
 func (s *state) retentionOneEvent(r retention) {
 	s.group("one-event", "one event through its window", func() {
 		var (
-			ev          = newEvent(fixtures.RetentionExpiry, "window")
+			ev          = newEvent(retentionExpiryID, "window")
 			tl          *timeline
 			claimedBy   time.Time // the first delivery ran from tl.t0 to claimedBy
 			reclaimed   bool      // the redelivery inside the window claimed the event again
@@ -281,7 +332,7 @@ func (s *state) retentionOneEvent(r retention) {
 		// Two instances to build; the first delivery, the redelivery
 		// inside the window and the one after it, each until terminal; two
 		// purges; in real time, two windows of waiting.
-		sc := s.scenario(fixtures.RetentionExpiry+" / one event through its window", work{calls: 2 + 2, waits: r.realTime(2 * (r.window + r.eps))}.plus(untilTerminal(3)))
+		sc := s.scenario(retentionExpiryID+" / one event through its window", work{calls: 2 + 2, waits: r.realTime(2 * (r.window + r.eps))}.plus(untilTerminal(3)))
 		sc.gather(func(ctx context.Context) {
 			s.cfg.logf("retention-expiry: %s", r)
 			if r.unsupported != "" {
@@ -319,7 +370,7 @@ func (s *state) retentionOneEvent(r retention) {
 				rowsInside, tl.at(inside.at), rowsAfter, tl.at(after.at), lateNote(tl, ev, lateAt, late))
 		})
 
-		sc.judgedRule(catalogid.RetentionExpiryKeptInsideWindow, func() judgement {
+		sc.judgedRule(retentionExpiryKeptInsideWindow, func() judgement {
 			if j := r.applies(); j.final() {
 				return j
 			}
@@ -362,7 +413,7 @@ func (s *state) retentionOneEvent(r retention) {
 			}
 			return judgement{problems: problems, hint: hint}
 		})
-		sc.judgedRule(catalogid.RetentionExpiryPurgedAfterWindow, func() judgement {
+		sc.judgedRule(retentionExpiryPurgedAfterWindow, func() judgement {
 			if j := r.applies(); j.final() {
 				return j
 			}
@@ -420,7 +471,7 @@ func (s *state) retentionPurgeRace(r retention) {
 		// terminal; then, at once, the purges one after another and the
 		// redeliveries of each recent event; in real time, a window of
 		// waiting.
-		sc := s.scenario(fixtures.RetentionExpiry+" / purge while redeliveries run",
+		sc := s.scenario(retentionExpiryID+" / purge while redeliveries run",
 			work{calls: 2 + retentionPurges, waits: r.realTime(r.window + r.eps)}.plus(untilTerminal(2*retentionBatch+retentionRedeliveries)))
 		sc.gather(func(ctx context.Context) {
 			if r.unsupported != "" {
@@ -429,7 +480,7 @@ func (s *state) retentionPurgeRace(r retention) {
 			play := sc.begin(ctx)
 			tl = newTimeline(play, nil, 0)
 			for i := range retentionBatch {
-				ev := newEvent(fixtures.RetentionExpiry, fmt.Sprintf("old-%d", i+1))
+				ev := newEvent(retentionExpiryID, fmt.Sprintf("old-%d", i+1))
 				if p := notApplied(ev, play.DeliverUntilTerminal(ctx, 1, ev)); p != "" {
 					setup = append(setup, p)
 				}
@@ -438,7 +489,7 @@ func (s *state) retentionPurgeRace(r retention) {
 			must(tl.AdvanceTo(ctx, oldBy.Add(r.window/2)))
 			recentFrom = tl.Now()
 			for i := range retentionBatch {
-				ev := newEvent(fixtures.RetentionExpiry, fmt.Sprintf("recent-%d", i+1))
+				ev := newEvent(retentionExpiryID, fmt.Sprintf("recent-%d", i+1))
 				tries := play.DeliverUntilTerminal(ctx, 1, ev)
 				if p := notApplied(ev, tries); p != "" {
 					setup = append(setup, p)
@@ -498,7 +549,7 @@ func (s *state) retentionPurgeRace(r retention) {
 				len(purges), tl.span(raceFrom, raceBy), removed, len(recent)*retentionRedeliveries, len(recent))
 		})
 
-		sc.judgedRule(catalogid.RetentionExpiryConcurrentPurge, func() judgement {
+		sc.judgedRule(retentionExpiryConcurrentPurgeSafe, func() judgement {
 			if j := r.applies(); j.final() {
 				return j
 			}
@@ -581,7 +632,7 @@ func (s *state) retentionManyWindows(r retention) {
 		// One instance to build; every step delivers its events, each until
 		// terminal, and purges; in real time, a quarter window between
 		// steps.
-		sc := s.scenario(fixtures.RetentionExpiry+" / many windows", work{calls: 1 + r.steps, waits: r.realTime(time.Duration(r.steps) * r.window / stepsPerWindow)}.plus(untilTerminal(r.steps*stepEvents)))
+		sc := s.scenario(retentionExpiryID+" / many windows", work{calls: 1 + r.steps, waits: r.realTime(time.Duration(r.steps) * r.window / stepsPerWindow)}.plus(untilTerminal(r.steps*stepEvents)))
 		sc.gather(func(ctx context.Context) {
 			if r.unsupported != "" {
 				return
@@ -593,7 +644,7 @@ func (s *state) retentionManyWindows(r retention) {
 				must(tl.AdvanceTo(ctx, tl.t0.Add(time.Duration(i)*r.window/stepsPerWindow)))
 				st := windowStep{at: tl.Now()}
 				for j := range stepEvents {
-					ev := newEvent(fixtures.RetentionExpiry, fmt.Sprintf("step-%d-%d", i+1, j+1))
+					ev := newEvent(retentionExpiryID, fmt.Sprintf("step-%d-%d", i+1, j+1))
 					if p := notApplied(ev, play.DeliverUntilTerminal(ctx, 1, ev)); p != "" {
 						st.setup = append(st.setup, p)
 					}
@@ -607,7 +658,7 @@ func (s *state) retentionManyWindows(r retention) {
 			s.cfg.logf("retention-expiry (many windows): rows after each of %d steps: %s", len(steps), series())
 		})
 
-		sc.judgedRule(catalogid.RetentionExpiryStateBounded, func() judgement {
+		sc.judgedRule(retentionExpiryStateBounded, func() judgement {
 			if j := r.applies(); j.final() {
 				return j
 			}

@@ -4,9 +4,6 @@ import (
 	"fmt"
 	"regexp"
 	"strings"
-
-	"github.com/harmless-dev/harmless/fixtures"
-	"github.com/harmless-dev/harmless/internal/catalogid"
 )
 
 // The fixtures describe themselves as a tree of plain values, built once
@@ -112,36 +109,14 @@ func (s *state) attach(sc *scenario) {
 	sc.node = n
 }
 
-// build describes every fixture of the catalogue, in its order, in a
-// fresh tree. Each fixture's plays and judges are in a file of its own
-// (double_delivery.go, ...), beside its catalogue entry's file in package
-// fixtures; describe is the suite's one list of them.
+// build describes every fixture of the list (fixtureList, catalog.go),
+// in its order, in a fresh tree. Each fixture's method, in the fixture's
+// file beside its definition, adds the fixture's node.
 func (s *state) build() {
-	describe := map[string]func(){
-		catalogid.DoubleDelivery:     s.doubleDelivery,
-		catalogid.ConcurrentDelivery: s.concurrentDelivery,
-		catalogid.FailureAfterMarker: s.failureAfterMarker,
-		fixtures.ConflictingPayload:  s.conflictingPayload,
-		fixtures.RetentionExpiry:     s.retentionExpiry,
-		catalogid.NamespaceIsolation: s.namespaceIsolation,
-		catalogid.BadInput:           s.badInput,
-		catalogid.IdentityFidelity:   s.identityFidelity,
-		catalogid.AmbiguousCommit:    s.ambiguousCommit,
-		catalogid.CrashRecovery:      s.crashRecovery,
-		fixtures.ExternalEffect:      s.externalEffect,
-	}
-	catalog := fixtures.Catalog()
-	if len(describe) != len(catalog) {
-		panic(fmt.Sprintf("harmless: the suite describes %d fixtures, the catalogue has %d", len(describe), len(catalog))) // a bug in the suite itself
-	}
 	s.root = &node{}
 	s.building = s.root
-	for _, f := range catalog {
-		fn, ok := describe[f.ID]
-		if !ok {
-			panic("harmless: the suite does not describe fixture " + f.ID) // a bug in the suite itself
-		}
-		fn()
+	for _, f := range fixtureList() {
+		f.describe(s)
 	}
 	s.building = nil
 }

@@ -106,7 +106,9 @@ func skipFor(a applicability.Decision, variant string) judgement {
 func (s *state) addRule(sc *scenario, id string, judge func() judgement) {
 	r, err := fixtures.Lookup(id)
 	if err != nil {
-		panic(err) // a typo in the suite itself
+		// The rule is missing from its fixture's definition, or the
+		// catalogue was not generated since it was added.
+		panic(fmt.Sprintf("harmless: %v in the catalogue: is it in its fixture's definition, and the catalogue regenerated (go generate ./...)?", err)) // a bug in the suite itself
 	}
 	rec := &specRecord{rule: r, where: sc.node.where(), scenario: sc, judge: judge}
 	for _, other := range sc.rules {
@@ -205,7 +207,7 @@ func verdict(specs []*specRecord) (certificate.Verdict, string) {
 // first delivery but not while the first is in flight points to a race,
 // not to a missing comparison.
 func variantHint(rule string, passedIn, failedIn []string) string {
-	if !strings.HasPrefix(rule, fixtures.ConflictingPayload+".") || len(failedIn) == 0 {
+	if !strings.HasPrefix(rule, conflictingPayloadID+".") || len(failedIn) == 0 {
 		return ""
 	}
 	for _, w := range failedIn {
