@@ -534,13 +534,13 @@ func TestAChildThatDiesOnAKilledConnectionIsCertified(t *testing.T) {
 		switch {
 		case r.Fixture == fixtures.ExternalEffect && cert.Declared.ExternalEffects == adapters.NoExternalEffects:
 			want = certificate.VerdictNotApplicable
-		case r.ID == catalogid.FailureAfterMarkerProcessSurvivesKill:
+		case r.ID == catalogid.FailureAfterMarkerProcessSurvivesKilledConnection:
 			want = certificate.VerdictFail
 		}
 		if r.Verdict != want {
 			t.Errorf("rule %s: %s; want %s\n%s", r.ID, r.Verdict, want, r.Message)
 		}
-		if r.ID == catalogid.FailureAfterMarkerProcessSurvivesKill && !strings.Contains(r.Message, "Connection terminated unexpectedly") {
+		if r.ID == catalogid.FailureAfterMarkerProcessSurvivesKilledConnection && !strings.Contains(r.Message, "Connection terminated unexpectedly") {
 			t.Errorf("the SHOULD rule's message does not quote the crash report:\n%s", r.Message)
 		}
 	}

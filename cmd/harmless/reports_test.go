@@ -258,7 +258,7 @@ func TestJUnitOfEveryVerdict(t *testing.T) {
 		SuiteVersion: suite.Version, Harness: certificate.HarnessInfo{Commit: "0123abcd-dirty"},
 		Rules: []certificate.RuleResult{
 			{ID: catalogid.DoubleDeliveryOneEffect, Fixture: catalogid.DoubleDelivery, Level: fixtures.Must, Verdict: certificate.VerdictPass},
-			{ID: catalogid.ConflictingPayloadDetected, Fixture: fixtures.ConflictingPayload, Level: fixtures.Must, Verdict: certificate.VerdictFail,
+			{ID: catalogid.ConflictingPayloadConflictDetected, Fixture: fixtures.ConflictingPayload, Level: fixtures.Must, Verdict: certificate.VerdictFail,
 				Message: "MUST violated: <Duplicate> & \"not\" Rejected\n- event a/b applied once"},
 			{ID: catalogid.CrashRecoveryAppliedSurvives, Fixture: catalogid.CrashRecovery, Level: fixtures.Must, Verdict: certificate.VerdictNotSupported,
 				Message: "needs a server the harness owns"},
@@ -307,8 +307,8 @@ func TestPrinter(t *testing.T) {
 		Fixture: fixtures.ConflictingPayload,
 		Rules: []certificate.RuleResult{
 			{ID: catalogid.ConflictingPayloadNoSecondEffect, Verdict: certificate.VerdictPass},
-			{ID: catalogid.ConflictingPayloadDetected, Verdict: certificate.VerdictFail},
-			{ID: catalogid.ConflictingPayloadOriginalStands, Verdict: certificate.VerdictNotSupported},
+			{ID: catalogid.ConflictingPayloadConflictDetected, Verdict: certificate.VerdictFail},
+			{ID: catalogid.ConflictingPayloadOriginalStillDuplicate, Verdict: certificate.VerdictNotSupported},
 		},
 		Duration: 1200 * time.Millisecond,
 	}

@@ -1,121 +1,17 @@
 // Package catalogid holds the stable ids of the catalogue's fixtures,
-// rules and requirements, for the harness's code that names them: the
-// catalogue (package fixtures) gives them to its entries, and the engine
-// that plays and judges the fixtures (internal/suite), the command and
-// the tests refer to them by these names. Users read the ids as strings,
-// from the catalogue, `harmless list` and certificates, so they need no
-// Go names of their own. The three fixture ids that public code does
-// name (fixtures.ConflictingPayload, fixtures.RetentionExpiry and
-// fixtures.ExternalEffect) are package fixtures' instead.
+// rules and requirements as Go names, for the harness's code that names
+// them. The fixtures' and rules' ids (ids_gen.go) are generated, with the
+// catalogue of package fixtures, from the fixtures' definitions in
+// internal/suite, where each id is written once; the tests name them
+// here. The suite's own code names its ids as its definitions do instead,
+// since the generator compiles it (TestGeneratorNeedsNotItsOutput in
+// internal/docgen). The requirements' ids, which the definitions and
+// internal/applicability share, are written here. Users read the ids as
+// strings, from the catalogue, `harmless list` and certificates, so they
+// need no Go names of their own. The three fixture ids that public code
+// does name (fixtures.ConflictingPayload, fixtures.RetentionExpiry and
+// fixtures.ExternalEffect) are package fixtures' too.
 package catalogid
-
-// DoubleDelivery is the fixture's id, and the rest are its rules' ids. They
-// are stable: labels, reports and other tools use them.
-const (
-	DoubleDelivery = "double-delivery"
-
-	DoubleDeliveryFirstApplied        = "double-delivery.first-applied"
-	DoubleDeliveryRedeliveryDuplicate = "double-delivery.redelivery-duplicate"
-	DoubleDeliveryOneEffect           = "double-delivery.one-effect"
-)
-
-// ConcurrentDelivery is the fixture's id, and the rest are its rules' ids.
-// They are stable: labels, reports and other tools use them.
-const (
-	ConcurrentDelivery = "concurrent-delivery"
-
-	ConcurrentDeliveryOneEffect             = "concurrent-delivery.one-effect"
-	ConcurrentDeliveryOneApplied            = "concurrent-delivery.one-applied"
-	ConcurrentDeliveryFailedClaimantNotLost = "concurrent-delivery.failed-claimant-not-lost"
-)
-
-// FailureAfterMarker is the fixture's id, and the rest are its rules' ids.
-// They are stable: labels, reports and other tools use them.
-const (
-	FailureAfterMarker = "failure-after-marker"
-
-	FailureAfterMarkerNotAcknowledged = "failure-after-marker.not-acknowledged"
-	FailureAfterMarkerRetryApplies    = "failure-after-marker.retry-applies"
-	FailureAfterMarkerSurvivesKill    = "failure-after-marker.survives-killed-connection"
-	// FailureAfterMarkerProcessSurvivesKill is a SHOULD rule.
-	FailureAfterMarkerProcessSurvivesKill = "failure-after-marker.process-survives-killed-connection"
-)
-
-// The ids of the rules of conflicting-payload, whose own id is
-// fixtures.ConflictingPayload. They are stable: labels, reports and other
-// tools use them.
-const (
-	ConflictingPayloadNoSecondEffect = "conflicting-payload.no-second-effect"
-	ConflictingPayloadDetected       = "conflicting-payload.conflict-detected"
-	ConflictingPayloadOriginalStands = "conflicting-payload.original-still-duplicate"
-)
-
-// The ids of the rules of retention-expiry, whose own id is
-// fixtures.RetentionExpiry. They are stable: labels, reports and other
-// tools use them.
-const (
-	RetentionExpiryKeptInsideWindow  = "retention-expiry.kept-inside-window"
-	RetentionExpiryPurgedAfterWindow = "retention-expiry.purged-after-window"
-	RetentionExpiryConcurrentPurge   = "retention-expiry.concurrent-purge-safe"
-	RetentionExpiryStateBounded      = "retention-expiry.state-bounded"
-)
-
-// NamespaceIsolation is the fixture's id, and the rest are its rules' ids.
-// They are stable: labels, reports and other tools use them.
-const (
-	NamespaceIsolation = "namespace-isolation"
-
-	NamespaceIsolationSameID      = "namespace-isolation.same-id-two-namespaces"
-	NamespaceIsolationUnambiguous = "namespace-isolation.unambiguous-identity"
-)
-
-// BadInput is the fixture's id, and the rest are its rules' ids. They are
-// stable: labels, reports and other tools use them.
-const (
-	BadInput = "bad-input"
-
-	BadInputExactlyOnceOrRejected = "bad-input.exactly-once-or-rejected"
-	BadInputRunContinues          = "bad-input.run-continues"
-)
-
-// IdentityFidelity is the fixture's id, and the rest are its rules' ids.
-// They are stable: labels, reports and other tools use them.
-const (
-	IdentityFidelity = "identity-fidelity"
-
-	IdentityFidelityBytes     = "identity-fidelity.bytes-kept"
-	IdentityFidelityText      = "identity-fidelity.text-kept"
-	IdentityFidelityLength    = "identity-fidelity.length-kept"
-	IdentityFidelityNamespace = "identity-fidelity.namespace-kept"
-)
-
-// AmbiguousCommit is the fixture's id, and the rest are its rules' ids.
-// They are stable: labels, reports and other tools use them.
-const (
-	AmbiguousCommit = "ambiguous-commit"
-
-	AmbiguousCommitRedeliveryDuplicate = "ambiguous-commit.redelivery-duplicate"
-	AmbiguousCommitLostCommitApplies   = "ambiguous-commit.lost-commit-applies"
-)
-
-// CrashRecovery is the fixture's id, and the rest are its rules' ids. They
-// are stable: labels, reports and other tools use them.
-const (
-	CrashRecovery = "crash-recovery"
-
-	CrashRecoveryAppliedSurvives     = "crash-recovery.applied-survives"
-	CrashRecoveryInFlightExactlyOnce = "crash-recovery.in-flight-exactly-once"
-)
-
-// The ids of the rules of external-effect, whose own id is
-// fixtures.ExternalEffect. They are stable: labels, reports and other
-// tools use them.
-const (
-	ExternalEffectStableKey          = "external-effect.stable-key"
-	ExternalEffectExactlyOnce        = "external-effect.exactly-once-at-destination"
-	ExternalEffectNoLoss             = "external-effect.no-loss"
-	ExternalEffectNoNewKeyDuplicates = "external-effect.no-new-key-for-duplicates"
-)
 
 // The ids of the requirements a fixture or a variant may have
 // (fixtures.Requirement), which internal/applicability decides. They are

@@ -1,8 +1,11 @@
-// Package docgen writes the documentation that is generated from the code:
-// the rule table in README.md, the verdict matrix in docs/proof.md and the
-// rules page docs/rules.md, from package fixtures and the registry of
-// built-in adapters (internal/adapters/builtin). Run `go generate ./...`
-// after changing a rule; a test fails while the files are stale.
+// Package docgen writes what is generated from the fixtures' definitions
+// (internal/suite) and the registry of built-in adapters
+// (internal/adapters/builtin): the catalogue of package fixtures and the
+// ids of internal/catalogid, as Go (Code), then the rule table in
+// README.md, the verdict matrix in docs/proof.md and the rules page
+// docs/rules.md, with each fixture's page from its definition. Run
+// `go generate ./...` after changing a fixture; tests fail while any of
+// these files is stale.
 package docgen
 
 import (
@@ -13,7 +16,7 @@ import (
 	"github.com/harmless-dev/harmless/fixtures"
 	"github.com/harmless-dev/harmless/internal/adapters/builtin"
 	"github.com/harmless-dev/harmless/internal/applicability"
-	"github.com/harmless-dev/harmless/internal/catalogid"
+	"github.com/harmless-dev/harmless/internal/suite"
 	"github.com/harmless-dev/harmless/suite/certificate"
 )
 
@@ -43,9 +46,13 @@ func RulesPage() string {
 	b.WriteString("Some fixtures, and some variants of a fixture, need something of the implementation or of the run (their needs are listed under them); `harmless list --adapter NAME` (or `--exec COMMAND`, with the database flags of certify) says before a run which rules will run and why the others cannot.\n\n")
 	b.WriteString("The quotations are from the pattern this harness checks, *Make duplicate delivery harmless*.\n\n")
 	b.WriteString("What a run creates and drops on a database you name, and the privileges it needs there: [safety.md](safety.md).\n\n")
+	pages := map[string]suite.DocPage{}
+	for _, d := range suite.Definitions() {
+		pages[d.Fixture.ID] = d.Page
+	}
 	for _, f := range fixtures.Catalog() {
 		fmt.Fprintf(&b, "## Fixture `%s`\n\n%s\n\n", f.ID, f.Doc)
-		if page, ok := FixturePage(f.ID); ok {
+		if page := pages[f.ID]; page.File != "" {
 			fmt.Fprintf(&b, "More: [%s](%s).\n\n", page.Title, page.File)
 		}
 		for _, r := range f.Requires {
@@ -66,30 +73,6 @@ func RulesPage() string {
 		}
 	}
 	return b.String()
-}
-
-// Page is a page of docs/ that explains a fixture at length.
-type Page struct{ File, Title string }
-
-// FixturePage returns the page docs/rules.md links from fixture, if any.
-func FixturePage(fixture string) (Page, bool) {
-	switch fixture {
-	case catalogid.DoubleDelivery, catalogid.ConcurrentDelivery:
-		return Page{"concurrency.md", "duplicates, one after another and at once"}, true
-	case catalogid.FailureAfterMarker, catalogid.AmbiguousCommit:
-		return Page{"failures.md", "failures around the commit"}, true
-	case fixtures.ConflictingPayload:
-		return Page{"conflicts.md", "payload conflicts"}, true
-	case fixtures.RetentionExpiry:
-		return Page{"retention.md", "retention of deduplication state"}, true
-	case catalogid.NamespaceIsolation, catalogid.IdentityFidelity, catalogid.BadInput:
-		return Page{"identity.md", "identities"}, true
-	case catalogid.CrashRecovery:
-		return Page{"crash-recovery.md", "crash recovery"}, true
-	case fixtures.ExternalEffect:
-		return Page{"external-effects.md", "external effects"}, true
-	}
-	return Page{}, false
 }
 
 // SpliceReadme replaces the generated part of README.md, the rule table,

@@ -26,10 +26,10 @@ func TestVariantHint(t *testing.T) {
 		passed, failed   []string
 		wantRace, wantNo bool
 	}{
-		{"sequential passed, in flight failed", catalogid.ConflictingPayloadDetected, []string{seq, first}, []string{inFlight}, true, false},
-		{"every variant failed", catalogid.ConflictingPayloadDetected, nil, []string{seq, inFlight, first}, false, true},
+		{"sequential passed, in flight failed", catalogid.ConflictingPayloadConflictDetected, []string{seq, first}, []string{inFlight}, true, false},
+		{"every variant failed", catalogid.ConflictingPayloadConflictDetected, nil, []string{seq, inFlight, first}, false, true},
 		{"sequential failed", catalogid.ConflictingPayloadNoSecondEffect, []string{inFlight}, []string{seq}, false, true},
-		{"in flight failed but sequential did not run", catalogid.ConflictingPayloadDetected, []string{first}, []string{inFlight}, false, true},
+		{"in flight failed but sequential did not run", catalogid.ConflictingPayloadConflictDetected, []string{first}, []string{inFlight}, false, true},
 		{"another fixture", catalogid.ConcurrentDeliveryOneEffect, []string{seq}, []string{inFlight}, false, true},
 	} {
 		got := variantHint(tc.rule, tc.passed, tc.failed)

@@ -123,7 +123,7 @@ var misbehavers = map[string]misbehaving{
 		// all the same, but a policy nobody documented is no policy.
 		adapter: noPolicy(),
 		opts:    small,
-		failing: []string{catalogid.ConflictingPayloadDetected},
+		failing: []string{catalogid.ConflictingPayloadConflictDetected},
 		says:    "no conflict policy",
 	},
 	"quotes-the-id": {

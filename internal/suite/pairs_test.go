@@ -299,14 +299,14 @@ func TestFidelityPairsMergeUnderRealKeys(t *testing.T) {
 		key   func(adapters.Event) string
 		rules []string
 	}{
-		{"a JSON key", jsonKey, []string{catalogid.IdentityFidelityBytes, catalogid.IdentityFidelityNamespace}},
-		{"invalid bytes decoded as U+FFFD", onBoth(func(s string) string { return strings.ToValidUTF8(s, "\uFFFD") }), []string{catalogid.IdentityFidelityBytes, catalogid.IdentityFidelityNamespace}},
-		{"a C string", onBoth(cString), []string{catalogid.IdentityFidelityBytes, catalogid.IdentityFidelityNamespace}},
-		{"lower() on the id", onID(asciiLower), []string{catalogid.IdentityFidelityText}},
-		{"trimmed", onBoth(strings.TrimSpace), []string{catalogid.IdentityFidelityText, catalogid.IdentityFidelityNamespace}},
-		{"a number", onID(numeric), []string{catalogid.IdentityFidelityText}},
-		{"left(id, 64)", onID(truncate), []string{catalogid.IdentityFidelityLength}},
-		{"the id alone", func(ev adapters.Event) string { return ev.ID }, []string{catalogid.IdentityFidelityNamespace}},
+		{"a JSON key", jsonKey, []string{catalogid.IdentityFidelityBytesKept, catalogid.IdentityFidelityNamespaceKept}},
+		{"invalid bytes decoded as U+FFFD", onBoth(func(s string) string { return strings.ToValidUTF8(s, "\uFFFD") }), []string{catalogid.IdentityFidelityBytesKept, catalogid.IdentityFidelityNamespaceKept}},
+		{"a C string", onBoth(cString), []string{catalogid.IdentityFidelityBytesKept, catalogid.IdentityFidelityNamespaceKept}},
+		{"lower() on the id", onID(asciiLower), []string{catalogid.IdentityFidelityTextKept}},
+		{"trimmed", onBoth(strings.TrimSpace), []string{catalogid.IdentityFidelityTextKept, catalogid.IdentityFidelityNamespaceKept}},
+		{"a number", onID(numeric), []string{catalogid.IdentityFidelityTextKept}},
+		{"left(id, 64)", onID(truncate), []string{catalogid.IdentityFidelityLengthKept}},
+		{"the id alone", func(ev adapters.Event) string { return ev.ID }, []string{catalogid.IdentityFidelityNamespaceKept}},
 	} {
 		merged := map[string]bool{}
 		seen := map[string]string{} // key -> pair

@@ -122,7 +122,7 @@ type retentionCase struct {
 func retentionVerdicts(v certificate.Verdict, fail ...string) map[string]certificate.Verdict {
 	want := map[string]certificate.Verdict{}
 	for _, id := range []string{catalogid.RetentionExpiryKeptInsideWindow, catalogid.RetentionExpiryPurgedAfterWindow,
-		catalogid.RetentionExpiryConcurrentPurge, catalogid.RetentionExpiryStateBounded} {
+		catalogid.RetentionExpiryConcurrentPurgeSafe, catalogid.RetentionExpiryStateBounded} {
 		want[id] = v
 	}
 	for _, id := range fail {
@@ -140,7 +140,7 @@ var retentionCases = map[string]retentionCase{
 	// The bugs of broken-early-purge and broken-no-purge, in real time.
 	"early-purge-realtime": {
 		adapter: storeAdapter("early-purge-realtime", realTime(realTimeWindow), purgeEarly),
-		want:    retentionVerdicts(certificate.VerdictPass, catalogid.RetentionExpiryKeptInsideWindow, catalogid.RetentionExpiryConcurrentPurge),
+		want:    retentionVerdicts(certificate.VerdictPass, catalogid.RetentionExpiryKeptInsideWindow, catalogid.RetentionExpiryConcurrentPurgeSafe),
 		says:    "ended Applied",
 	},
 	"no-purge-realtime": {

@@ -34,15 +34,15 @@ var strictCases = map[string]strictCase{
 		// What a published library does.
 		refuse: func(ev adapters.Event) bool { return ev.Namespace == "" },
 		says: map[string]string{
-			catalogid.BadInputExactlyOnceOrRejected: "an empty namespace: rejected as invalid input",
-			catalogid.NamespaceIsolationUnambiguous: `refused cleanly, which proves nothing about a merge: "harmless\x00p11"/42`,
+			catalogid.BadInputExactlyOnceOrRejected:         "an empty namespace: rejected as invalid input",
+			catalogid.NamespaceIsolationUnambiguousIdentity: `refused cleanly, which proves nothing about a merge: "harmless\x00p11"/42`,
 		},
 	},
 	"refuses-all-but-dotted-words": {
 		refuse: func(ev adapters.Event) bool { return !dottedWords.MatchString(ev.Namespace) },
 		says: map[string]string{
-			catalogid.NamespaceIsolationUnambiguous: `not exposed, because an event holding the separator was refused in every pair that would show them (refusing the separator makes such a join unambiguous): namespace and id joined with "/"`,
-			catalogid.IdentityFidelityNamespace:     "refused cleanly",
+			catalogid.NamespaceIsolationUnambiguousIdentity: `not exposed, because an event holding the separator was refused in every pair that would show them (refusing the separator makes such a join unambiguous): namespace and id joined with "/"`,
+			catalogid.IdentityFidelityNamespaceKept:         "refused cleanly",
 		},
 	},
 }

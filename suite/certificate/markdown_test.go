@@ -43,9 +43,9 @@ func TestPartialMarkdownSaysWhatDidNotRun(t *testing.T) {
 // one, and passes.
 func sampleCertificate() Certificate {
 	except := map[string]Verdict{
-		catalogid.ConflictingPayloadDetected:   VerdictFail,
-		catalogid.CrashRecoveryAppliedSurvives: VerdictNotSupported,
-		catalogid.BadInputRunContinues:         VerdictSkipped,
+		catalogid.ConflictingPayloadConflictDetected: VerdictFail,
+		catalogid.CrashRecoveryAppliedSurvives:       VerdictNotSupported,
+		catalogid.BadInputRunContinues:               VerdictSkipped,
 	}
 	rules := ruleVerdicts(VerdictPass, except)
 	for i, r := range rules {

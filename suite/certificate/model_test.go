@@ -32,7 +32,7 @@ func TestVerify(t *testing.T) {
 		want     adapters.Declaration
 	}{
 		{"every rule passed", all, nil, all},
-		{"a conflict rule failed", all, map[string]Verdict{catalogid.ConflictingPayloadDetected: VerdictFail},
+		{"a conflict rule failed", all, map[string]Verdict{catalogid.ConflictingPayloadConflictDetected: VerdictFail},
 			adapters.Declaration{RedeliveryWindow: 24 * time.Hour, AcceptsClock: true}},
 		{"a retention rule failed", all, map[string]Verdict{catalogid.RetentionExpiryStateBounded: VerdictFail},
 			adapters.Declaration{ConflictPolicy: adapters.RejectConflicts}},
@@ -92,8 +92,8 @@ func TestStatus(t *testing.T) {
 		{"a SHOULD rule failed", should(ruleVerdicts(VerdictPass, map[string]Verdict{catalogid.BadInputRunContinues: VerdictFail}), catalogid.BadInputRunContinues), StatusCertified, 0},
 		{"nothing ran", ruleVerdicts(VerdictSkipped, nil), StatusPartial, must},
 		{"external-effect not-applicable", ruleVerdicts(VerdictPass, map[string]Verdict{
-			catalogid.ExternalEffectStableKey: VerdictNotApplicable, catalogid.ExternalEffectExactlyOnce: VerdictNotApplicable,
-			catalogid.ExternalEffectNoLoss: VerdictNotApplicable, catalogid.ExternalEffectNoNewKeyDuplicates: VerdictNotApplicable,
+			catalogid.ExternalEffectStableKey: VerdictNotApplicable, catalogid.ExternalEffectExactlyOnceAtDestination: VerdictNotApplicable,
+			catalogid.ExternalEffectNoLoss: VerdictNotApplicable, catalogid.ExternalEffectNoNewKeyForDuplicates: VerdictNotApplicable,
 		}), StatusCertified, 0},
 		{"no rules at all", nil, StatusNotCertified, 0},
 	} {

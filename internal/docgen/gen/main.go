@@ -1,6 +1,11 @@
-// Command gen regenerates README.md's rule table, docs/proof.md's verdict
-// matrix and docs/rules.md from the rule catalogue and the verdict matrix.
-// It runs from `go generate ./...`.
+// Command gen regenerates what is generated from the fixtures'
+// definitions (internal/suite) and the registry of built-in adapters. It
+// runs twice from `go generate ./...` (fixtures/doc.go): with -code it
+// writes the Go files, the catalogue of package fixtures and the ids of
+// internal/catalogid; without, README.md's rule table, docs/proof.md's
+// verdict matrix and docs/rules.md. The docs come second, from a new
+// build, because they read the catalogue through package fixtures and the
+// registry, which must already be the one the first run wrote.
 package main
 
 import (
@@ -14,14 +19,34 @@ import (
 
 func main() {
 	root := flag.String("root", ".", "the repository's root")
+	code := flag.Bool("code", false, "write the generated Go files instead of the docs")
 	flag.Parse()
-	if err := generate(*root); err != nil {
+	write := docs
+	if *code {
+		write = goFiles
+	}
+	if err := write(*root); err != nil {
 		fmt.Fprintln(os.Stderr, "docgen:", err)
 		os.Exit(1)
 	}
 }
 
-func generate(root string) error {
+// goFiles writes the Go files generated from the fixtures' definitions.
+func goFiles(root string) error {
+	files, err := docgen.Code()
+	if err != nil {
+		return err
+	}
+	for _, f := range files {
+		if err := os.WriteFile(filepath.Join(root, filepath.FromSlash(f.Path)), f.Text, 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// docs writes the generated parts of the docs.
+func docs(root string) error {
 	for _, f := range []struct {
 		path   string
 		splice func(string) (string, error)
