@@ -14,7 +14,7 @@ import (
 // ErrBudgetExpired marks a call to the implementation that the harness did
 // not make, or cut short, because the play's budget had run out (see
 // [Play.StartBudget]).
-var ErrBudgetExpired = errors.New("the scenario's budget ran out")
+var ErrBudgetExpired = errors.New("the play's budget ran out")
 
 // CallSlot is the longest one guarded call to an implementation can take
 // with the given timeout: the timeout, then the grace period the guard
@@ -36,7 +36,7 @@ type budget struct {
 // passed, calls in flight have their contexts cancelled (an attempt then
 // ends with an error wrapping [ErrBudgetExpired]) and no new call is made.
 // The harness's own work, reading the ledger and the history, goes on, so
-// that a scenario whose budget ran out can still report what it saw.
+// that a play whose budget ran out can still report what it saw.
 // Without StartBudget a play has no budget. Calling it again restarts the
 // budget.
 func (s *Play) StartBudget(limit time.Duration) {
@@ -148,7 +148,7 @@ func (s *Play) stopBudget() {
 	s.releaseBudgetLocked()
 }
 
-// Progress is what a play has done so far: the evidence a scenario
+// Progress is what a play has done so far: the evidence a play
 // reports when it cannot finish.
 type Progress struct {
 	// Deliveries counts the deliveries that ended; Pending those still in

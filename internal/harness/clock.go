@@ -19,7 +19,7 @@ func (SystemClock) Now() time.Time { return time.Now() }
 // It runs at the pace of real time from wherever it was set, so that a
 // lease or a timeout an implementation measures on it runs out as it would
 // in production; the harness jumps it (Set) to play days in a moment, and
-// stops it (Freeze) where a scenario needs exact times, as the retention
+// stops it (Freeze) where a play needs exact times, as the retention
 // plays do. It is safe for concurrent use.
 type ManualClock struct {
 	mu sync.Mutex

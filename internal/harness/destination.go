@@ -64,7 +64,7 @@ func QuietBound(d adapters.Declaration, timeout time.Duration) time.Duration {
 
 // DrainLimit is the longest [Play.Drain] takes for a play of at most
 // instances instances: a guarded Drain call for each, then the wait for
-// the destination to go quiet. Scenarios budget their drains with it.
+// the destination to go quiet. Plays budget their drains with it.
 func DrainLimit(d adapters.Declaration, timeout time.Duration, instances int) time.Duration {
 	return addSat(mulSat(CallSlot(max(timeout, SendPace(d))), instances), QuietBound(d, timeout))
 }

@@ -19,13 +19,12 @@ import (
 	"github.com/harmless-dev/harmless/internal/ledger"
 )
 
-// Play is the environment of one play of a fixture's scenario: its own
-// schema with the ledger and the fault points, its Go-level hooks, the
-// implementation instances it built and the history of every delivery it
-// made. A fixture's Ordered container makes one play of each scenario
-// variant and judges one or more rules on it; those rules (Ginkgo specs)
-// share the play and all it gathered, and the play ends after the last of
-// them.
+// Play is the environment of one play of a fixture (or of one variant of
+// it): its own schema with the ledger and the fault points, its Go-level
+// hooks, the implementation instances it built and the history of every
+// delivery it made. The suite makes one play of each variant of a fixture
+// and judges one or more rules on it; those rules (Ginkgo specs) share the
+// play and all it gathered, and the play ends after the last of them.
 type Play struct {
 	run     *Run
 	adapter adapters.Adapter

@@ -248,8 +248,8 @@ func (r *Run) Close(ctx context.Context) error {
 }
 
 // NewPlay creates a fresh environment, with a schema of its own, for one
-// play of a fixture's scenario with adapter. The run names its plays s1,
-// s2, ... in turn.
+// play of a fixture, or of one variant of it, with adapter. The run names
+// its plays s1, s2, ... in turn.
 func (r *Run) NewPlay(ctx context.Context, adapter adapters.Adapter) (*Play, error) {
 	return r.NewPlayWith(ctx, adapter, PlayOptions{})
 }

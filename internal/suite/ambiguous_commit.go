@@ -121,16 +121,16 @@ func (s *state) ambiguousCommit() {
 		var committed, rolledBack proxyCut
 		// One instance to build; two cuts, each a delivery and then
 		// redeliveries until terminal.
-		sc := s.scenario(ambiguousCommitID, work{calls: 1}.plus(untilTerminal(2)))
-		sc.gather(func(ctx context.Context) {
-			play := sc.begin(ctx)
-			sc.at("the cut after COMMIT's answer")
+		pn := s.play(ambiguousCommitID, work{calls: 1}.plus(untilTerminal(2)))
+		pn.gather(func(ctx context.Context) {
+			play := pn.begin(ctx)
+			pn.at("the cut after COMMIT's answer")
 			committed = s.cutDelivery(ctx, play, newEvent(ambiguousCommitID, "after-commit"), pgproxy.AfterCommitComplete, 0)
-			sc.at("the cut before COMMIT")
+			pn.at("the cut before COMMIT")
 			rolledBack = s.cutDelivery(ctx, play, newEvent(ambiguousCommitID, "before-commit"), pgproxy.BeforeCommit, 0)
 		})
 
-		sc.rule(ambiguousCommitRedeliveryDuplicate, func() []string { return committed.check(adapters.Duplicate) })
-		sc.rule(ambiguousCommitLostCommitApplies, func() []string { return rolledBack.check(adapters.Applied) })
+		pn.rule(ambiguousCommitRedeliveryDuplicate, func() []string { return committed.check(adapters.Duplicate) })
+		pn.rule(ambiguousCommitLostCommitApplies, func() []string { return rolledBack.check(adapters.Applied) })
 	})
 }

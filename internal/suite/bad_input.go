@@ -117,11 +117,11 @@ func (s *state) badInput() {
 		// delivered twice, each time until terminal; then an ordinary
 		// event.
 		batches := (len(events) + pairParallelism - 1) / pairParallelism
-		sc := s.scenario(badInputID, work{calls: 1}.plus(untilTerminal(2*batches+1)))
-		sc.gather(func(ctx context.Context) {
-			play := sc.begin(ctx)
+		pn := s.play(badInputID, work{calls: 1}.plus(untilTerminal(2*batches+1)))
+		pn.gather(func(ctx context.Context) {
+			play := pn.begin(ctx)
 			_, _ = play.Instance(ctx, 1) // a factory failure shows up in the attempts
-			sc.at("the %d odd events", len(events))
+			pn.at("the %d odd events", len(events))
 			results = make([]oddResult, len(events))
 			slots := make(chan struct{}, pairParallelism)
 			var wg sync.WaitGroup
@@ -143,14 +143,14 @@ func (s *state) badInput() {
 				}()
 			}
 			wg.Wait()
-			sc.at("the ordinary event after the odd ones")
+			pn.at("the ordinary event after the odd ones")
 			next = play.DeliverUntilTerminal(ctx, 1, after)
 			var err error
 			nextFx, err = play.Effects(ctx, after)
 			must(err)
 		})
 
-		sc.noteRule(badInputExactlyOnceOrRejected, func() ([]string, string) {
+		pn.noteRule(badInputExactlyOnceOrRejected, func() ([]string, string) {
 			var problems, handled []string
 			for _, r := range results {
 				if r.issue != "" {
@@ -161,7 +161,7 @@ func (s *state) badInput() {
 			}
 			return problems, strings.Join(handled, "; ")
 		})
-		sc.rule(badInputRunContinues, func() []string {
+		pn.rule(badInputRunContinues, func() []string {
 			last := next[len(next)-1]
 			if last.Acked() && last.Outcome == adapters.Applied && len(nextFx) == 1 {
 				return nil

@@ -57,7 +57,7 @@ func TestBudgetChild(t *testing.T) {
 	})
 }
 
-// TestBudgetRunsOut: when a scenario's budget runs out, each of its rules
+// TestBudgetRunsOut: when a play's budget runs out, each of its rules
 // fails with the evidence gathered so far (where the play was, the
 // deliveries made and pending, the faults fired), never with a bare
 // timeout, and the run goes on to the end.

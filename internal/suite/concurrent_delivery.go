@@ -93,21 +93,21 @@ func (s *state) concurrentDelivery() {
 				// Two instances to build; in each play of a round the
 				// contenders race in parallel, each delivered until
 				// terminal.
-				sc := s.scenario(concurrentDeliveryID+" / "+v.name, work{calls: 2}.plus(untilTerminal(n*plays)))
-				sc.gather(func(ctx context.Context) {
-					play := sc.begin(ctx)
+				pn := s.play(concurrentDeliveryID+" / "+v.name, work{calls: 2}.plus(untilTerminal(n*plays)))
+				pn.gather(func(ctx context.Context) {
+					play := pn.begin(ctx)
 					rounds = make([]roundResult, 0, n)
-					for round := 1; round <= n && ctx.Err() == nil && !sc.expired(); round++ {
-						sc.at("round %d of %d (%d played)", round, n, round-1)
+					for round := 1; round <= n && ctx.Err() == nil && !pn.expired(); round++ {
+						pn.at("round %d of %d (%d played)", round, n, round-1)
 						rounds = append(rounds, s.concurrentRound(ctx, play, round, v.overlap))
 					}
 					s.cfg.logf("concurrent-delivery (%s): %d rounds of %d contenders", v.name, len(rounds), s.cfg.contenders)
 				})
 
-				sc.judgedRule(concurrentDeliveryOneEffect, func() judgement {
+				pn.judgedRule(concurrentDeliveryOneEffect, func() judgement {
 					return collect(rounds, func(r roundResult) []string { return r.oneEffect })
 				})
-				sc.judgedRule(concurrentDeliveryOneApplied, func() judgement {
+				pn.judgedRule(concurrentDeliveryOneApplied, func() judgement {
 					return collect(rounds, func(r roundResult) []string { return r.oneApplied })
 				})
 			})

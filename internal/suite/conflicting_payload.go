@@ -133,14 +133,14 @@ func (s *state) conflictingPayload() {
 				// payload, the conflicting copy and the applied payload
 				// again, each until terminal; the in-flight variant may
 				// play up to overlapTries times.
-				sc := s.scenario(conflictingPayloadID+" / "+v.name, work{calls: 2}.plus(untilTerminal(3*v.plays)))
-				sc.gather(func(ctx context.Context) {
-					c = v.play(ctx, sc.begin(ctx))
+				pn := s.play(conflictingPayloadID+" / "+v.name, work{calls: 2}.plus(untilTerminal(3*v.plays)))
+				pn.gather(func(ctx context.Context) {
+					c = v.play(ctx, pn.begin(ctx))
 				})
 
-				sc.judgedRule(conflictingPayloadNoSecondEffect, func() judgement { return c.noSecondEffect() })
-				sc.judgedRule(conflictingPayloadConflictDetected, func() judgement { return c.detected(s.adapter.Declares.ConflictPolicy) })
-				sc.judgedRule(conflictingPayloadOriginalStillDuplicate, func() judgement { return c.originalStands() })
+				pn.judgedRule(conflictingPayloadNoSecondEffect, func() judgement { return c.noSecondEffect() })
+				pn.judgedRule(conflictingPayloadConflictDetected, func() judgement { return c.detected(s.adapter.Declares.ConflictPolicy) })
+				pn.judgedRule(conflictingPayloadOriginalStillDuplicate, func() judgement { return c.originalStands() })
 			})
 		}
 	})

@@ -31,7 +31,7 @@ const (
 	stallSettleMin = 500 * time.Millisecond
 	// stallPoll is how often the harness looks for stalled deliveries.
 	stallPoll = 20 * time.Millisecond
-	// restartBudget is what a scenario's budget allows for crashing the
+	// restartBudget is what a play's budget allows for crashing the
 	// server and starting it again, crash recovery included.
 	restartBudget = 2 * time.Minute
 )
@@ -43,12 +43,12 @@ func (s *state) crashUnsupported() string {
 	return s.applies(crashRecoveryID, nil).Reason
 }
 
-// beginCrash is begin for a scenario that crashes the server: the play's
+// beginCrash is begin for a play that crashes the server: the play's
 // instances connect through its wire proxy, so that they keep their
 // address when the server comes back at another one (a container gets a
 // new host port); the restart points the proxy there.
-func (sc *scenario) beginCrash(ctx context.Context) *harness.Play {
-	play := sc.begin(ctx)
+func (pn *playNode) beginCrash(ctx context.Context) *harness.Play {
+	play := pn.begin(ctx)
 	_, err := play.UseProxy(ctx)
 	must(err, "put the wire proxy between the implementation and the server")
 	return play
@@ -126,12 +126,12 @@ func (s *state) crashAfterAck() {
 		)
 		// One instance to build; a delivery until terminal before the
 		// crash, a redelivery until terminal after it; the restart.
-		sc := s.scenario(crashRecoveryID+" / after an acknowledged delivery", work{calls: 1, waits: restartBudget}.plus(untilTerminal(2)))
-		sc.gather(func(ctx context.Context) {
+		pn := s.play(crashRecoveryID+" / after an acknowledged delivery", work{calls: 1, waits: restartBudget}.plus(untilTerminal(2)))
+		pn.gather(func(ctx context.Context) {
 			if skip = s.crashUnsupported(); skip != "" {
 				return
 			}
-			play := sc.beginCrash(ctx)
+			play := pn.beginCrash(ctx)
 			before = play.DeliverUntilTerminal(ctx, 1, ev)
 			var err error
 			rowsBefore, err = play.StateRows(ctx)
@@ -147,7 +147,7 @@ func (s *state) crashAfterAck() {
 			history = play.History(ev)
 		})
 
-		sc.judgedRule(crashRecoveryAppliedSurvives, func() judgement {
+		pn.judgedRule(crashRecoveryAppliedSurvives, func() judgement {
 			if skip != "" {
 				return notSupported(skip)
 			}
@@ -250,7 +250,7 @@ func holdWrites(ctx context.Context, play *harness.Play, _ []adapters.Event, _ t
 	return h.Waiting, "the harness's EXCLUSIVE lock on " + h.String(), h.Release, ""
 }
 
-// inFlight is one event of an in-flight scenario and what became of it.
+// inFlight is one event of an in-flight play and what became of it.
 type inFlight struct {
 	ev       adapters.Event
 	worker   int
@@ -385,13 +385,13 @@ func (s *state) crashInFlight(st stall) {
 		// restart; then every event redelivered until terminal, one after
 		// another.
 		_, stallLimit := stallTiming(s.cfg.deliveryTimeout, 0)
-		sc := s.scenario(crashRecoveryID+" / with deliveries in flight, "+st.name,
+		pn := s.play(crashRecoveryID+" / with deliveries in flight, "+st.name,
 			work{calls: 3, waits: 2*stallLimit + restartBudget}.plus(untilTerminal(2)))
-		sc.gather(func(ctx context.Context) {
+		pn.gather(func(ctx context.Context) {
 			if skip = s.crashUnsupported(); skip != "" {
 				return
 			}
-			play := sc.beginCrash(ctx)
+			play := pn.beginCrash(ctx)
 			settled, flying = crashEvents("settled", crashInFlight), crashEvents("in-flight", crashInFlight)
 			all = append(append([]*inFlight(nil), settled...), flying...)
 			slowestWarmUp, warmedAtOnce = s.warmUp(ctx, play, settled)
@@ -441,7 +441,7 @@ func (s *state) crashInFlight(st stall) {
 			}
 		})
 
-		sc.judgedRule(crashRecoveryInFlightExactlyOnce, func() judgement {
+		pn.judgedRule(crashRecoveryInFlightExactlyOnce, func() judgement {
 			if skip != "" {
 				return notSupported(skip)
 			}

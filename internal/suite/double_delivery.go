@@ -88,13 +88,13 @@ func (s *state) doubleDelivery() {
 		}
 		// Three instances to build, then twelve deliveries one after
 		// another.
-		sc := s.scenario(doubleDeliveryID, work{calls: 3}.plus(untilTerminal(2+redeliveries)))
-		sc.gather(func(ctx context.Context) {
-			play := sc.begin(ctx)
-			sc.at("the first delivery")
+		pn := s.play(doubleDeliveryID, work{calls: 3}.plus(untilTerminal(2+redeliveries)))
+		pn.gather(func(ctx context.Context) {
+			play := pn.begin(ctx)
+			pn.at("the first delivery")
 			first = play.DeliverUntilTerminal(ctx, 1, ev)
 			for i := range redeliveries + 1 {
-				sc.at("redelivery %d of %d", i+1, redeliveries+1)
+				pn.at("redelivery %d of %d", i+1, redeliveries+1)
 				worker := 2 - i%2 // alternate: worker 2, 1, 2, ..., then a fresh one
 				if i == redeliveries {
 					worker = freshWorker
@@ -108,7 +108,7 @@ func (s *state) doubleDelivery() {
 			rows, rowsErr = play.StateRows(ctx)
 		})
 
-		sc.rule(doubleDeliveryFirstApplied, func() []string {
+		pn.rule(doubleDeliveryFirstApplied, func() []string {
 			last := first[len(first)-1]
 			if last.Acked() && last.Outcome == adapters.Applied {
 				return nil
@@ -116,7 +116,7 @@ func (s *state) doubleDelivery() {
 			return []string{fmt.Sprintf("the first delivery ended %s; expected Applied\n%s",
 				last.Result(), describe())}
 		})
-		sc.judgedRule(doubleDeliveryRedeliveryDuplicate, func() judgement {
+		pn.judgedRule(doubleDeliveryRedeliveryDuplicate, func() judgement {
 			var problems []string
 			for i, tries := range later {
 				last := tries[len(tries)-1]
@@ -131,7 +131,7 @@ func (s *state) doubleDelivery() {
 			cause, hint := unsharedClaim(first, later, rows, rowsErr)
 			return judgement{problems: append(problems, describe()), cause: cause, hint: hint}
 		})
-		sc.judgedRule(doubleDeliveryOneEffect, func() judgement {
+		pn.judgedRule(doubleDeliveryOneEffect, func() judgement {
 			if len(effects) == 1 && effects[0].Attempt == first[len(first)-1].Delivery.Attempt {
 				return judgement{}
 			}

@@ -16,12 +16,12 @@ import (
 
 // This file is the engine: it plays a registration's tree (tree.go)
 // without a test framework, for Certify and Run, and holds what Register's
-// specs run as well: a scenario's run under its timeout, the judging of
+// specs run as well: a play's run under its timeout, the judging of
 // its rules and the release of its play. It owns the budgets, the
 // selection of rules and the certificate; nothing here reads a test
 // framework's state.
 
-// gatherGrace is how long a scenario's gather function may take to return
+// gatherGrace is how long a play's gather function may take to return
 // once its context ended, before the engine gives up waiting for it (as
 // Ginkgo's grace period does for a node).
 const gatherGrace = 30 * time.Second
@@ -48,23 +48,23 @@ func (s *state) certify() error {
 	return s.finish(context.Background())
 }
 
-// certifyFixture plays the scenarios of the fixture fx that have a rule
+// certifyFixture runs the plays of the fixture fx that have a rule
 // the selection keeps, and reports the fixture's progress.
 func (s *state) certifyFixture(fx *node) {
-	for _, sc := range fx.scenarios() {
-		if !slices.ContainsFunc(sc.rules, s.selected) {
+	for _, pn := range fx.plays() {
+		if !slices.ContainsFunc(pn.rules, s.selected) {
 			continue
 		}
 		if s.ctx.Err() != nil {
 			return
 		}
-		sc.run(s.ctx)
-		for _, rec := range sc.rules {
+		pn.run(s.ctx)
+		for _, rec := range pn.rules {
 			if s.selected(rec) {
 				s.judge(rec)
 			}
 		}
-		if err := s.closePlay(sc); err != nil {
+		if err := s.closePlay(pn); err != nil {
 			s.closeErrs = append(s.closeErrs, err)
 		}
 	}
@@ -84,7 +84,7 @@ type gatherFailure struct{ message string }
 // must is the harness's own assertion in a gather function (the ledger
 // could be read, the fault could be armed): an error ends the gather
 // function, and fails the play, saying what could not be done (what: a
-// format and its arguments). The scenario's run recovers the panic, and,
+// format and its arguments). The play's run recovers the panic, and,
 // in a goroutine the gather function started, state.recoverGather.
 func must(err error, what ...any) {
 	if err == nil {
@@ -104,12 +104,12 @@ func must(err error, what ...any) {
 func (s *state) recoverGather() {
 	if r := recover(); r != nil {
 		s.mu.Lock()
-		sc := s.current
+		pn := s.current
 		s.mu.Unlock()
-		if sc == nil {
+		if pn == nil {
 			panic(r)
 		}
-		sc.fail(failureOf(r))
+		pn.fail(failureOf(r))
 	}
 }
 
@@ -122,45 +122,45 @@ func failureOf(r any) string {
 	return fmt.Sprintf("the harness panicked: %v\n%s", r, debug.Stack())
 }
 
-// fail records why the scenario's play could not finish, the first reason
+// fail records why the play could not finish, the first reason
 // only.
-func (sc *scenario) fail(msg string) {
-	sc.mu.Lock()
-	defer sc.mu.Unlock()
-	if sc.failure == "" {
-		sc.failure = msg
+func (pn *playNode) fail(msg string) {
+	pn.mu.Lock()
+	defer pn.mu.Unlock()
+	if pn.failure == "" {
+		pn.failure = msg
 	}
 }
 
-// run plays the scenario: its gather function, within ctx and the
-// scenario's timeout. A gather function that has not returned by then is
+// run plays pn: its gather function, within ctx and the play's
+// timeout. A gather function that has not returned by then is
 // given gatherGrace, then left behind, and the play fails saying so.
-func (sc *scenario) run(ctx context.Context) {
-	s := sc.s
+func (pn *playNode) run(ctx context.Context) {
+	s := pn.s
 	s.mu.Lock()
-	s.current = sc
+	s.current = pn
 	s.mu.Unlock()
 	defer func() {
 		s.mu.Lock()
 		s.current = nil
 		s.mu.Unlock()
 	}()
-	sc.started = time.Now()
-	defer func() { sc.ended = time.Now() }()
-	if sc.gatherF == nil {
+	pn.started = time.Now()
+	defer func() { pn.ended = time.Now() }()
+	if pn.gatherF == nil {
 		return
 	}
-	gctx, cancel := context.WithTimeout(ctx, sc.timeout())
+	gctx, cancel := context.WithTimeout(ctx, pn.timeout())
 	defer cancel()
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
 		defer func() {
 			if r := recover(); r != nil {
-				sc.fail(failureOf(r))
+				pn.fail(failureOf(r))
 			}
 		}()
-		sc.gatherF(gctx)
+		pn.gatherF(gctx)
 	}()
 	select {
 	case <-done:
@@ -168,30 +168,30 @@ func (sc *scenario) run(ctx context.Context) {
 		select {
 		case <-done:
 		case <-time.After(gatherGrace):
-			sc.fail(fmt.Sprintf("the scenario %s did not return within %s of its end; it was left running", sc.name, shortdur.Format(gatherGrace)))
+			pn.fail(fmt.Sprintf("the play %s did not return within %s of its end; it was left running", pn.name, shortdur.Format(gatherGrace)))
 		}
 	}
 	switch {
 	case ctx.Err() != nil:
-		sc.stopped = true
+		pn.stopped = true
 	case errors.Is(gctx.Err(), context.DeadlineExceeded):
-		sc.fail(fmt.Sprintf("the scenario timed out after %s, its budget and %s in which to gather the evidence\n%s",
-			shortdur.Format(sc.timeout()), shortdur.Format(budgetSlack), sc.report()))
+		pn.fail(fmt.Sprintf("the play timed out after %s, its budget and %s in which to gather the evidence\n%s",
+			shortdur.Format(pn.timeout()), shortdur.Format(budgetSlack), pn.report()))
 	}
 }
 
-// judge records the verdict of rec in its scenario, which has run: the
-// scenario's failure when it could not finish, else its check's judgement.
-// A scenario the run's stop cut short judges nothing.
+// judge records the verdict of rec in its play, which has run: the
+// play's failure when it could not finish, else its check's judgement.
+// A play the run's stop cut short judges nothing.
 func (s *state) judge(rec *specRecord) {
-	sc := rec.scenario
-	rec.started, rec.ended = sc.started, sc.ended
+	pn := rec.play
+	rec.started, rec.ended = pn.started, pn.ended
 	switch {
-	case sc.stopped:
+	case pn.stopped:
 		rec.state = specUnrun
 		return
-	case sc.failure != "":
-		rec.state, rec.message = specFailed, s.secrets.String(sc.failure)
+	case pn.failure != "":
+		rec.state, rec.message = specFailed, s.secrets.String(pn.failure)
 	default:
 		j := rec.judge()
 		switch {
@@ -208,33 +208,33 @@ func (s *state) judge(rec *specRecord) {
 	s.cfg.logf("%-7s %s (%.1fs)", rec.state.word(), rec.where+" / "+rec.rule.ID+": "+rec.rule.Doc, rec.ended.Sub(rec.started).Seconds())
 }
 
-// closePlay releases the scenario's play, once its rules are judged, and
-// keeps the crashes of its instances and what it needed of the broker for
-// the certificate.
-func (s *state) closePlay(sc *scenario) error {
+// closePlay releases the play's [harness.Play], once its rules are
+// judged, and keeps the crashes of its instances and what it needed of
+// the broker for the certificate.
+func (s *state) closePlay(pn *playNode) error {
 	var errs []error
-	for _, closer := range slices.Backward(sc.closers) {
+	for _, closer := range slices.Backward(pn.closers) {
 		ctx, cancel := context.WithTimeout(context.Background(), s.cleanupTimeout())
 		errs = append(errs, closer(ctx))
 		cancel()
 	}
-	sc.closers = nil
+	pn.closers = nil
 	if err := errors.Join(errs...); err != nil {
-		return fmt.Errorf("harmless: clean up the play %s: %w", sc.name, err)
+		return fmt.Errorf("harmless: clean up the play %s: %w", pn.name, err)
 	}
 	return nil
 }
 
-// newPlay gives sc a fresh play (its own schema and instances), closed
-// once sc's rules are judged, when the crashes of its instances are kept
+// newPlay gives pn a fresh play (its own schema and instances), closed
+// once pn's rules are judged, when the crashes of its instances are kept
 // for the certificate.
-func (s *state) newPlay(ctx context.Context, sc *scenario) *harness.Play {
+func (s *state) newPlay(ctx context.Context, pn *playNode) *harness.Play {
 	play, err := s.run.NewPlay(ctx, s.adapter)
 	must(err, "create the play's environment")
-	sc.closers = append(sc.closers, func(ctx context.Context) error {
+	pn.closers = append(pn.closers, func(ctx context.Context) error {
 		for _, n := range slices.Sorted(maps.Keys(play.CrashCounts())) {
 			crashes := play.CrashesOf(n)
-			s.crashes = append(s.crashes, certificate.Crash{Play: sc.name, Instance: n, Count: len(crashes), First: crashes[0]})
+			s.crashes = append(s.crashes, certificate.Crash{Play: pn.name, Instance: n, Count: len(crashes), First: crashes[0]})
 		}
 		r := play.Redelivery()
 		s.redelivery.LongestWait = max(s.redelivery.LongestWait, r.LongestWait.Seconds())

@@ -48,7 +48,7 @@ type extVariant struct {
 // extPlay is what one play of the fixture did and saw.
 type extPlay struct {
 	s    *state
-	sc   *scenario
+	pn   *playNode
 	play *harness.Play
 	dest *harness.Destination
 	tag  string
@@ -97,10 +97,10 @@ func (x *extPlay) untilTerminal(ctx context.Context, n int, ev adapters.Event) [
 var extVariants = []extVariant{
 	{id: "redelivery", name: "redelivery, two workers and a conflicting copy", play: func(ctx context.Context, x *extPlay) {
 		a, b, c := x.event("redelivered"), x.event("concurrent"), x.event("conflicting")
-		x.sc.at("the redelivered event")
+		x.pn.at("the redelivered event")
 		x.untilTerminal(ctx, 1, a)
 		x.play.Deliver(ctx, 2, a)
-		x.sc.at("two workers at once")
+		x.pn.at("two workers at once")
 		var wg sync.WaitGroup
 		got := make([]harness.Attempt, 2)
 		for i := range got {
@@ -111,7 +111,7 @@ var extVariants = []extVariant{
 			x.untilTerminal(ctx, 1, b)
 		}
 		x.play.Deliver(ctx, 2, b)
-		x.sc.at("the conflicting copy")
+		x.pn.at("the conflicting copy")
 		x.untilTerminal(ctx, 1, c)
 		dup := c
 		dup.Payload = append(slices.Clone(c.Payload), " (conflicting copy)"...)
@@ -135,7 +135,7 @@ var extVariants = []extVariant{
 	{id: "destination-down", name: "the destination is down for a while", inconclusive: true, play: func(ctx context.Context, x *extPlay) {
 		evs := []adapters.Event{x.event("down-1"), x.event("down-2")}
 		down := x.destFault("the destination down")(x.dest.Down())
-		x.sc.at("deliveries while the destination is down")
+		x.pn.at("deliveries while the destination is down")
 		first := make([]harness.Attempt, len(evs))
 		for i, ev := range evs {
 			first[i] = x.play.Deliver(ctx, 1, ev)
@@ -166,7 +166,7 @@ var extVariants = []extVariant{
 		_, err := x.play.Instance(ctx, 1)
 		must(err, "build instance 1")
 		hold := x.destFault("hold request 1, then drop it unprocessed")(x.dest.Hold(ev, 1))
-		x.sc.at("the delivery whose send is held")
+		x.pn.at("the delivery whose send is held")
 		delivered := make(chan harness.Attempt, 1)
 		go func() { delivered <- x.play.Deliver(ctx, 1, ev) }()
 		if !x.wait(ctx, hold.Arrived()) {
@@ -175,7 +175,7 @@ var extVariants = []extVariant{
 			x.skip = fmt.Sprintf("the destination received no request for %s within %s of its delivery, so the implementation could not be stopped between its commit and its send", ev, x.sendWait())
 			return
 		}
-		x.sc.at("stopping instance 1 while its request is held")
+		x.pn.at("stopping instance 1 while its request is held")
 		stopped := make(chan struct{})
 		var how string
 		var stopErr error
@@ -197,7 +197,7 @@ var extVariants = []extVariant{
 			note += fmt.Sprintf(" (stopping it said: %v)", stopErr)
 		}
 		x.notes = append(x.notes, note)
-		x.sc.at("redelivery to instance 2")
+		x.pn.at("redelivery to instance 2")
 		x.untilTerminal(ctx, 2, ev)
 		x.play.Deliver(ctx, 2, ev)
 	}},
@@ -299,17 +299,17 @@ func (s *state) externalEffect() {
 				// for a first send, and the drain of two instances at
 				// the implementation's pace.
 				waits := x.sendWait() + harness.DrainLimit(s.adapter.Declares, s.cfg.deliveryTimeout, 2) + slowAnswer + stopGrace
-				x.sc = s.scenario(externalEffectID+" / "+v.name, work{calls: 2 + 4*2, waits: waits}.plus(untilTerminal(4)))
-				x.sc.gather(func(ctx context.Context) {
+				x.pn = s.play(externalEffectID+" / "+v.name, work{calls: 2 + 4*2, waits: waits}.plus(untilTerminal(4)))
+				x.pn.gather(func(ctx context.Context) {
 					if app = s.applies(externalEffectID, nil); !app.Runs {
 						return
 					}
-					x.play = x.sc.begin(ctx)
+					x.play = x.pn.begin(ctx)
 					var err error
 					x.dest, err = x.play.OpenDestination(ctx)
 					must(err, "open the play's destination")
 					v.play(ctx, x)
-					x.sc.at("draining")
+					x.pn.at("draining")
 					x.drained, x.drainErr = x.play.Drain(ctx)
 					x.gather(ctx)
 				})
@@ -335,10 +335,10 @@ func (s *state) externalEffect() {
 						return judgement{}
 					}
 				}
-				x.sc.judgedRule(externalEffectStableKey, judge((*extPlay).stableKey, nil))
-				x.sc.judgedRule(externalEffectExactlyOnceAtDestination, judge((*extPlay).exactlyOnce, x.summary))
-				x.sc.judgedRule(externalEffectNoLoss, judge((*extPlay).noLoss, nil))
-				x.sc.judgedRule(externalEffectNoNewKeyForDuplicates, judge((*extPlay).noNewKey, nil))
+				x.pn.judgedRule(externalEffectStableKey, judge((*extPlay).stableKey, nil))
+				x.pn.judgedRule(externalEffectExactlyOnceAtDestination, judge((*extPlay).exactlyOnce, x.summary))
+				x.pn.judgedRule(externalEffectNoLoss, judge((*extPlay).noLoss, nil))
+				x.pn.judgedRule(externalEffectNoNewKeyForDuplicates, judge((*extPlay).noNewKey, nil))
 			})
 		}
 	})

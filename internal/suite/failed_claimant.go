@@ -61,17 +61,17 @@ func (s *state) failedClaimant(v claimantVariant) {
 		// Two instances to build; every play of every round delivers the
 		// claimant and, at once, the contenders, then redelivers until a
 		// copy is acknowledged; a round is played up to overlapTries times.
-		sc := s.scenario(concurrentDeliveryID+" / "+v.name, work{calls: 2 + n*overlapTries*3}.plus(untilTerminal(n*overlapTries)))
-		sc.gather(func(ctx context.Context) {
-			play := sc.begin(ctx)
-			for round := 1; round <= n && ctx.Err() == nil && !sc.expired(); round++ {
-				sc.at("round %d of %d (%d played)", round, n, round-1)
+		pn := s.play(concurrentDeliveryID+" / "+v.name, work{calls: 2 + n*overlapTries*3}.plus(untilTerminal(n*overlapTries)))
+		pn.gather(func(ctx context.Context) {
+			play := pn.begin(ctx)
+			for round := 1; round <= n && ctx.Err() == nil && !pn.expired(); round++ {
+				pn.at("round %d of %d (%d played)", round, n, round-1)
 				plays = append(plays, s.claimantRound(ctx, play, v, round)...)
 			}
 			s.cfg.logf("concurrent-delivery (%s): %d plays of %d rounds, %d deliveries each", v.name, len(plays), n, s.cfg.contenders)
 		})
 
-		sc.judgedRule(concurrentDeliveryFailedClaimantNotLost, func() judgement {
+		pn.judgedRule(concurrentDeliveryFailedClaimantNotLost, func() judgement {
 			problems, note, unproven := judgeClaimant(plays)
 			if unproven != "" {
 				return notSupported(unproven)

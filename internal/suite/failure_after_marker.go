@@ -185,9 +185,9 @@ func (s *state) failureAfterMarker() {
 				// One instance to build; the failing delivery, its
 				// redeliveries until terminal and, after a killed
 				// connection, a new event until terminal.
-				sc := s.scenario(failureAfterMarkerID+" / "+f.name, work{calls: 1}.plus(untilTerminal(2)))
-				sc.gather(func(ctx context.Context) {
-					play := sc.begin(ctx)
+				pn := s.play(failureAfterMarkerID+" / "+f.name, work{calls: 1}.plus(untilTerminal(2)))
+				pn.gather(func(ctx context.Context) {
+					play := pn.begin(ctx)
 					// Only an instance knows where it applies the effect;
 					// one that cannot be built fails its first delivery
 					// below, as before.
@@ -253,7 +253,7 @@ func (s *state) failureAfterMarker() {
 					return judgement{problems: []string{fmt.Sprintf("the planned fault (%s) did not fire: %s\n%s", what, seen, harness.DescribeEvent(ev, effects, history))}}
 				}
 
-				sc.judgedRule(failureAfterMarkerNotAcknowledged, func() judgement {
+				pn.judgedRule(failureAfterMarkerNotAcknowledged, func() judgement {
 					if j := notFired(); j.final() {
 						return j
 					}
@@ -263,7 +263,7 @@ func (s *state) failureAfterMarker() {
 					}
 					return judgement{}
 				})
-				sc.judgedRule(failureAfterMarkerRetryApplies, func() judgement {
+				pn.judgedRule(failureAfterMarkerRetryApplies, func() judgement {
 					if j := notFired(); j.final() {
 						return j
 					}
@@ -279,7 +279,7 @@ func (s *state) failureAfterMarker() {
 						what, harness.Times(fired), then, len(effects), harness.DescribeEvent(ev, effects, history))}}
 				})
 				if f.kills {
-					sc.judgedRule(failureAfterMarkerSurvivesKilledConnection, func() judgement {
+					pn.judgedRule(failureAfterMarkerSurvivesKilledConnection, func() judgement {
 						if j := notFired(); j.final() {
 							return j
 						}
@@ -290,7 +290,7 @@ func (s *state) failureAfterMarker() {
 						return judgement{problems: []string{fmt.Sprintf("after its connection was killed (%s), worker 1 handled a new event badly\n%s",
 							what, harness.DescribeEvent(after, nextFx, next))}}
 					})
-					sc.judgedRule(failureAfterMarkerProcessSurvivesKilledConnection, func() judgement {
+					pn.judgedRule(failureAfterMarkerProcessSurvivesKilledConnection, func() judgement {
 						if j := notFired(); j.final() {
 							return j
 						}

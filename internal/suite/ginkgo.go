@@ -19,7 +19,7 @@ import (
 
 // This file is the Ginkgo layer: Register turns a registration's tree
 // into Ginkgo containers and specs, which call the engine (engine.go) and
-// hold no logic of their own. A scenario's gather function runs in its
+// hold no logic of their own. A play's gather function runs in its
 // container's BeforeAll, each of its rules is one It that judges the rule
 // and asserts its judgement with Gomega, and its play is released in an
 // AfterAll.
@@ -89,9 +89,9 @@ func (s *state) ginkgoNode(n *node) {
 		decorators = append(decorators, ginkgo.Label(speclabel.Fixture(n.fixture)))
 	}
 	ginkgo.Describe(n.name, append(decorators, func() {
-		if sc := n.play; sc != nil {
-			ginkgo.BeforeAll(func(ctx ginkgo.SpecContext) { sc.run(ctx) })
-			for _, rec := range sc.rules {
+		if pn := n.play; pn != nil {
+			ginkgo.BeforeAll(func(ctx ginkgo.SpecContext) { pn.run(ctx) })
+			for _, rec := range pn.rules {
 				r := rec.rule
 				ginkgo.It(r.ID+": "+r.Doc, ginkgo.Label(speclabel.Rule(r.ID), speclabel.Level(r.Level)), func() {
 					s.judge(rec)
@@ -110,7 +110,7 @@ func (s *state) ginkgoNode(n *node) {
 			}
 			// closePlay bounds each of its cleanups itself.
 			ginkgo.AfterAll(func() {
-				if err := s.closePlay(sc); err != nil {
+				if err := s.closePlay(pn); err != nil {
 					ginkgo.Fail(s.secrets.String(err.Error()))
 				}
 			})

@@ -167,10 +167,10 @@ func (s *state) identityFidelity() {
 		for _, r := range rules {
 			all = append(all, r.pairs...)
 		}
-		sc := s.scenario(identityFidelityID, pairWork(len(all), true))
-		sc.gather(func(ctx context.Context) {
-			play := sc.begin(ctx)
-			sc.at("%d pairs, %d at a time", len(all), pairParallelism)
+		pn := s.play(identityFidelityID, pairWork(len(all), true))
+		pn.gather(func(ctx context.Context) {
+			play := pn.begin(ctx)
+			pn.at("%d pairs, %d at a time", len(all), pairParallelism)
 			played := s.playPairs(ctx, play, all, true)
 			for i, r := range rules {
 				plays[i], played = played[:len(r.pairs)], played[len(r.pairs):]
@@ -178,7 +178,7 @@ func (s *state) identityFidelity() {
 		})
 
 		for i, r := range rules {
-			sc.noteRule(r.id, func() ([]string, string) { return kept(plays[i]) })
+			pn.noteRule(r.id, func() ([]string, string) { return kept(plays[i]) })
 		}
 	})
 }

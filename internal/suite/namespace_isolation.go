@@ -166,15 +166,15 @@ func (s *state) namespaceIsolation() {
 		var joined []pairResult
 		same, pairs := namespacePairs()
 		all := append([]identityPair{same}, pairs...)
-		sc := s.scenario(namespaceIsolationID, pairWork(len(all), false))
-		sc.gather(func(ctx context.Context) {
-			play := sc.begin(ctx)
-			sc.at("%d pairs, %d at a time", len(all), pairParallelism)
+		pn := s.play(namespaceIsolationID, pairWork(len(all), false))
+		pn.gather(func(ctx context.Context) {
+			play := pn.begin(ctx)
+			pn.at("%d pairs, %d at a time", len(all), pairParallelism)
 			plays := s.playPairs(ctx, play, all, false)
 			sameID, joined = plays[0], plays[1:]
 		})
 
-		sc.rule(namespaceIsolationSameIDTwoNamespaces, func() []string {
+		pn.rule(namespaceIsolationSameIDTwoNamespaces, func() []string {
 			if p := sameID.problem(); p != "" {
 				return []string{p}
 			}
@@ -184,7 +184,7 @@ func (s *state) namespaceIsolation() {
 			}
 			return nil
 		})
-		sc.noteRule(namespaceIsolationUnambiguousIdentity, func() ([]string, string) {
+		pn.noteRule(namespaceIsolationUnambiguousIdentity, func() ([]string, string) {
 			return unambiguous(joined)
 		})
 	})

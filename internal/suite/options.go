@@ -29,7 +29,7 @@ type config struct {
 	seed               uint64
 	seedSet            bool
 	protocol           *certificate.Protocol
-	// budget, when set, replaces every scenario's budget: the harness's
+	// budget, when set, replaces every play's budget: the harness's
 	// own tests use it to make a budget run out.
 	budget time.Duration
 	// rules, when not nil, are the ids of the only rules the run plays
@@ -162,7 +162,7 @@ func WithProtocol(p certificate.Protocol) Option {
 }
 
 // WithRules makes [Certify] and [RunWith] play only the rules ids, and
-// the scenarios that judge them; the other rules are skipped in the
+// the plays that judge them; the other rules are skipped in the
 // certificate. [Register] ignores it: Ginkgo's label filters select there.
 func WithRules(ids []string) Option {
 	return func(c *config) { c.rules = slices.Clone(ids) }

@@ -30,15 +30,15 @@ const (
 	// retentionPurges is how many purges run during the purge race.
 	retentionPurges = 20
 	// stepEvents is how many new events each step of the many-windows
-	// scenario delivers; a step lasts a quarter of the window.
+	// play delivers; a step lasts a quarter of the window.
 	stepEvents     = 5
 	stepsPerWindow = 4
-	// stateBound is the most rows the many-windows scenario allows: the
+	// stateBound is the most rows the many-windows play allows: the
 	// window covers at most stepsPerWindow steps besides the current one,
 	// and one more step's worth is slack.
 	stateBound = stepEvents * (stepsPerWindow + 2)
 	// clockSteps and realTimeSteps are how many steps the many-windows
-	// scenario plays: five windows on the harness's clock, two in real time.
+	// play runs: five windows on the harness's clock, two in real time.
 	clockSteps    = 20
 	realTimeSteps = 8
 )
@@ -95,16 +95,16 @@ func (r retention) String() string {
 	return fmt.Sprintf("%s mode, W=%s, ε=%s", r.mode, shortdur.Format(r.window), shortdur.Format(r.eps))
 }
 
-// timeline is the time a scenario plays in: the harness's manual clock,
-// which it moves, or real time, which it waits for. Scenarios read and move
+// timeline is the time a play runs in: the harness's manual clock,
+// which it moves, or real time, which it waits for. Plays read and move
 // time only through it, so they are the same in both modes.
 type timeline struct {
 	manual *harness.ManualClock // nil in real time
-	t0     time.Time            // the scenario's start, for messages
+	t0     time.Time            // the play's start, for messages
 }
 
 // newTimeline returns the play's timeline. On the harness's clock it stops
-// the clock, which runs elsewhere, since the scenario needs its times
+// the clock, which runs elsewhere, since the play needs its times
 // exact; when crossing is positive it sets the clock first to a t0 from
 // which crossing ends past a midnight, UTC: a day's and an hour's end, so
 // that a key or a check that depends on the calendar is caught inside the
@@ -143,7 +143,7 @@ func (tl *timeline) Now() time.Time {
 }
 
 // AdvanceTo moves the timeline to t: it sets the manual clock, or waits
-// until the real time has reached t. Waiting is the scenario itself (time
+// until the real time has reached t. Waiting is the play itself (time
 // must pass for the window to end), not a way to synchronise.
 func (tl *timeline) AdvanceTo(ctx context.Context, t time.Time) error {
 	if tl.manual != nil {
@@ -165,7 +165,7 @@ func (tl *timeline) AdvanceTo(ctx context.Context, t time.Time) error {
 	}
 }
 
-// at names t for messages, relative to the scenario's start.
+// at names t for messages, relative to the play's start.
 func (tl *timeline) at(t time.Time) string {
 	d := t.Sub(tl.t0)
 	switch {
@@ -236,13 +236,13 @@ func (p purge) describe(tl *timeline) string {
 }
 
 // notApplied returns a problem when the initial delivery of ev did not end
-// Applied: the scenario then has no claim to keep or expire.
+// Applied: the play then has no claim to keep or expire.
 func notApplied(ev adapters.Event, tries []harness.Attempt) string {
 	last := tries[len(tries)-1]
 	if last.Acked() && last.Outcome == adapters.Applied {
 		return ""
 	}
-	return fmt.Sprintf("the first delivery of %s ended %s after %d attempts; expected Applied, so the scenario has no claim to keep or expire",
+	return fmt.Sprintf("the first delivery of %s ended %s after %d attempts; expected Applied, so the play has no claim to keep or expire",
 		ev, last.Result(), len(tries))
 }
 
@@ -332,13 +332,13 @@ func (s *state) retentionOneEvent(r retention) {
 		// Two instances to build; the first delivery, the redelivery
 		// inside the window and the one after it, each until terminal; two
 		// purges; in real time, two windows of waiting.
-		sc := s.scenario(retentionExpiryID+" / one event through its window", work{calls: 2 + 2, waits: r.realTime(2 * (r.window + r.eps))}.plus(untilTerminal(3)))
-		sc.gather(func(ctx context.Context) {
+		pn := s.play(retentionExpiryID+" / one event through its window", work{calls: 2 + 2, waits: r.realTime(2 * (r.window + r.eps))}.plus(untilTerminal(3)))
+		pn.gather(func(ctx context.Context) {
 			s.cfg.logf("retention-expiry: %s", r)
 			if r.unsupported != "" {
 				return
 			}
-			play := sc.begin(ctx)
+			play := pn.begin(ctx)
 			tl = newTimeline(play, s.rand("retention one event t0"), r.window-r.eps)
 			first = play.DeliverUntilTerminal(ctx, 1, ev)
 			claimedBy = tl.Now()
@@ -370,7 +370,7 @@ func (s *state) retentionOneEvent(r retention) {
 				rowsInside, tl.at(inside.at), rowsAfter, tl.at(after.at), lateNote(tl, ev, lateAt, late))
 		})
 
-		sc.judgedRule(retentionExpiryKeptInsideWindow, func() judgement {
+		pn.judgedRule(retentionExpiryKeptInsideWindow, func() judgement {
 			if j := r.applies(); j.final() {
 				return j
 			}
@@ -386,7 +386,7 @@ func (s *state) retentionOneEvent(r retention) {
 				// The purge may rightly have removed the marker: what
 				// follows proves nothing about the window.
 				if len(problems) == 0 {
-					return notSupported(fmt.Sprintf("inconclusive: the harness was late, it purged at %s with a cutoff after the claim at t0, so the scenario proves nothing about the window (a loaded machine in real-time mode; run it again)",
+					return notSupported(fmt.Sprintf("inconclusive: the harness was late, it purged at %s with a cutoff after the claim at t0, so the play proves nothing about the window (a loaded machine in real-time mode; run it again)",
 						tl.at(inside.at)))
 				}
 				return judgement{problems: problems}
@@ -413,7 +413,7 @@ func (s *state) retentionOneEvent(r retention) {
 			}
 			return judgement{problems: problems, hint: hint}
 		})
-		sc.judgedRule(retentionExpiryPurgedAfterWindow, func() judgement {
+		pn.judgedRule(retentionExpiryPurgedAfterWindow, func() judgement {
 			if j := r.applies(); j.final() {
 				return j
 			}
@@ -471,13 +471,13 @@ func (s *state) retentionPurgeRace(r retention) {
 		// terminal; then, at once, the purges one after another and the
 		// redeliveries of each recent event; in real time, a window of
 		// waiting.
-		sc := s.scenario(retentionExpiryID+" / purge while redeliveries run",
+		pn := s.play(retentionExpiryID+" / purge while redeliveries run",
 			work{calls: 2 + retentionPurges, waits: r.realTime(r.window + r.eps)}.plus(untilTerminal(2*retentionBatch+retentionRedeliveries)))
-		sc.gather(func(ctx context.Context) {
+		pn.gather(func(ctx context.Context) {
 			if r.unsupported != "" {
 				return
 			}
-			play := sc.begin(ctx)
+			play := pn.begin(ctx)
 			tl = newTimeline(play, nil, 0)
 			for i := range retentionBatch {
 				ev := newEvent(retentionExpiryID, fmt.Sprintf("old-%d", i+1))
@@ -549,7 +549,7 @@ func (s *state) retentionPurgeRace(r retention) {
 				len(purges), tl.span(raceFrom, raceBy), removed, len(recent)*retentionRedeliveries, len(recent))
 		})
 
-		sc.judgedRule(retentionExpiryConcurrentPurgeSafe, func() judgement {
+		pn.judgedRule(retentionExpiryConcurrentPurgeSafe, func() judgement {
 			if j := r.applies(); j.final() {
 				return j
 			}
@@ -558,7 +558,7 @@ func (s *state) retentionPurgeRace(r retention) {
 				// The purges may rightly have removed the recent markers:
 				// the redeliveries prove nothing about the window.
 				if len(problems) == 0 {
-					return notSupported(fmt.Sprintf("inconclusive: the harness was late, the last purge at %s had a cutoff after the recent events' claims at %s, so the scenario proves nothing about the window (a loaded machine in real-time mode; run it again)",
+					return notSupported(fmt.Sprintf("inconclusive: the harness was late, the last purge at %s had a cutoff after the recent events' claims at %s, so the play proves nothing about the window (a loaded machine in real-time mode; run it again)",
 						tl.at(last.at), tl.at(recentFrom)))
 				}
 				return judgement{problems: problems}
@@ -605,7 +605,7 @@ func purgeProblems(tl *timeline, purges []purge) []string {
 	return []string{fmt.Sprintf("%d of %d purges failed; %s", failed, len(purges), first.describe(tl))}
 }
 
-// windowStep is one step of the many-windows scenario.
+// windowStep is one step of the many-windows play.
 type windowStep struct {
 	at    time.Time
 	setup []string // deliveries that were not Applied
@@ -632,15 +632,15 @@ func (s *state) retentionManyWindows(r retention) {
 		// One instance to build; every step delivers its events, each until
 		// terminal, and purges; in real time, a quarter window between
 		// steps.
-		sc := s.scenario(retentionExpiryID+" / many windows", work{calls: 1 + r.steps, waits: r.realTime(time.Duration(r.steps) * r.window / stepsPerWindow)}.plus(untilTerminal(r.steps*stepEvents)))
-		sc.gather(func(ctx context.Context) {
+		pn := s.play(retentionExpiryID+" / many windows", work{calls: 1 + r.steps, waits: r.realTime(time.Duration(r.steps) * r.window / stepsPerWindow)}.plus(untilTerminal(r.steps*stepEvents)))
+		pn.gather(func(ctx context.Context) {
 			if r.unsupported != "" {
 				return
 			}
-			play := sc.begin(ctx)
+			play := pn.begin(ctx)
 			tl = newTimeline(play, nil, 0)
 			for i := range r.steps {
-				sc.at("step %d of %d", i+1, r.steps)
+				pn.at("step %d of %d", i+1, r.steps)
 				must(tl.AdvanceTo(ctx, tl.t0.Add(time.Duration(i)*r.window/stepsPerWindow)))
 				st := windowStep{at: tl.Now()}
 				for j := range stepEvents {
@@ -658,7 +658,7 @@ func (s *state) retentionManyWindows(r retention) {
 			s.cfg.logf("retention-expiry (many windows): rows after each of %d steps: %s", len(steps), series())
 		})
 
-		sc.judgedRule(retentionExpiryStateBounded, func() judgement {
+		pn.judgedRule(retentionExpiryStateBounded, func() judgement {
 			if j := r.applies(); j.final() {
 				return j
 			}

@@ -25,8 +25,8 @@ import (
 const Version = version.Harness
 
 // setupTimeout bounds the suite's setup: finding or starting the
-// database. The fixtures' scenarios have budgets of their own, which follow
-// from the delivery timeout (see scenario).
+// database. The fixtures' plays have budgets of their own, which follow
+// from the delivery timeout (see playNode).
 const setupTimeout = 5 * time.Minute
 
 // state is one registration's run: its container's setup, specs and
@@ -52,10 +52,10 @@ type state struct {
 	root, building *node
 	order          []*specRecord
 
-	// current is the scenario that runs, whose play a failure in one of
-	// its goroutines fails (see recoverGather).
+	// current is the play that runs, which a failure in one of its
+	// goroutines fails (see recoverGather).
 	mu      sync.Mutex
-	current *scenario
+	current *playNode
 
 	cancelled   bool      // whether the run stopped because ctx was done
 	interrupted string    // why a hosting test framework interrupted the run, if it did
@@ -191,7 +191,7 @@ func (p FixtureProgress) Count(v certificate.Verdict) int {
 	return certificate.Certificate{Rules: p.Rules}.Count(v)
 }
 
-// fixtureDone reports the fixture id, once its scenarios have run, if any
+// fixtureDone reports the fixture id, once its plays have run, if any
 // of its specs ran.
 func (s *state) fixtureDone(id string) {
 	if len(s.cfg.onFixture) == 0 {

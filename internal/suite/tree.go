@@ -8,14 +8,14 @@ import (
 
 // The fixtures describe themselves as a tree of plain values, built once
 // per registration when it is made: a node per fixture, a node per variant
-// in it, and, on the nodes that play something, a scenario with its
+// in it, and, on the nodes that play something, a play with its
 // gather function and its rules' judges. Nothing in the tree knows a test
 // framework. The engine (engine.go) walks it to certify without one;
 // Register (ginkgo.go) walks it into Ginkgo containers and specs, which
 // run the same gather functions and judges.
 
 // node is one group of the tree: a fixture, or a variant in one, and, when
-// it has a scenario, a play.
+// it plays something, its play.
 type node struct {
 	// id is short and stable, unique among its siblings: the fixture's
 	// id, or the variant's ("overlap", "panic"); name says the same in
@@ -24,9 +24,9 @@ type node struct {
 	name string
 	// fixture is set on a fixture's own node: its id.
 	fixture string
-	// play is the scenario the node plays, nil for a node that only
+	// play is what the node plays, nil for a node that only
 	// groups others.
-	play     *scenario
+	play     *playNode
 	children []*node
 	parent   *node
 }
@@ -51,15 +51,15 @@ func (n *node) path() string {
 	return strings.Join(ids, "/")
 }
 
-// scenarios returns the scenarios of n and every node below it, in the
+// plays returns the plays of n and every node below it, in the
 // order they were described.
-func (n *node) scenarios() []*scenario {
-	var all []*scenario
+func (n *node) plays() []*playNode {
+	var all []*playNode
 	if n.play != nil {
 		all = append(all, n.play)
 	}
 	for _, c := range n.children {
-		all = append(all, c.scenarios()...)
+		all = append(all, c.plays()...)
 	}
 	return all
 }
@@ -96,17 +96,17 @@ func (s *state) describeNode(n *node, build func()) {
 	build()
 }
 
-// attach makes sc the play of the node being described.
-func (s *state) attach(sc *scenario) {
+// attach makes pn the play of the node being described.
+func (s *state) attach(pn *playNode) {
 	n := s.building
 	if n == nil || n.parent == nil {
-		panic(fmt.Sprintf("harmless: scenario %s described outside a fixture", sc.name)) // a bug in the suite itself
+		panic(fmt.Sprintf("harmless: play %s described outside a fixture", pn.name)) // a bug in the suite itself
 	}
 	if n.play != nil {
-		panic(fmt.Sprintf("harmless: %q has two scenarios, %s and %s", n.where(), n.play.name, sc.name)) // a bug in the suite itself
+		panic(fmt.Sprintf("harmless: %q has two plays, %s and %s", n.where(), n.play.name, pn.name)) // a bug in the suite itself
 	}
-	n.play = sc
-	sc.node = n
+	n.play = pn
+	pn.node = n
 }
 
 // build describes every fixture of the list (fixtureList, catalog.go),

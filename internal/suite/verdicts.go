@@ -12,7 +12,7 @@ import (
 )
 
 // specState is what became of one spec of a rule: one rule judged in one
-// scenario.
+// play.
 type specState int
 
 const (
@@ -20,12 +20,12 @@ const (
 	// reached it.
 	specNotRun specState = iota
 	// specUnrun: the run was stopped (cancelled, interrupted) while the
-	// scenario played. It judged nothing. The specs of a run that could
+	// play ran. It judged nothing. The specs of a run that could
 	// not start stay specNotRun.
 	specUnrun
 	// specPassed: the check found no violation.
 	specPassed
-	// specFailed: the check found violations, or the scenario could not
+	// specFailed: the check found violations, or the play could not
 	// finish (a failed assertion of the harness, a timeout).
 	specFailed
 	// specNotSupported: the rule cannot be judged here.
@@ -51,12 +51,12 @@ func (s specState) word() string {
 // folded from these alone.
 type specRecord struct {
 	rule fixtures.Rule
-	// where names the spec's scenario below the registration, e.g.
+	// where names the spec's play below the registration, e.g.
 	// "concurrent-delivery / plain", for messages.
 	where string
-	// scenario is the play whose evidence judge reads.
-	scenario *scenario
-	judge    func() judgement
+	// play is the play whose evidence judge reads.
+	play  *playNode
+	judge func() judgement
 	// state and message are what the engine recorded: the whole evidence
 	// of a failure, the reason a rule is not supported, or the note of a
 	// pass.
@@ -64,14 +64,14 @@ type specRecord struct {
 	message string
 	// judged is the check's judgement of a failure, from which the
 	// certificate's message is composed (see verdict); checked says the
-	// failure is the check's, not the scenario's.
+	// failure is the check's, not the play's.
 	judged  judgement
 	checked bool
-	// started and ended bound the scenario that played the spec.
+	// started and ended bound the play the spec was judged on.
 	started, ended time.Time
 }
 
-// ran reports whether the spec ran: it was judged, or its scenario could
+// ran reports whether the spec ran: it was judged, or its play could
 // not finish.
 func (rec *specRecord) ran() bool { return rec.state > specUnrun }
 
@@ -100,23 +100,23 @@ func skipFor(a applicability.Decision, variant string) judgement {
 	return notSupported(a.Excludes(variant))
 }
 
-// addRule adds rule id, judged by judge, to the scenario sc, with its
-// record. Fixtures add their rules through the scenario (see
-// scenario.rule).
-func (s *state) addRule(sc *scenario, id string, judge func() judgement) {
+// addRule adds rule id, judged by judge, to the play pn, with its
+// record. Fixtures add their rules through the play (see
+// playNode.rule).
+func (s *state) addRule(pn *playNode, id string, judge func() judgement) {
 	r, err := fixtures.Lookup(id)
 	if err != nil {
 		// The rule is missing from its fixture's definition, or the
 		// catalogue was not generated since it was added.
 		panic(fmt.Sprintf("harmless: %v in the catalogue: is it in its fixture's definition, and the catalogue regenerated (go generate ./...)?", err)) // a bug in the suite itself
 	}
-	rec := &specRecord{rule: r, where: sc.node.where(), scenario: sc, judge: judge}
-	for _, other := range sc.rules {
+	rec := &specRecord{rule: r, where: pn.node.where(), play: pn, judge: judge}
+	for _, other := range pn.rules {
 		if other.rule.ID == id {
 			panic(fmt.Sprintf("harmless: rule %s is registered twice in %q", r.ID, rec.where)) // a bug in the suite itself
 		}
 	}
-	sc.rules = append(sc.rules, rec)
+	pn.rules = append(pn.rules, rec)
 	s.order = append(s.order, rec)
 }
 
@@ -160,7 +160,7 @@ func verdict(specs []*specRecord) (certificate.Verdict, string) {
 				notes = append(notes, fmt.Sprintf("[%s] %s", rec.where, rec.message))
 			}
 		case specFailed:
-			// A rule's check keeps the judgement whole; a scenario that
+			// A rule's check keeps the judgement whole; a play that
 			// could not finish (a timeout, a failed assertion of the
 			// harness's own) has its message.
 			msg := rec.message
