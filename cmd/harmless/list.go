@@ -221,6 +221,7 @@ func planOf(ctx context.Context, f certifyFlags) (runPlan, error) {
 		OutOfProcess:     p.OutOfProcess,
 		OwnedServer:      p.OwnedServer,
 		ExternalEffects:  string(adapter.Declares.ExternalEffects),
+		Formation:        choice.Kind == provision.KindHA,
 	}
 	for _, fx := range fixtures.Catalog() {
 		a := applicability.Of(fx, target)

@@ -38,4 +38,17 @@ const (
 	// (applicability.Decision.NotApplicable), which does not lower its
 	// status.
 	NeedsExternalEffects = "external-effects"
+	// NeedsFormation is met by a run on a replicated formation the harness
+	// started (--provision ha: a primary, a synchronous standby and the
+	// HA engine that promotes it), where it can fail the primary over.
+	// Unmet, it is no gap in the run either: a run on a single server
+	// models a deployment without a standby, which has no failover, and
+	// the fixture's rules are not-applicable.
+	NeedsFormation = "ha-formation"
+	// NeedsSingleServer is met by a run on one server, not on a
+	// replicated formation: there a crash of the primary is a failover,
+	// which the failover fixture plays, not a crash and a restart of the
+	// same server. Unmet, the rules are not-applicable, as for
+	// NeedsFormation.
+	NeedsSingleServer = "single-server"
 )

@@ -112,3 +112,15 @@ const (
 	ExternalEffectNoLoss                   = "external-effect.no-loss"
 	ExternalEffectNoNewKeyForDuplicates    = "external-effect.no-new-key-for-duplicates"
 )
+
+// Failover is the fixture's id, and the rest are its rules' ids.
+// They are stable: labels, reports and other tools use them.
+const (
+	Failover = "failover"
+
+	FailoverAcknowledgedSurvives = "failover.acknowledged-survives"
+	FailoverExactlyOnce          = "failover.exactly-once"
+	FailoverFollowsPrimary       = "failover.follows-primary"
+	// FailoverReappliedAfterLoss is a SHOULD rule.
+	FailoverReappliedAfterLoss = "failover.reapplied-after-loss"
+)

@@ -129,38 +129,54 @@ func (r *Run) RestartServer(ctx context.Context, c *Crash) (Recovery, error) {
 	rec.Down = time.Since(c.At)
 	dsn := r.server.DSN()
 	rec.Moved = dsn != c.dsn
-	// First, so that an implementation reconnecting through a proxy
-	// reaches the server as soon as it is back.
-	for _, s := range r.openPlays() {
-		if err := s.followServer(dsn); err != nil {
-			return rec, fmt.Errorf("harness: point the proxy of play %s at the restarted server: %w", s.name, err)
-		}
-	}
-
-	// The keeper was opened before the crash: it must be dead now.
-	rec.OldConnErr = r.keeper.Ping(ctx)
-	_ = r.keeper.Close(ctx) // dead: closing it can only fail
-	keeperDSN, err := WithApplicationName(dsn, r.appName("keeper"))
-	if err != nil {
+	var err error
+	if rec.OldConnErr, err = r.reconnect(ctx, dsn); err != nil {
 		return rec, err
 	}
-	if r.keeper, err = pgx.Connect(ctx, keeperDSN); err != nil {
-		return rec, fmt.Errorf("harness: reconnect the keeper after the restart: %w", err)
-	}
-
-	// Idle connections are dead; connections in use (a write hold's) are
-	// dropped when released. New ones go to the server's address now (see
-	// Run.toCurrentServer): closing the pool instead would wait for those
-	// in use.
-	r.admin.Reset()
 	if err := r.admin.QueryRow(ctx, `SELECT pg_postmaster_start_time()`).Scan(&rec.StartedAfter); err != nil {
 		return rec, fmt.Errorf("harness: server start time after the restart: %w", err)
 	}
-	for _, s := range r.openPlays() {
-		if err := s.afterRestart(ctx); err != nil {
-			return rec, fmt.Errorf("harness: count the faults of play %s after the restart: %w", s.name, err)
-		}
+	if err := r.afterRestart(ctx); err != nil {
+		return rec, err
 	}
 	r.opts.Logf("%s", rec)
 	return rec, nil
+}
+
+// reconnect points the run at its server after a crash or a failover,
+// now at dsn: every open play's proxy first, so that an implementation
+// reconnecting through one reaches the server as soon as it is back; then
+// the keeper, reopened; then the admin pool, whose idle connections are
+// dead and whose new ones go to dsn (see Run.toCurrentServer; closing the
+// pool instead would wait for the connections in use, a write hold's, which
+// are dropped when released). It returns what the old keeper answered: a
+// real crash or failover ends every connection, so it is never nil then.
+func (r *Run) reconnect(ctx context.Context, dsn string) (oldConnErr error, err error) {
+	for _, s := range r.openPlays() {
+		if err := s.followServer(dsn); err != nil {
+			return nil, fmt.Errorf("harness: point the proxy of play %s at the server: %w", s.name, err)
+		}
+	}
+	oldConnErr = r.keeper.Ping(ctx)
+	_ = r.keeper.Close(ctx) // dead: closing it can only fail
+	keeperDSN, err := WithApplicationName(dsn, r.appName("keeper"))
+	if err != nil {
+		return oldConnErr, err
+	}
+	if r.keeper, err = pgx.Connect(ctx, keeperDSN); err != nil {
+		return oldConnErr, fmt.Errorf("harness: reconnect the keeper: %w", err)
+	}
+	r.admin.Reset()
+	return oldConnErr, nil
+}
+
+// afterRestart reads where the evidence of every open play's
+// database-side faults stands on the server as it is now.
+func (r *Run) afterRestart(ctx context.Context) error {
+	for _, s := range r.openPlays() {
+		if err := s.afterRestart(ctx); err != nil {
+			return fmt.Errorf("harness: count the faults of play %s after the server came back: %w", s.name, err)
+		}
+	}
+	return nil
 }

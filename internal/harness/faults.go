@@ -38,6 +38,8 @@ import (
 const (
 	// ServerCrashKind counts the crashes of [Run.CrashServer].
 	ServerCrashKind = "server:crash"
+	// ReplicationStallKind counts the stalls of [Run.StallReplication].
+	ReplicationStallKind = "server:replication-stall"
 )
 
 // Every kind of fault the harness arms is counted through faults.Armed.
@@ -168,6 +170,16 @@ func (s *Play) record(f faults.Armed) {
 // and folds their firings so far into their base, while the server is
 // still up.
 func (s *Play) beforeCrash(ctx context.Context) error {
+	if err := s.DisarmAll(ctx); err != nil {
+		return err
+	}
+	return s.foldFired(ctx)
+}
+
+// DisarmAll disarms every database-side fault the play armed: none fires
+// again, and their firings so far are still counted. A failover needs it
+// done while the formation still replicates (see [Run.FailOver]).
+func (s *Play) DisarmAll(ctx context.Context) error {
 	s.faultsMu.Lock()
 	defer s.faultsMu.Unlock()
 	for _, d := range s.dbFaults {
@@ -175,6 +187,15 @@ func (s *Play) beforeCrash(ctx context.Context) error {
 			return err
 		}
 	}
+	return nil
+}
+
+// foldFired folds the firings of the play's database-side faults so far
+// into their base: only reads, so it works on a primary whose replication
+// is stalled.
+func (s *Play) foldFired(ctx context.Context) error {
+	s.faultsMu.Lock()
+	defer s.faultsMu.Unlock()
 	for _, d := range s.dbFaults {
 		n, err := d.Fired(ctx)
 		if err != nil {

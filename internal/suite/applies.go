@@ -36,6 +36,7 @@ func (s *state) applies(id string, impl adapters.Implementation) applicability.D
 	}
 	if s.run != nil {
 		t.OwnedServer = s.run.Server().Owned()
+		t.Formation = s.run.Formation() != nil
 	}
 	return applicability.Of(f, t)
 }

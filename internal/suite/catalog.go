@@ -51,6 +51,7 @@ func fixtureList() []registered {
 		{ambiguousCommitDefinition, (*state).ambiguousCommit},
 		{crashRecoveryDefinition, (*state).crashRecovery},
 		{externalEffectDefinition, (*state).externalEffect},
+		{failoverDefinition, (*state).failover},
 	}
 }
 

@@ -36,11 +36,14 @@ const (
 	restartBudget = 2 * time.Minute
 )
 
-// crashUnsupported says why the run cannot crash its server; "" when it
+// crashSkip is the judgement of the fixture's rules when the run cannot
+// crash its server (a server named by a DSN: not-supported) or a crash is
+// no scenario of its deployment (a replicated formation, where a crash of
+// the primary is a failover: not-applicable); the zero judgement when it
 // can. The fixture needs nothing of where the implementation runs, so it
 // asks before it builds an instance.
-func (s *state) crashUnsupported() string {
-	return s.applies(crashRecoveryID, nil).Reason
+func (s *state) crashSkip() judgement {
+	return skipFor(s.applies(crashRecoveryID, nil), "")
 }
 
 // beginCrash is begin for a play that crashes the server: the play's
@@ -82,7 +85,7 @@ func crashRecoveryDefinition() Definition {
 		Page: DocPage{File: "crash-recovery.md", Title: "crash recovery"},
 		Fixture: fixtures.Fixture{
 			ID:       crashRecoveryID,
-			Requires: []fixtures.Requirement{catalogid.NeedsOwnedServer},
+			Requires: []fixtures.Requirement{catalogid.NeedsOwnedServer, catalogid.NeedsSingleServer},
 			Doc:      "Crash the database server the harness started for the run (an immediate shutdown of a throwaway cluster, SIGKILL to a container) and start it again, while the implementation keeps running and reaches the server through the harness's wire proxy, which follows it to its new address: once after a delivery was acknowledged, and once each with sixteen deliveries in flight, held inside their transactions by a database-side sleep at the effect, or stopped at their first write to the implementation's tables by a lock the harness holds. Before the in-flight deliveries, sixteen events are delivered at once to warm the implementation up; the harness crashes the server once the deliveries are held in the database, and disarms its faults first, so that none fires after the restart. Then redeliver what was not acknowledged, to the same instances. On a server named by a DSN its rules are not-supported.",
 			Rules: []fixtures.Rule{
 				{
@@ -116,7 +119,7 @@ func (s *state) crashRecovery() {
 func (s *state) crashAfterAck() {
 	s.group("after-ack", "after an acknowledged delivery", func() {
 		var (
-			skip                  string
+			skip                  judgement
 			ev                    = newEvent(crashRecoveryID, "acked")
 			before, after         []harness.Attempt
 			rowsBefore, rowsAfter int64
@@ -128,7 +131,7 @@ func (s *state) crashAfterAck() {
 		// crash, a redelivery until terminal after it; the restart.
 		pn := s.play(crashRecoveryID+" / after an acknowledged delivery", work{calls: 1, waits: restartBudget}.plus(untilTerminal(2)))
 		pn.gather(func(ctx context.Context) {
-			if skip = s.crashUnsupported(); skip != "" {
+			if skip = s.crashSkip(); skip.final() {
 				return
 			}
 			play := pn.beginCrash(ctx)
@@ -148,8 +151,8 @@ func (s *state) crashAfterAck() {
 		})
 
 		pn.judgedRule(crashRecoveryAppliedSurvives, func() judgement {
-			if skip != "" {
-				return notSupported(skip)
+			if skip.final() {
+				return skip
 			}
 			if p := rec.Problem(); p != "" {
 				return judgement{problems: []string{"the planned fault did not fire: " + p}}
@@ -366,7 +369,7 @@ func stallTiming(deliveryTimeout, slowestWarmUp time.Duration) (settle, limit ti
 func (s *state) crashInFlight(st stall) {
 	s.group("in-flight-"+st.id, "with deliveries in flight, "+st.name, func() {
 		var (
-			skip            string
+			skip            judgement
 			what            string
 			settled, flying []*inFlight
 			all             []*inFlight // settled, then flying
@@ -388,7 +391,7 @@ func (s *state) crashInFlight(st stall) {
 		pn := s.play(crashRecoveryID+" / with deliveries in flight, "+st.name,
 			work{calls: 3, waits: 2*stallLimit + restartBudget}.plus(untilTerminal(2)))
 		pn.gather(func(ctx context.Context) {
-			if skip = s.crashUnsupported(); skip != "" {
+			if skip = s.crashSkip(); skip.final() {
 				return
 			}
 			play := pn.beginCrash(ctx)
@@ -401,7 +404,8 @@ func (s *state) crashInFlight(st stall) {
 				events[i] = f.ev
 			}
 			held, desc, release, unsupported := st.arm(ctx, play, events, s.cfg.deliveryTimeout)
-			if skip, what = unsupported, desc; skip != "" {
+			if what = desc; unsupported != "" {
+				skip = notSupported(unsupported)
 				return
 			}
 
@@ -442,8 +446,8 @@ func (s *state) crashInFlight(st stall) {
 		})
 
 		pn.judgedRule(crashRecoveryInFlightExactlyOnce, func() judgement {
-			if skip != "" {
-				return notSupported(skip)
+			if skip.final() {
+				return skip
 			}
 			if p := rec.Problem(); p != "" {
 				return judgement{problems: []string{"the planned fault did not fire: " + p}}

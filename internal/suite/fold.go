@@ -34,6 +34,9 @@ func (s *state) certificate() certificate.Certificate {
 		Redelivery:   s.redelivery,
 		Started:      s.started,
 	}
+	s.mu.Lock()
+	cert.AsyncFailover = s.asyncFailover
+	s.mu.Unlock()
 	if !s.started.IsZero() {
 		cert.Duration = time.Since(s.started).Seconds()
 	}

@@ -69,6 +69,9 @@ type state struct {
 	// the plays closed.
 	crashes    []certificate.Crash
 	redelivery certificate.Redelivery
+	// asyncFailover is what the failover fixture's asynchronous variant
+	// saw, once it played.
+	asyncFailover *certificate.AsyncFailover
 }
 
 // newState prepares a registration of adapter.

@@ -90,6 +90,9 @@ func (c Certificate) WriteMarkdown(w io.Writer) error {
 			}
 		}
 	}
+	if a := c.AsyncFailover; a != nil {
+		fmt.Fprintf(&b, "\n### Asynchronous replication (information, not a verdict)\n\n%s\n", mdCell(a.Note))
+	}
 	if _, err := io.WriteString(w, b.String()); err != nil {
 		return fmt.Errorf("write Markdown summary: %w", err)
 	}

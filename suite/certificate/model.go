@@ -142,6 +142,13 @@ type Certificate struct {
 	// Redelivery says how patient the broker the harness played was, and
 	// had to be.
 	Redelivery Redelivery `json:"redelivery"`
+	// AsyncFailover is what the failover fixture's asynchronous variant
+	// saw, on a run on a replicated formation (--provision ha): what a
+	// deployment replicating asynchronously loses on a failover. It is
+	// information about the database's configuration, not a verdict on
+	// the implementation, and decides nothing; absent when the variant
+	// did not play.
+	AsyncFailover *AsyncFailover `json:"async_failover,omitempty"`
 	// Started and Duration time the run.
 	Started  time.Time `json:"started_at"`
 	Duration float64   `json:"duration_s"`
@@ -158,6 +165,36 @@ type Redelivery struct {
 	LongestWait float64 `json:"longest_wait_s"`
 	// GaveUp counts the times the broker ran out of patience.
 	GaveUp int `json:"gave_up"`
+}
+
+// AsyncFailover is what a failover lost with asynchronous replication:
+// the failover fixture kills the primary while its standby lags, and
+// counts the acknowledged events the new primary has no effect of. With
+// synchronous replication, as the HA engine sets it up, the count is 0
+// for a correct implementation.
+type AsyncFailover struct {
+	// Failover is the evidence of the failover: which node was primary
+	// before and after, and the timelines.
+	Failover string `json:"failover"`
+	// LagBytes is how far the standby was behind the primary, in bytes of
+	// WAL, when the primary was killed.
+	LagBytes int64 `json:"lag_bytes"`
+	// DuringStall is how many deliveries were made while the standby
+	// lagged.
+	DuringStall int `json:"during_stall"`
+	// Acknowledged is how many deliveries were acknowledged before the
+	// failover, during the stall or before it.
+	Acknowledged int `json:"acknowledged"`
+	// AcknowledgedLost is how many of them the failover lost: their
+	// events have no effect on the new primary. Lost names them.
+	AcknowledgedLost int      `json:"acknowledged_lost"`
+	Lost             []string `json:"lost,omitempty"`
+	// AppliedAgain is how many of the lost events were applied again when
+	// redelivered: each was applied twice, in the eyes of anything that
+	// saw the first (a message, a payment sent from the lost commit).
+	AppliedAgain int `json:"applied_again"`
+	// Note says the same in words.
+	Note string `json:"note"`
 }
 
 // Crash is the crashes of one instance of the implementation in one play.
