@@ -14,6 +14,7 @@
 // | adapter                  | package         | bug                                                             |
 // |--------------------------|-----------------|-----------------------------------------------------------------|
 // | broken-always-errors     | alwayserrors    | the processed-events table never created: every delivery fails |
+// | broken-async-commit      | asynccommit     | synchronous_commit = local: COMMIT does not wait for the standby |
 // | broken-busy-is-duplicate | busyisduplicate | lock_timeout on another's open claim answered Duplicate         |
 // | broken-case-folded       | casefolded      | the marker keyed by lower(id)                                   |
 // | broken-check-then-insert | checktheninsert | SELECT then INSERT, no unique constraint on the marker          |
