@@ -27,6 +27,7 @@ func TestMain(m *testing.M) { pgtest.Main(m) }
 const (
 	asyncCommit     = "broken-async-commit"
 	busyIsDuplicate = "broken-busy-is-duplicate"
+	cachedClaims    = "broken-cached-claims"
 	caseFolded      = "broken-case-folded"
 	checkThenInsert = "broken-check-then-insert"
 	earlyPurge      = "broken-early-purge"
@@ -47,7 +48,7 @@ const (
 	sendInTx          = "broken-send-in-tx"
 )
 
-var names = []string{asyncCommit, busyIsDuplicate, caseFolded, checkThenInsert, earlyPurge, effectFirst, ignorePayload, inMemory, lossyKey, markerFirst, noNamespace, noPurge, sqlSplice, truncatedKey,
+var names = []string{asyncCommit, busyIsDuplicate, cachedClaims, caseFolded, checkThenInsert, earlyPurge, effectFirst, ignorePayload, inMemory, lossyKey, markerFirst, noNamespace, noPurge, sqlSplice, truncatedKey,
 	outboxDeleteFirst, randomKey, sendAfterCommit, sendInTx}
 
 // external is what the adapters whose bug lies at the external boundary
@@ -449,6 +450,17 @@ func TestBugs(t *testing.T) {
 			if setting != asynccommit.Setting {
 				w.t.Fatalf("the delivery's transaction ran with synchronous_commit = %q (the server's default is %q); want %q", setting, server, asynccommit.Setting)
 			}
+			w.effects(ev, 1)
+		}},
+		{cachedClaims, "a claim the database lost is still Duplicate, from the cache, and the event is lost", func(w *world) {
+			w.expect(1, ev, 1, adapters.Applied)
+			w.lose(ev) // as a failover to a standby that lacked the commit would
+			w.expect(1, ev, 2, adapters.Duplicate)
+			w.expect(1, event(ev.Namespace, ev.ID, "another payload"), 3, adapters.Rejected)
+			w.effects(ev, 0)
+			// A worker that never saw the event asks the database, which
+			// no longer has it: the reference's answer.
+			w.expect(2, ev, 4, adapters.Applied)
 			w.effects(ev, 1)
 		}},
 		{inMemory, "a second worker applies the event again", func(w *world) {

@@ -16,6 +16,7 @@
 // | broken-always-errors     | alwayserrors    | the processed-events table never created: every delivery fails |
 // | broken-async-commit      | asynccommit     | synchronous_commit = local: COMMIT does not wait for the standby |
 // | broken-busy-is-duplicate | busyisduplicate | lock_timeout on another's open claim answered Duplicate         |
+// | broken-cached-claims     | cachedclaims    | claims seen committed cached in memory, answered without a query |
 // | broken-case-folded       | casefolded      | the marker keyed by lower(id)                                   |
 // | broken-check-then-insert | checktheninsert | SELECT then INSERT, no unique constraint on the marker          |
 // | broken-early-purge       | earlypurge      | Purge removes markers still inside the declared window          |

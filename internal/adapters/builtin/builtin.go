@@ -26,6 +26,7 @@ import (
 	"github.com/harmless-dev/harmless/internal/adapters/broken/alwayserrors"
 	"github.com/harmless-dev/harmless/internal/adapters/broken/asynccommit"
 	"github.com/harmless-dev/harmless/internal/adapters/broken/busyisduplicate"
+	"github.com/harmless-dev/harmless/internal/adapters/broken/cachedclaims"
 	"github.com/harmless-dev/harmless/internal/adapters/broken/casefolded"
 	"github.com/harmless-dev/harmless/internal/adapters/broken/checktheninsert"
 	"github.com/harmless-dev/harmless/internal/adapters/broken/earlypurge"
@@ -165,6 +166,10 @@ func Entries() []Entry {
 		{
 			Adapter: asynccommit.Adapter(), Models: "synchronous_commit = local on every session, for latency: COMMIT returns before the synchronous standby has the commit, which a failover then loses",
 			Fails: []string{failoverAcknowledgedSurvives, failoverExactlyOnce},
+		},
+		{
+			Adapter: cachedclaims.Adapter(), Models: "an in-process cache of the claims seen committed, in front of the marker table, answering a redelivery without asking the database, even after the database lost the claim",
+			Fails: []string{failoverReappliedAfterLoss},
 		},
 		{
 			Adapter: alwayserrors.Adapter(), Models: "every delivery fails: the processed-events table was never created (a migration that did not run)",
