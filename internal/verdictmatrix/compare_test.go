@@ -28,6 +28,7 @@ func TestStatusesFollowTheVerdicts(t *testing.T) {
 		{"the reference", entry("reference"), []certificate.Status{certificate.StatusCertified}},
 		{"a broken adapter that must fail a MUST rule", entry("broken-case-folded"), []certificate.Status{certificate.StatusNotCertified}},
 		{"one that must fail a MUST rule and may fail another", entry("broken-time-bucketed-key"), []certificate.Status{certificate.StatusNotCertified}},
+		{"one that must fail only rules no single server plays", entry("broken-single-host"), []certificate.Status{certificate.StatusCertified}},
 		{"one that may fail a MUST rule and must fail none", mayFailOnly, []certificate.Status{certificate.StatusCertified, certificate.StatusNotCertified}},
 	} {
 		if got := Statuses(tc.entry); !slices.Equal(got, tc.want) {

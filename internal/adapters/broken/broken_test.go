@@ -13,6 +13,7 @@ import (
 
 	"github.com/harmless-dev/harmless/adapters"
 	"github.com/harmless-dev/harmless/adapters/reference"
+	"github.com/harmless-dev/harmless/faults/pgproxy"
 	"github.com/harmless-dev/harmless/internal/adapters/broken/asynccommit"
 	"github.com/harmless-dev/harmless/internal/adapters/builtin"
 	"github.com/harmless-dev/harmless/internal/effect"
@@ -38,6 +39,7 @@ const (
 	markerFirst     = "broken-marker-first"
 	noNamespace     = "broken-no-namespace"
 	noPurge         = "broken-no-purge"
+	singleHost      = "broken-single-host"
 	sqlSplice       = "broken-sql-splice"
 	truncatedKey    = "broken-truncated-key"
 	// Their bug lies at the external boundary; without a destination they
@@ -48,7 +50,7 @@ const (
 	sendInTx          = "broken-send-in-tx"
 )
 
-var names = []string{asyncCommit, busyIsDuplicate, cachedClaims, caseFolded, checkThenInsert, earlyPurge, effectFirst, ignorePayload, inMemory, lossyKey, markerFirst, noNamespace, noPurge, sqlSplice, truncatedKey,
+var names = []string{asyncCommit, busyIsDuplicate, cachedClaims, caseFolded, checkThenInsert, earlyPurge, effectFirst, ignorePayload, inMemory, lossyKey, markerFirst, noNamespace, noPurge, singleHost, sqlSplice, truncatedKey,
 	outboxDeleteFirst, randomKey, sendAfterCommit, sendInTx}
 
 // external is what the adapters whose bug lies at the external boundary
@@ -462,6 +464,39 @@ func TestBugs(t *testing.T) {
 			// no longer has it: the reference's answer.
 			w.expect(2, ev, 4, adapters.Applied)
 			w.effects(ev, 1)
+		}},
+		{singleHost, "once its first host is gone, every delivery fails, while the reference follows the DSN to the second", func(w *world) {
+			server := address(w.t, pgtest.DSN(w.t))
+			proxy, err := pgproxy.New(server)
+			if err != nil {
+				w.t.Fatal(err)
+			}
+			w.t.Cleanup(func() { _ = proxy.Close() })
+			viaProxy, err := proxy.DSN(pgtest.DSN(w.t))
+			if err != nil {
+				w.t.Fatal(err)
+			}
+			// The proxy is the primary, the server itself the other host.
+			w.dsn = withHosts(w.t, viaProxy, proxy.Addr(), server)
+			ref := w.sibling(reference.Name)
+			w.expect(1, ev, 1, adapters.Applied)
+			ref.expect(1, ev, 1, adapters.Applied)
+			if err := proxy.Close(); err != nil {
+				w.t.Fatal(err)
+			}
+			later := event("orders", "2", "x")
+			var errs []error
+			for attempt := 1; attempt <= 5; attempt++ {
+				if _, err := w.deliver(1, later, attempt); err == nil {
+					w.t.Fatalf("attempt %d of %s succeeded with its first host gone", attempt, later)
+				} else {
+					errs = append(errs, err)
+				}
+			}
+			w.t.Logf("its last error: %v", errs[len(errs)-1])
+			w.effects(later, 0)
+			ref.untilAcknowledged(1, later, adapters.Applied)
+			ref.effects(later, 1)
 		}},
 		{inMemory, "a second worker applies the event again", func(w *world) {
 			w.expect(1, ev, 1, adapters.Applied)

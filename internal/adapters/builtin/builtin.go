@@ -41,6 +41,7 @@ import (
 	"github.com/harmless-dev/harmless/internal/adapters/broken/randomkey"
 	"github.com/harmless-dev/harmless/internal/adapters/broken/sendaftercommit"
 	"github.com/harmless-dev/harmless/internal/adapters/broken/sendintx"
+	"github.com/harmless-dev/harmless/internal/adapters/broken/singlehost"
 	"github.com/harmless-dev/harmless/internal/adapters/broken/sqlsplice"
 	"github.com/harmless-dev/harmless/internal/adapters/broken/timebucketed"
 	"github.com/harmless-dev/harmless/internal/adapters/broken/truncatedkey"
@@ -170,6 +171,10 @@ func Entries() []Entry {
 		{
 			Adapter: cachedclaims.Adapter(), Models: "an in-process cache of the claims seen committed, in front of the marker table, answering a redelivery without asking the database, even after the database lost the claim",
 			Fails: []string{failoverReappliedAfterLoss},
+		},
+		{
+			Adapter: singlehost.Adapter(), Models: "only the first host of a multi-host DSN, target_session_attrs ignored: after a failover it keeps connecting to the old primary",
+			Fails: []string{failoverFollowsPrimary, failoverExactlyOnce, failoverReappliedAfterLoss},
 		},
 		{
 			Adapter: alwayserrors.Adapter(), Models: "every delivery fails: the processed-events table was never created (a migration that did not run)",
