@@ -9,8 +9,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/harmless-dev/harmless/adapters"
 	"github.com/harmless-dev/harmless/adapters/reference"
+	"github.com/harmless-dev/harmless/faults/pgproxy"
+	"github.com/harmless-dev/harmless/internal/adapters/broken/asynccommit"
 	"github.com/harmless-dev/harmless/internal/adapters/builtin"
 	"github.com/harmless-dev/harmless/internal/effect"
 	"github.com/harmless-dev/harmless/internal/harness"
@@ -22,7 +26,9 @@ func TestMain(m *testing.M) { pgtest.Main(m) }
 
 // The broken adapters' names, spelled out: other tooling depends on them.
 const (
+	asyncCommit     = "broken-async-commit"
 	busyIsDuplicate = "broken-busy-is-duplicate"
+	cachedClaims    = "broken-cached-claims"
 	caseFolded      = "broken-case-folded"
 	checkThenInsert = "broken-check-then-insert"
 	earlyPurge      = "broken-early-purge"
@@ -33,6 +39,7 @@ const (
 	markerFirst     = "broken-marker-first"
 	noNamespace     = "broken-no-namespace"
 	noPurge         = "broken-no-purge"
+	singleHost      = "broken-single-host"
 	sqlSplice       = "broken-sql-splice"
 	truncatedKey    = "broken-truncated-key"
 	// Their bug lies at the external boundary; without a destination they
@@ -43,7 +50,7 @@ const (
 	sendInTx          = "broken-send-in-tx"
 )
 
-var names = []string{busyIsDuplicate, caseFolded, checkThenInsert, earlyPurge, effectFirst, ignorePayload, inMemory, lossyKey, markerFirst, noNamespace, noPurge, sqlSplice, truncatedKey,
+var names = []string{asyncCommit, busyIsDuplicate, cachedClaims, caseFolded, checkThenInsert, earlyPurge, effectFirst, ignorePayload, inMemory, lossyKey, markerFirst, noNamespace, noPurge, singleHost, sqlSplice, truncatedKey,
 	outboxDeleteFirst, randomKey, sendAfterCommit, sendInTx}
 
 // external is what the adapters whose bug lies at the external boundary
@@ -62,6 +69,30 @@ type world struct {
 	instances map[int]adapters.Implementation
 	// hook, when set, runs inside every effect.
 	hook effect.Hook
+	// inTx, when set, runs inside every effect too, before the hook, with
+	// the delivery's transaction.
+	inTx func(ctx context.Context, tx pgx.Tx, d adapters.Delivery) error
+	// dsn, when set, is the DSN instances are built with, instead of the
+	// shared server's.
+	dsn string
+	// clock, when set, is the clock instances are built with, instead of
+	// the system's.
+	clock adapters.Clock
+}
+
+// spied is the ledger's effect that first runs its world's inTx.
+type spied struct {
+	adapters.Effect
+	w *world
+}
+
+func (s spied) Apply(ctx context.Context, tx pgx.Tx, d adapters.Delivery) error {
+	if s.w.inTx != nil {
+		if err := s.w.inTx(ctx, tx, d); err != nil {
+			return err
+		}
+	}
+	return s.Effect.Apply(ctx, tx, d)
 }
 
 var schemas atomic.Int64
@@ -92,30 +123,48 @@ func (w *world) instance(n int) adapters.Implementation {
 	if impl, ok := w.instances[n]; ok {
 		return impl
 	}
+	impl, err := w.open(n)
+	if err != nil {
+		w.t.Fatalf("%s: New: %v", w.adapter.Name, err)
+	}
+	w.instances[n] = impl
+	return impl
+}
+
+// open builds worker n, to be closed when the test ends.
+func (w *world) open(n int) (adapters.Implementation, error) {
+	w.t.Helper()
 	hook := func(ctx context.Context, d adapters.Delivery) error {
 		if w.hook == nil {
 			return nil
 		}
 		return w.hook(ctx, d)
 	}
+	dsn := w.dsn
+	if dsn == "" {
+		dsn = pgtest.DSN(w.t)
+	}
+	var clock adapters.Clock = harness.SystemClock{}
+	if w.clock != nil {
+		clock = w.clock
+	}
 	impl, err := w.adapter.New(w.t.Context(), adapters.Env{
-		DSN:      pgtest.DSN(w.t),
+		DSN:      dsn,
 		Schema:   w.schema,
-		Effect:   ledger.Effect(w.schema, hook),
-		Clock:    harness.SystemClock{},
+		Effect:   spied{Effect: ledger.Effect(w.schema, hook), w: w},
+		Clock:    clock,
 		Instance: n,
 		Logf:     w.t.Logf,
 	})
 	if err != nil {
-		w.t.Fatalf("%s: New: %v", w.adapter.Name, err)
+		return nil, err
 	}
 	w.t.Cleanup(func() {
 		if err := impl.Close(context.Background()); err != nil {
 			w.t.Errorf("%s: Close: %v", w.adapter.Name, err)
 		}
 	})
-	w.instances[n] = impl
-	return impl
+	return impl, nil
 }
 
 // deliver delivers ev to worker n as attempt.
@@ -387,6 +436,67 @@ func TestBugs(t *testing.T) {
 				w.expect(2, b, 1, adapters.Duplicate)
 				w.effects(b, 0)
 			}
+		}},
+		{asyncCommit, "its deliveries commit with synchronous_commit = local", func(w *world) {
+			var server, setting string
+			if err := pgtest.Pool(w.t).QueryRow(w.t.Context(), `SHOW synchronous_commit`).Scan(&server); err != nil {
+				w.t.Fatal(err)
+			}
+			if server == asynccommit.Setting {
+				w.t.Skipf("the server's own default is synchronous_commit = %s: the adapter's setting changes nothing here", server)
+			}
+			w.inTx = func(ctx context.Context, tx pgx.Tx, _ adapters.Delivery) error {
+				return tx.QueryRow(ctx, `SHOW synchronous_commit`).Scan(&setting)
+			}
+			w.expect(1, ev, 1, adapters.Applied)
+			if setting != asynccommit.Setting {
+				w.t.Fatalf("the delivery's transaction ran with synchronous_commit = %q (the server's default is %q); want %q", setting, server, asynccommit.Setting)
+			}
+			w.effects(ev, 1)
+		}},
+		{cachedClaims, "a claim the database lost is still Duplicate, from the cache, and the event is lost", func(w *world) {
+			w.expect(1, ev, 1, adapters.Applied)
+			w.lose(ev) // as a failover to a standby that lacked the commit would
+			w.expect(1, ev, 2, adapters.Duplicate)
+			w.expect(1, event(ev.Namespace, ev.ID, "another payload"), 3, adapters.Rejected)
+			w.effects(ev, 0)
+			// A worker that never saw the event asks the database, which
+			// no longer has it: the reference's answer.
+			w.expect(2, ev, 4, adapters.Applied)
+			w.effects(ev, 1)
+		}},
+		{singleHost, "once its first host is gone, every delivery fails, while the reference follows the DSN to the second", func(w *world) {
+			server := address(w.t, pgtest.DSN(w.t))
+			proxy, err := pgproxy.New(server)
+			if err != nil {
+				w.t.Fatal(err)
+			}
+			w.t.Cleanup(func() { _ = proxy.Close() })
+			viaProxy, err := proxy.DSN(pgtest.DSN(w.t))
+			if err != nil {
+				w.t.Fatal(err)
+			}
+			// The proxy is the primary, the server itself the other host.
+			w.dsn = withHosts(w.t, viaProxy, proxy.Addr(), server)
+			ref := w.sibling(reference.Name)
+			w.expect(1, ev, 1, adapters.Applied)
+			ref.expect(1, ev, 1, adapters.Applied)
+			if err := proxy.Close(); err != nil {
+				w.t.Fatal(err)
+			}
+			later := event("orders", "2", "x")
+			var errs []error
+			for attempt := 1; attempt <= 5; attempt++ {
+				if _, err := w.deliver(1, later, attempt); err == nil {
+					w.t.Fatalf("attempt %d of %s succeeded with its first host gone", attempt, later)
+				} else {
+					errs = append(errs, err)
+				}
+			}
+			w.t.Logf("its last error: %v", errs[len(errs)-1])
+			w.effects(later, 0)
+			ref.untilAcknowledged(1, later, adapters.Applied)
+			ref.effects(later, 1)
 		}},
 		{inMemory, "a second worker applies the event again", func(w *world) {
 			w.expect(1, ev, 1, adapters.Applied)

@@ -9,12 +9,18 @@
 // declaration (conflict policy "reject", the reference's redelivery window,
 // AcceptsClock). Only the four whose bug lies at the external boundary
 // declare external effects; the others declare none, and the
-// external-effect fixture does not apply to them.
+// external-effect fixture does not apply to them. Three show their bug only
+// when the database fails over (broken-async-commit, broken-cached-claims,
+// broken-single-host): the rules they must fail are the failover fixture's,
+// played on a replicated formation, and on a single server nothing tells
+// them from the reference, so they are certified there.
 //
 // | adapter                  | package         | bug                                                             |
 // |--------------------------|-----------------|-----------------------------------------------------------------|
 // | broken-always-errors     | alwayserrors    | the processed-events table never created: every delivery fails |
+// | broken-async-commit      | asynccommit     | synchronous_commit = local: COMMIT does not wait for the standby |
 // | broken-busy-is-duplicate | busyisduplicate | lock_timeout on another's open claim answered Duplicate         |
+// | broken-cached-claims     | cachedclaims    | claims seen committed cached in memory, answered without a query |
 // | broken-case-folded       | casefolded      | the marker keyed by lower(id)                                   |
 // | broken-check-then-insert | checktheninsert | SELECT then INSERT, no unique constraint on the marker          |
 // | broken-early-purge       | earlypurge      | Purge removes markers still inside the declared window          |
@@ -29,6 +35,7 @@
 // | broken-random-key        | randomkey       | an outbox relay making a new idempotency key for every send     |
 // | broken-send-after-commit | sendaftercommit | the external call after COMMIT with no outbox                   |
 // | broken-send-in-tx        | sendintx        | the external call inside the transaction, a fresh key per attempt |
+// | broken-single-host       | singlehost      | only the first host of a multi-host DSN, target_session_attrs ignored |
 // | broken-sql-splice        | sqlsplice       | the identity spliced into the claim's SQL text                  |
 // | broken-time-bucketed-key | timebucketed    | the claim's UTC day in the marker's unique key                  |
 // | broken-truncated-key     | truncatedkey    | the marker keyed by the id cut to 64 characters                 |

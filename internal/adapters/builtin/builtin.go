@@ -24,7 +24,9 @@ import (
 	"github.com/harmless-dev/harmless/internal/adapters/alternatives/slow"
 	"github.com/harmless-dev/harmless/internal/adapters/alternatives/slowrelay"
 	"github.com/harmless-dev/harmless/internal/adapters/broken/alwayserrors"
+	"github.com/harmless-dev/harmless/internal/adapters/broken/asynccommit"
 	"github.com/harmless-dev/harmless/internal/adapters/broken/busyisduplicate"
+	"github.com/harmless-dev/harmless/internal/adapters/broken/cachedclaims"
 	"github.com/harmless-dev/harmless/internal/adapters/broken/casefolded"
 	"github.com/harmless-dev/harmless/internal/adapters/broken/checktheninsert"
 	"github.com/harmless-dev/harmless/internal/adapters/broken/earlypurge"
@@ -39,6 +41,7 @@ import (
 	"github.com/harmless-dev/harmless/internal/adapters/broken/randomkey"
 	"github.com/harmless-dev/harmless/internal/adapters/broken/sendaftercommit"
 	"github.com/harmless-dev/harmless/internal/adapters/broken/sendintx"
+	"github.com/harmless-dev/harmless/internal/adapters/broken/singlehost"
 	"github.com/harmless-dev/harmless/internal/adapters/broken/sqlsplice"
 	"github.com/harmless-dev/harmless/internal/adapters/broken/timebucketed"
 	"github.com/harmless-dev/harmless/internal/adapters/broken/truncatedkey"
@@ -162,6 +165,18 @@ func Entries() []Entry {
 			},
 		},
 		{
+			Adapter: asynccommit.Adapter(), Models: "synchronous_commit = local on every session, for latency: COMMIT returns before the synchronous standby has the commit, which a failover then loses",
+			Fails: []string{failoverAcknowledgedSurvives, failoverExactlyOnce},
+		},
+		{
+			Adapter: cachedclaims.Adapter(), Models: "an in-process cache of the claims seen committed, in front of the marker table, answering a redelivery without asking the database, even after the database lost the claim",
+			Fails: []string{failoverReappliedAfterLoss},
+		},
+		{
+			Adapter: singlehost.Adapter(), Models: "only the first host of a multi-host DSN, target_session_attrs ignored: after a failover it keeps connecting to the old primary",
+			Fails: []string{failoverFollowsPrimary, failoverExactlyOnce, failoverReappliedAfterLoss},
+		},
+		{
 			Adapter: alwayserrors.Adapter(), Models: "every delivery fails: the processed-events table was never created (a migration that did not run)",
 			Fails: allRulesBut(fixtures.ExternalEffect, "crash-recovery.in-flight-exactly-once"),
 			Unsupported: map[string]string{
@@ -187,6 +202,30 @@ func Entries() []Entry {
 	}
 	slices.SortFunc(entries, func(a, b Entry) int { return strings.Compare(a.Adapter.Name, b.Adapter.Name) })
 	return entries
+}
+
+// The failover fixture's rules, which broken-async-commit,
+// broken-cached-claims and broken-single-host must fail on a replicated
+// formation (their packages' documentation says why each fails which). The
+// fixture is being written beside them and is not in the catalogue yet:
+// until the catalogue has a fixture called failover, [Check] accepts these
+// ids, and only these, without looking them up; from then on it checks
+// them like any other. Their ids are final.
+const (
+	failoverFixture              = "failover"
+	failoverAcknowledgedSurvives = "failover.acknowledged-survives"
+	failoverExactlyOnce          = "failover.exactly-once"
+	failoverFollowsPrimary       = "failover.follows-primary"
+	failoverReappliedAfterLoss   = "failover.reapplied-after-loss"
+)
+
+// pending reports whether id is a rule of the failover fixture while the
+// catalogue has no such fixture, so that [Check] cannot look it up.
+func pending(id string) bool {
+	if _, err := fixtures.LookupFixture(failoverFixture); err == nil {
+		return false
+	}
+	return slices.Contains([]string{failoverAcknowledgedSurvives, failoverExactlyOnce, failoverFollowsPrimary, failoverReappliedAfterLoss}, id)
 }
 
 // allRulesBut returns the ids of every rule but those of fixture and the
@@ -239,15 +278,16 @@ func (e Entry) applies(fixture string) applicability.Decision {
 }
 
 // Check returns what is wrong with entries, such as the registry's: a rule
-// id that is not in the catalogue, a rule listed twice, a correct adapter
-// that must fail something or a broken one that must fail nothing.
+// id that is not in the catalogue (but the failover fixture's, while the
+// catalogue lacks it), a rule listed twice, a correct adapter that must
+// fail something or a broken one that must fail nothing.
 func Check(entries []Entry) []string {
 	var problems []string
 	for _, e := range entries {
 		seen := map[string]bool{}
 		ids := slices.Concat(e.Fails, slices.Sorted(maps.Keys(e.MayFail)), slices.Sorted(maps.Keys(e.Unsupported)))
 		for _, id := range ids {
-			if _, err := fixtures.Lookup(id); err != nil {
+			if _, err := fixtures.Lookup(id); err != nil && !pending(id) {
 				problems = append(problems, fmt.Sprintf("%s: %v", e.Adapter.Name, err))
 			}
 			if seen[id] {

@@ -21,17 +21,19 @@ func TestRegistryIsConsistent(t *testing.T) {
 
 // TestCheckFindsBadEntries is the control of the test above: Check sees a
 // rule that does not exist, one listed twice, and a broken adapter that
-// must fail nothing.
+// must fail nothing; an id of the failover fixture that is not one of its
+// rules is refused, whether the catalogue has the fixture yet or not.
 func TestCheckFindsBadEntries(t *testing.T) {
 	e, err := builtin.EntryOf("broken-case-folded")
 	if err != nil {
 		t.Fatal(err)
 	}
-	typo, twice, none := e, e, e
+	typo, twice, none, failoverTypo := e, e, e, e
 	typo.Fails = []string{"identity-fidelity.text-kep"}
 	twice.MayFail = map[string]string{"identity-fidelity.text-kept": "twice"}
 	none.Fails = nil
-	for _, bad := range []builtin.Entry{typo, twice, none} {
+	failoverTypo.Fails = []string{"failover.follows-primar"}
+	for _, bad := range []builtin.Entry{typo, twice, none, failoverTypo} {
 		if problems := builtin.Check([]builtin.Entry{bad}); len(problems) != 1 {
 			t.Errorf("Check of %+v: %q; want one problem", bad.Fails, problems)
 		}

@@ -64,11 +64,19 @@ func declaring(e adapters.ExternalEffects) adapters.Declaration {
 // factory opens an [Instance] whose processed-events table has columns
 // (none for [NoTable]) and hands it to wrap.
 func Adapter[T adapters.Implementation](name, columns string, wrap func(*Instance) T) adapters.Adapter {
+	return AdapterWith(name, columns, nil, wrap)
+}
+
+// AdapterWith is [Adapter] whose instances open their pools with
+// configure applied to the configuration read from the DSN (see
+// kit.PoolWith): for an adapter whose bug lies in how it connects, not in
+// what it runs.
+func AdapterWith[T adapters.Implementation](name, columns string, configure func(*pgxpool.Config), wrap func(*Instance) T) adapters.Adapter {
 	return adapters.Adapter{
 		Name:     name,
 		Declares: Declaration(),
 		New: func(ctx context.Context, env adapters.Env) (adapters.Implementation, error) {
-			inst, err := open(ctx, env, name, columns)
+			inst, err := open(ctx, env, name, columns, configure)
 			if err != nil {
 				return nil, err
 			}
@@ -98,8 +106,8 @@ type Instance struct {
 	Env adapters.Env
 }
 
-func open(ctx context.Context, env adapters.Env, name, columns string) (*Instance, error) {
-	pool, err := kit.Pool(ctx, env.DSN)
+func open(ctx context.Context, env adapters.Env, name, columns string, configure func(*pgxpool.Config)) (*Instance, error) {
+	pool, err := kit.PoolWith(ctx, env.DSN, configure)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}

@@ -58,7 +58,7 @@ type Relayed struct {
 // external.Send with the row's key) and the instance's pool.
 func OutboxAdapter(name string, newRelay func(inst *Instance, cfg outbox.Config) (*outbox.Outbox, Relay)) adapters.Adapter {
 	return adapters.Adapter{Name: name, Declares: declaring(adapters.Outbox), New: func(ctx context.Context, env adapters.Env) (adapters.Implementation, error) {
-		inst, err := open(ctx, env, name, KeyedColumns)
+		inst, err := open(ctx, env, name, KeyedColumns, nil)
 		if err != nil {
 			return nil, err
 		}
