@@ -101,6 +101,15 @@ func anchor(id string) string {
 	return strings.ReplaceAll(strings.ToLower(id), ".", "")
 }
 
+// onFormationOnly reports whether f applies to e only on a replicated
+// formation: not-applicable on one server, applicable there.
+func onFormationOnly(e builtin.Entry, f fixtures.Fixture) bool {
+	na := []certificate.Verdict{certificate.VerdictNotApplicable}
+	single, _ := e.AllowedOn(f.Rules[0], builtin.SingleServer)
+	formation, _ := e.AllowedOn(f.Rules[0], builtin.Formation)
+	return slices.Equal(single, na) && !slices.Equal(formation, na)
+}
+
 func escape(s string) string { return strings.ReplaceAll(s, "|", `\|`) }
 
 // Markers delimit the generated verdict matrix in docs/proof.md.
@@ -134,14 +143,23 @@ func MatrixTable() string {
 	return b.String()
 }
 
-// matrixCell is what entry demands on fixture f: "pass", "n/a", or
-// **FAIL** with the rules that must fail, then those that may, each by the
-// part of its id after the fixture's.
+// matrixCell is what entry demands on fixture f, on the deployment the
+// fixture is played on (one server, or for failover a replicated
+// formation): "pass", "n/a", "not run" (an adapter whose verdicts on a
+// formation are not checked), or **FAIL** with the rules that must fail,
+// then those that may, each by the part of its id after the fixture's.
 func matrixCell(e builtin.Entry, f fixtures.Fixture) string {
+	on := builtin.SingleServer
+	if onFormationOnly(e, f) {
+		if !e.OnFormation {
+			return "not run"
+		}
+		on = builtin.Formation
+	}
 	var fail, may []string
 	applies := false
 	for _, r := range f.Rules {
-		allowed, _ := e.Allowed(r)
+		allowed, _ := e.AllowedOn(r, on)
 		short := strings.TrimPrefix(r.ID, f.ID+".")
 		switch {
 		case slices.Equal(allowed, []certificate.Verdict{certificate.VerdictFail}):

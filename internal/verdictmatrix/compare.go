@@ -16,11 +16,14 @@ import (
 // as the registry demands: it failed the rules the entry says it must
 // fail, and no other.
 //
-// Every rule of the catalogue is compared, so the certificate must come
-// from a run of every rule on a server the harness owns: a rule that is
-// missing, skipped or not-supported where the entry wants it to pass is a
-// difference.
-func Compare(cert certificate.Certificate, entry builtin.Entry) []string {
+// The entry's verdicts are those of the deployment the certificate's
+// database models (builtin.DeploymentOf its DatabaseKind). Every rule of
+// the catalogue is compared, so the certificate must come from a run of
+// every rule on a database the harness owns: a rule that is missing,
+// skipped or not-supported where the entry wants it to pass is a
+// difference. With only, only the rules of those fixtures are compared,
+// and the status is not: the certificate of a run filtered to them.
+func Compare(cert certificate.Certificate, entry builtin.Entry, only ...string) []string {
 	if cert.Error != "" {
 		return []string{fmt.Sprintf("adapter %s: the run did not start: %s", cert.Adapter, cert.Error)}
 	}
@@ -28,9 +31,13 @@ func Compare(cert certificate.Certificate, entry builtin.Entry) []string {
 	for _, r := range cert.Rules {
 		got[r.ID] = r
 	}
+	dep := builtin.DeploymentOf(cert.DatabaseKind)
 	var diffs []string
 	for _, rule := range fixtures.Rules() {
-		want, why := entry.Allowed(rule)
+		if len(only) > 0 && !slices.Contains(only, rule.Fixture) {
+			continue
+		}
+		want, why := entry.AllowedOn(rule, dep)
 		r, ok := got[rule.ID]
 		if !ok {
 			diffs = append(diffs, fmt.Sprintf("adapter %s, rule %s: no verdict in the certificate", cert.Adapter, rule.ID))
@@ -49,7 +56,10 @@ func Compare(cert certificate.Certificate, entry builtin.Entry) []string {
 			diffs = append(diffs, fmt.Sprintf("adapter %s, rule %s: not-supported, but not because %q: %s", cert.Adapter, rule.ID, reason, r.Message))
 		}
 	}
-	if want := Statuses(entry); !slices.Contains(want, cert.Status) || cert.Certified != (cert.Status == certificate.StatusCertified) {
+	if len(only) > 0 {
+		return diffs
+	}
+	if want := Statuses(entry, dep); !slices.Contains(want, cert.Status) || cert.Certified != (cert.Status == certificate.StatusCertified) {
 		var names []string
 		for _, st := range want {
 			names = append(names, string(st))
@@ -64,11 +74,11 @@ func Compare(cert certificate.Certificate, entry builtin.Entry) []string {
 // allows, with every rule it may fail passing, and with every one of them
 // failing. A broken adapter is not always not-certified: one whose rules
 // to fail are all SHOULD rules is certified, and so is one whose rules to
-// fail are all of a fixture that a run on one server does not play.
-func Statuses(entry builtin.Entry) []certificate.Status {
+// fail are all of a fixture that a run on d does not play.
+func Statuses(entry builtin.Entry, d builtin.Deployment) []certificate.Status {
 	var best, worst []certificate.RuleResult
 	for _, rule := range fixtures.Rules() {
-		want, _ := entry.Allowed(rule)
+		want, _ := entry.AllowedOn(rule, d)
 		r := certificate.RuleResult{ID: rule.ID, Fixture: rule.Fixture, Level: rule.Level}
 		r.Verdict = want[len(want)-1]
 		best = append(best, r)

@@ -23,15 +23,19 @@ func TestStatusesFollowTheVerdicts(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
 		entry builtin.Entry
+		on    builtin.Deployment
 		want  []certificate.Status
 	}{
-		{"the reference", entry("reference"), []certificate.Status{certificate.StatusCertified}},
-		{"a broken adapter that must fail a MUST rule", entry("broken-case-folded"), []certificate.Status{certificate.StatusNotCertified}},
-		{"one that must fail a MUST rule and may fail another", entry("broken-time-bucketed-key"), []certificate.Status{certificate.StatusNotCertified}},
-		{"one that must fail only rules no single server plays", entry("broken-single-host"), []certificate.Status{certificate.StatusCertified}},
-		{"one that may fail a MUST rule and must fail none", mayFailOnly, []certificate.Status{certificate.StatusCertified, certificate.StatusNotCertified}},
+		{"the reference", entry("reference"), builtin.SingleServer, []certificate.Status{certificate.StatusCertified}},
+		{"the reference on a formation", entry("reference"), builtin.Formation, []certificate.Status{certificate.StatusCertified}},
+		{"a broken adapter that must fail a MUST rule", entry("broken-case-folded"), builtin.SingleServer, []certificate.Status{certificate.StatusNotCertified}},
+		{"one that must fail a MUST rule and may fail another", entry("broken-time-bucketed-key"), builtin.SingleServer, []certificate.Status{certificate.StatusNotCertified}},
+		{"one that must fail only rules no single server plays", entry("broken-single-host"), builtin.SingleServer, []certificate.Status{certificate.StatusCertified}},
+		{"the same on a formation", entry("broken-single-host"), builtin.Formation, []certificate.Status{certificate.StatusNotCertified}},
+		{"one that must fail only a SHOULD rule", entry("broken-cached-claims"), builtin.Formation, []certificate.Status{certificate.StatusCertified}},
+		{"one that may fail a MUST rule and must fail none", mayFailOnly, builtin.SingleServer, []certificate.Status{certificate.StatusCertified, certificate.StatusNotCertified}},
 	} {
-		if got := Statuses(tc.entry); !slices.Equal(got, tc.want) {
+		if got := Statuses(tc.entry, tc.on); !slices.Equal(got, tc.want) {
 			t.Errorf("%s (%s): Statuses = %v; want %v", tc.name, tc.entry.Adapter.Name, got, tc.want)
 		}
 	}

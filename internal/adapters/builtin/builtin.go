@@ -73,22 +73,27 @@ type Entry struct {
 	// Unsupported maps the ids of rules it must get not-supported to a
 	// part of the reason the harness must give.
 	Unsupported map[string]string
+	// OnFormation is set when its verdicts on a replicated formation
+	// (--provision ha) are checked too: the failover fixture's, which
+	// apply only there. Without it the registry claims nothing about
+	// that fixture for the adapter, and lists none of its rules.
+	OnFormation bool
 }
 
 // Entries returns the registry, one entry per built-in adapter, sorted by
 // name.
 func Entries() []Entry {
 	entries := []Entry{
-		{Adapter: reference.Adapter(), Models: "the reference pattern: INSERT ... ON CONFLICT DO NOTHING RETURNING, effect and outbox row in the same transaction, a relay sending with a key from the identity"},
-		{Adapter: serializable.Adapter(), Models: "correct: check-then-insert under SERIALIZABLE, retrying on SQLSTATE 40001"},
-		{Adapter: advisorylock.Adapter(), Models: "correct: pg_advisory_xact_lock on (namespace, id), then check-then-insert"},
-		{Adapter: databasesql.Adapter(), Models: "correct: the reference pattern with database/sql and the *sql.Tx effect helper"},
-		{Adapter: slow.Adapter(), Models: "correct: the reference, waiting 1 s at the start of every delivery"},
-		{Adapter: destinationkey.Adapter(), Models: "correct: no outbox; the external effect sent before COMMIT with a key from the identity, the destination deduplicating"},
-		{Adapter: failfast.Adapter(), Models: "correct: the reference pattern on connections with lock_timeout 10 ms; a claim that finds the event busy (SQLSTATE 55P03) is an error, for the broker to redeliver"},
-		{Adapter: lease.Adapter(), Models: "correct: a 1 s lease claimed on its own, then the effect and done in one transaction while the lease is still the delivery's; a live lease is an error, for the broker to redeliver"},
-		{Adapter: polling.Adapter(), Models: "correct: a claim committed on its own; contenders poll it every 20 ms until done, taking over a claim unfinished for 1 s; the effect and done in one transaction while the claim is still the delivery's"},
-		{Adapter: slowrelay.Adapter(), Models: "correct: the reference pattern with an outbox whose relay polls every 3 s, retries at its next poll and cannot be drained"},
+		{Adapter: reference.Adapter(), Models: "the reference pattern: INSERT ... ON CONFLICT DO NOTHING RETURNING, effect and outbox row in the same transaction, a relay sending with a key from the identity", OnFormation: true},
+		{Adapter: serializable.Adapter(), Models: "correct: check-then-insert under SERIALIZABLE, retrying on SQLSTATE 40001", OnFormation: true},
+		{Adapter: advisorylock.Adapter(), Models: "correct: pg_advisory_xact_lock on (namespace, id), then check-then-insert", OnFormation: true},
+		{Adapter: databasesql.Adapter(), Models: "correct: the reference pattern with database/sql and the *sql.Tx effect helper", OnFormation: true},
+		{Adapter: slow.Adapter(), Models: "correct: the reference, waiting 1 s at the start of every delivery", OnFormation: true},
+		{Adapter: destinationkey.Adapter(), Models: "correct: no outbox; the external effect sent before COMMIT with a key from the identity, the destination deduplicating", OnFormation: true},
+		{Adapter: failfast.Adapter(), Models: "correct: the reference pattern on connections with lock_timeout 10 ms; a claim that finds the event busy (SQLSTATE 55P03) is an error, for the broker to redeliver", OnFormation: true},
+		{Adapter: lease.Adapter(), Models: "correct: a 1 s lease claimed on its own, then the effect and done in one transaction while the lease is still the delivery's; a live lease is an error, for the broker to redeliver", OnFormation: true},
+		{Adapter: polling.Adapter(), Models: "correct: a claim committed on its own; contenders poll it every 20 ms until done, taking over a claim unfinished for 1 s; the effect and done in one transaction while the claim is still the delivery's", OnFormation: true},
+		{Adapter: slowrelay.Adapter(), Models: "correct: the reference pattern with an outbox whose relay polls every 3 s, retries at its next poll and cannot be drained", OnFormation: true},
 		{
 			Adapter: checktheninsert.Adapter(), Models: "SELECT for the marker, then INSERT it, with no unique constraint",
 			Fails: []string{
@@ -166,19 +171,22 @@ func Entries() []Entry {
 		},
 		{
 			Adapter: asynccommit.Adapter(), Models: "synchronous_commit = local on every session, for latency: COMMIT returns before the synchronous standby has the commit, which a failover then loses",
-			Fails: []string{failoverAcknowledgedSurvives, failoverExactlyOnce},
+			Fails:       []string{failoverAcknowledgedSurvives, failoverExactlyOnce},
+			OnFormation: true,
 		},
 		{
 			Adapter: cachedclaims.Adapter(), Models: "an in-process cache of the claims seen committed, in front of the marker table, answering a redelivery without asking the database, even after the database lost the claim",
-			Fails: []string{failoverReappliedAfterLoss},
+			Fails:       []string{failoverReappliedAfterLoss},
+			OnFormation: true,
 		},
 		{
 			Adapter: singlehost.Adapter(), Models: "only the first host of a multi-host DSN, target_session_attrs ignored: after a failover it keeps connecting to the old primary",
-			Fails: []string{failoverFollowsPrimary, failoverExactlyOnce, failoverReappliedAfterLoss},
+			Fails:       []string{failoverFollowsPrimary, failoverExactlyOnce, failoverReappliedAfterLoss},
+			OnFormation: true,
 		},
 		{
 			Adapter: alwayserrors.Adapter(), Models: "every delivery fails: the processed-events table was never created (a migration that did not run)",
-			Fails: allRulesBut(fixtures.ExternalEffect, "crash-recovery.in-flight-exactly-once"),
+			Fails: allRulesBut(fixtures.ExternalEffect, "failover", "crash-recovery.in-flight-exactly-once"),
 			Unsupported: map[string]string{
 				"crash-recovery.in-flight-exactly-once": "the planned stall held no delivery when the server crashed",
 			},
@@ -206,34 +214,43 @@ func Entries() []Entry {
 
 // The failover fixture's rules, which broken-async-commit,
 // broken-cached-claims and broken-single-host must fail on a replicated
-// formation (their packages' documentation says why each fails which). The
-// fixture is being written beside them and is not in the catalogue yet:
-// until the catalogue has a fixture called failover, [Check] accepts these
-// ids, and only these, without looking them up; from then on it checks
-// them like any other. Their ids are final.
+// formation (their packages' documentation says why each fails which).
 const (
-	failoverFixture              = "failover"
 	failoverAcknowledgedSurvives = "failover.acknowledged-survives"
 	failoverExactlyOnce          = "failover.exactly-once"
 	failoverFollowsPrimary       = "failover.follows-primary"
 	failoverReappliedAfterLoss   = "failover.reapplied-after-loss"
 )
 
-// pending reports whether id is a rule of the failover fixture while the
-// catalogue has no such fixture, so that [Check] cannot look it up.
-func pending(id string) bool {
-	if _, err := fixtures.LookupFixture(failoverFixture); err == nil {
-		return false
+// Deployment is what a run's database models, which decides the fixtures
+// that apply: one server, or a replicated formation with a standby.
+type Deployment string
+
+const (
+	// SingleServer is a throwaway cluster or container the harness owns
+	// (--provision cluster or container): every fixture but failover
+	// applies.
+	SingleServer Deployment = "single server"
+	// Formation is a replicated formation the harness started
+	// (--provision ha): every fixture but crash-recovery applies.
+	Formation Deployment = "replicated formation"
+)
+
+// DeploymentOf is the deployment of a run on a database of kind (a
+// certificate's DatabaseKind).
+func DeploymentOf(kind string) Deployment {
+	if kind == "ha" {
+		return Formation
 	}
-	return slices.Contains([]string{failoverAcknowledgedSurvives, failoverExactlyOnce, failoverFollowsPrimary, failoverReappliedAfterLoss}, id)
+	return SingleServer
 }
 
-// allRulesBut returns the ids of every rule but those of fixture and the
-// rules named in except.
-func allRulesBut(fixture string, except ...string) []string {
+// allRulesBut returns the ids of every rule but those of the fixtures and
+// the rules named in except.
+func allRulesBut(except ...string) []string {
 	var ids []string
 	for _, r := range fixtures.Rules() {
-		if r.Fixture != fixture && !slices.Contains(except, r.ID) {
+		if !slices.Contains(except, r.Fixture) && !slices.Contains(except, r.ID) {
 			ids = append(ids, r.ID)
 		}
 	}
@@ -243,10 +260,21 @@ func allRulesBut(fixture string, except ...string) []string {
 // Broken reports whether the entry's adapter must fail some rule.
 func (e Entry) Broken() bool { return len(e.Fails) > 0 }
 
-// Allowed returns the verdicts the entry allows on rule, and why when
-// that is not plain pass: the rule must fail, may fail, is not-supported
-// or does not apply.
+// Allowed returns the verdicts the entry allows on rule on a single
+// server: see [Entry.AllowedOn].
 func (e Entry) Allowed(rule fixtures.Rule) ([]certificate.Verdict, string) {
+	return e.AllowedOn(rule, SingleServer)
+}
+
+// AllowedOn returns the verdicts the entry allows on rule in a run on d,
+// and why when that is not plain pass: the rule's fixture does not apply
+// there, or the rule must fail, may fail or is not-supported. A fixture
+// that does not apply to d is not-applicable whatever Fails says: the
+// failover fixture's rules on one server, crash-recovery's on a formation.
+func (e Entry) AllowedOn(rule fixtures.Rule, d Deployment) ([]certificate.Verdict, string) {
+	if a := e.applies(rule.Fixture, d); a.NotApplicable {
+		return []certificate.Verdict{certificate.VerdictNotApplicable}, "the fixture does not apply: " + a.Reason
+	}
 	switch {
 	case slices.Contains(e.Fails, rule.ID):
 		return []certificate.Verdict{certificate.VerdictFail}, "it must fail the rule"
@@ -255,15 +283,12 @@ func (e Entry) Allowed(rule fixtures.Rule) ([]certificate.Verdict, string) {
 	case e.Unsupported[rule.ID] != "":
 		return []certificate.Verdict{certificate.VerdictNotSupported}, "the rule must be not-supported: " + e.Unsupported[rule.ID]
 	}
-	if a := e.applies(rule.Fixture); a.NotApplicable {
-		return []certificate.Verdict{certificate.VerdictNotApplicable}, "the fixture does not apply: " + a.Reason
-	}
 	return []certificate.Verdict{certificate.VerdictPass}, ""
 }
 
 // applies is fixture's applicability to the entry's adapter, run in
-// process on a server the harness owns.
-func (e Entry) applies(fixture string) applicability.Decision {
+// process on a database the harness owns, deployed as d.
+func (e Entry) applies(fixture string, dep Deployment) applicability.Decision {
 	f, err := fixtures.LookupFixture(fixture)
 	if err != nil {
 		return applicability.Decision{Fixture: fixture}
@@ -274,21 +299,27 @@ func (e Entry) applies(fixture string) applicability.Decision {
 		AcceptsClock:     d.AcceptsClock,
 		OwnedServer:      true,
 		ExternalEffects:  string(d.ExternalEffects),
+		Formation:        dep == Formation,
 	})
 }
 
 // Check returns what is wrong with entries, such as the registry's: a rule
-// id that is not in the catalogue (but the failover fixture's, while the
-// catalogue lacks it), a rule listed twice, a correct adapter that must
-// fail something or a broken one that must fail nothing.
+// id that is not in the catalogue, a rule listed twice, a rule that
+// applies only on a replicated formation for an adapter not checked there,
+// a correct adapter that must fail something or a broken one that must
+// fail nothing.
 func Check(entries []Entry) []string {
 	var problems []string
 	for _, e := range entries {
 		seen := map[string]bool{}
 		ids := slices.Concat(e.Fails, slices.Sorted(maps.Keys(e.MayFail)), slices.Sorted(maps.Keys(e.Unsupported)))
 		for _, id := range ids {
-			if _, err := fixtures.Lookup(id); err != nil && !pending(id) {
+			r, err := fixtures.Lookup(id)
+			if err != nil {
 				problems = append(problems, fmt.Sprintf("%s: %v", e.Adapter.Name, err))
+			}
+			if err == nil && !e.OnFormation && e.applies(r.Fixture, SingleServer).NotApplicable && !e.applies(r.Fixture, Formation).NotApplicable {
+				problems = append(problems, fmt.Sprintf("%s: rule %s applies only on a replicated formation, where the adapter's verdicts are not checked (OnFormation)", e.Adapter.Name, id))
 			}
 			if seen[id] {
 				problems = append(problems, fmt.Sprintf("%s: rule %s is listed twice", e.Adapter.Name, id))

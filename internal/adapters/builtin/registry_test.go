@@ -28,12 +28,15 @@ func TestCheckFindsBadEntries(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	typo, twice, none, failoverTypo := e, e, e, e
+	typo, twice, none, failoverTypo, unchecked := e, e, e, e, e
 	typo.Fails = []string{"identity-fidelity.text-kep"}
 	twice.MayFail = map[string]string{"identity-fidelity.text-kept": "twice"}
 	none.Fails = nil
 	failoverTypo.Fails = []string{"failover.follows-primar"}
-	for _, bad := range []builtin.Entry{typo, twice, none, failoverTypo} {
+	// A failover rule for an adapter whose verdicts on a formation no
+	// test checks is a claim nothing holds it to.
+	unchecked.Fails = []string{"failover.follows-primary"}
+	for _, bad := range []builtin.Entry{typo, twice, none, failoverTypo, unchecked} {
 		if problems := builtin.Check([]builtin.Entry{bad}); len(problems) != 1 {
 			t.Errorf("Check of %+v: %q; want one problem", bad.Fails, problems)
 		}
@@ -70,9 +73,22 @@ func TestAllowedFollowsTheEntry(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The reference passes every rule that applies where it runs: the
+	// failover fixture's on a formation, crash-recovery's on one server;
+	// the other is not-applicable there.
+	pass, na := []certificate.Verdict{certificate.VerdictPass}, []certificate.Verdict{certificate.VerdictNotApplicable}
 	for _, rule := range fixtures.Rules() {
-		if got, why := ref.Allowed(rule); !slices.Equal(got, []certificate.Verdict{certificate.VerdictPass}) {
-			t.Errorf("the reference on %s: allowed %v (%s); it must pass every rule", rule.ID, got, why)
+		single, formation := pass, pass
+		switch rule.Fixture {
+		case "failover":
+			single = na
+		case "crash-recovery":
+			formation = na
+		}
+		for d, want := range map[builtin.Deployment][]certificate.Verdict{builtin.SingleServer: single, builtin.Formation: formation} {
+			if got, why := ref.AllowedOn(rule, d); !slices.Equal(got, want) {
+				t.Errorf("the reference on %s, on a %s: allowed %v (%s); want %v", rule.ID, d, got, why, want)
+			}
 		}
 	}
 }

@@ -7,6 +7,11 @@
 //
 //	go run ./internal/verdictmatrix/comparecerts BEFORE_DIR [AFTER_DIR]
 //
+// A certificate of a run filtered by fixture (--fixture) is compared on
+// the fixtures it played. Each certificate is compared with its entry's
+// verdicts on the deployment its database models (--provision ha: a
+// replicated formation; any other: one server).
+//
 // It exits 1 when a certificate differs from its entry or a verdict moved
 // that the entry does not allow to vary (MayFail), and 2 on bad input.
 package main
@@ -52,7 +57,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 				return 2
 			}
 			rules += len(certs[name].Rules)
-			for _, diff := range verdictmatrix.Compare(certs[name], entry) {
+			for _, diff := range verdictmatrix.Compare(certs[name], entry, played(certs[name])...) {
 				differ = true
 				fmt.Fprintf(stdout, "%s: %s\n", args[i], diff)
 			}
@@ -94,6 +99,25 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// played returns the fixtures a run filtered by fixture played (a rule of
+// them not skipped), so that only those are compared; nil when the run
+// played every fixture.
+func played(cert certificate.Certificate) []string {
+	var all, ran []string
+	for _, r := range cert.Rules {
+		if !slices.Contains(all, r.Fixture) {
+			all = append(all, r.Fixture)
+		}
+		if r.Verdict != certificate.VerdictSkipped && !slices.Contains(ran, r.Fixture) {
+			ran = append(ran, r.Fixture)
+		}
+	}
+	if len(ran) == len(all) {
+		return nil
+	}
+	return ran
 }
 
 // load reads every NAME.json certificate in dir.

@@ -12,12 +12,17 @@ import (
 	"github.com/harmless-dev/harmless/suite/certificate"
 )
 
-// referenceCert is a certificate of the reference as the registry wants
-// it: every rule passed.
+// referenceCert is a certificate of the reference on a throwaway cluster
+// as the registry wants it: every rule passed, but the failover fixture's,
+// which do not apply to one server.
 func referenceCert() certificate.Certificate {
-	c := certificate.Certificate{Adapter: "reference", Status: certificate.StatusCertified, Certified: true}
+	c := certificate.Certificate{Adapter: "reference", Status: certificate.StatusCertified, Certified: true, DatabaseKind: "cluster"}
 	for _, r := range fixtures.Rules() {
-		c.Rules = append(c.Rules, certificate.RuleResult{ID: r.ID, Fixture: r.Fixture, Level: r.Level, Verdict: certificate.VerdictPass})
+		v := certificate.VerdictPass
+		if r.Fixture == "failover" {
+			v = certificate.VerdictNotApplicable
+		}
+		c.Rules = append(c.Rules, certificate.RuleResult{ID: r.ID, Fixture: r.Fixture, Level: r.Level, Verdict: v})
 	}
 	return c
 }
