@@ -476,3 +476,11 @@ func dirOwner(dir, prefix string) (o owner, bin string, marked bool) {
 	}
 	return parseOwner(b), bin, true
 }
+
+// serverUID is the user the server's processes run as.
+func (r runner) serverUID() int {
+	if r.cred != nil {
+		return r.uid
+	}
+	return os.Geteuid()
+}
