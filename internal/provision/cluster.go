@@ -105,14 +105,20 @@ func clusterRunner() (runner, error) {
 	return runner{cred: &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid), Groups: groups}, uid: uid, gid: gid}, nil
 }
 
-// run runs a server binary in dir and returns its combined output; a
-// failure's error includes that output.
-func (r runner) run(ctx context.Context, dir, bin string, args ...string) (string, error) {
+// command prepares a server binary to run in dir, as the server's user.
+func (r runner) command(ctx context.Context, dir, bin string, args ...string) *exec.Cmd {
 	cmd := exec.CommandContext(ctx, bin, args...)
 	cmd.Dir = dir // a directory the postgres user can enter
 	if r.cred != nil {
 		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: r.cred}
 	}
+	return cmd
+}
+
+// run runs a server binary in dir and returns its combined output; a
+// failure's error includes that output.
+func (r runner) run(ctx context.Context, dir, bin string, args ...string) (string, error) {
+	cmd := r.command(ctx, dir, bin, args...)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		return string(out), fmt.Errorf("%s %s: %w: %s", filepath.Base(bin), args[0], err, strings.TrimSpace(string(out)))
@@ -242,11 +248,18 @@ func openCluster(ctx context.Context, st settings) (srv *Server, err error) {
 
 // initdb creates the cluster with the generated password for the
 // superuser and SCRAM-SHA-256 for every connection, TCP and the unix
-// socket alike: nothing is trusted. The password reaches initdb through a
-// file only the server's user can read, in the private cluster directory,
-// removed as soon as initdb is done.
-func (c *cluster) initdb(ctx context.Context) (err error) {
-	pwfile := filepath.Join(c.dir, clusterPwFile)
+// socket alike: nothing is trusted.
+func (c *cluster) initdb(ctx context.Context) error {
+	return initdbPrivate(ctx, c.as, c.bin, c.dir, c.data(), filepath.Join(c.dir, clusterPwFile), c.password, "scram-sha-256")
+}
+
+// initdbPrivate creates a cluster in data whose superuser has password and
+// whose pg_hba.conf asks for it by SCRAM-SHA-256 on every TCP line, and
+// says localAuth on the unix socket: initdb's default, trust, never
+// appears. The password reaches initdb through a file only the server's
+// user can read, pwfile in the private directory dir, removed as soon as
+// initdb is done.
+func initdbPrivate(ctx context.Context, as runner, bin, dir, data, pwfile, password, localAuth string) (err error) {
 	f, err := os.OpenFile(pwfile, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
 		return fmt.Errorf("create the password file: %w", err)
@@ -256,19 +269,19 @@ func (c *cluster) initdb(ctx context.Context) (err error) {
 			err = fmt.Errorf("remove the password file: %w", rerr)
 		}
 	}()
-	_, err = f.WriteString(c.password + "\n")
+	_, err = f.WriteString(password + "\n")
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
 	if err != nil {
 		return fmt.Errorf("write the password file: %w", err)
 	}
-	if err := c.as.chown(pwfile); err != nil {
+	if err := as.chown(pwfile); err != nil {
 		return fmt.Errorf("give the password file to the postgres user: %w", err)
 	}
-	_, err = c.as.run(ctx, c.dir, filepath.Join(c.bin, "initdb"),
-		"-D", c.data(), "-U", superuser, "--pwfile="+pwfile,
-		"--auth-host=scram-sha-256", "--auth-local=scram-sha-256",
+	_, err = as.run(ctx, dir, filepath.Join(bin, "initdb"),
+		"-D", data, "-U", superuser, "--pwfile="+pwfile,
+		"--auth-host=scram-sha-256", "--auth-local="+localAuth,
 		"-E", "UTF8", "--no-locale", "--no-sync")
 	return err
 }
@@ -443,9 +456,16 @@ func cleanLeftoverClusters(ctx context.Context, st settings) {
 // clusterOwner reads the owner of a cluster directory from its owner file
 // (marked), or, while that is not written yet, from the pid in its name.
 func clusterOwner(dir string) (o owner, bin string, marked bool) {
+	return dirOwner(dir, clusterDirPrefix)
+}
+
+// dirOwner reads the owner of a directory named prefix<pid>-<random> from
+// its owner file (marked), or, while that is not written yet, from the pid
+// in its name; bin is the owner file's bin= line.
+func dirOwner(dir, prefix string) (o owner, bin string, marked bool) {
 	b, err := os.ReadFile(filepath.Join(dir, ownerFile))
 	if err != nil {
-		rest := strings.TrimPrefix(filepath.Base(dir), clusterDirPrefix)
+		rest := strings.TrimPrefix(filepath.Base(dir), prefix)
 		pid, _ := strconv.Atoi(strings.SplitN(rest, "-", 2)[0])
 		return owner{pid: pid}, "", false
 	}
@@ -455,4 +475,12 @@ func clusterOwner(dir string) (o owner, bin string, marked bool) {
 		}
 	}
 	return parseOwner(b), bin, true
+}
+
+// serverUID is the user the server's processes run as.
+func (r runner) serverUID() int {
+	if r.cred != nil {
+		return r.uid
+	}
+	return os.Geteuid()
 }

@@ -22,9 +22,26 @@
 //     cluster runs as the postgres user, since initdb and pg_ctl refuse to
 //     run as root.
 //
-// Options.Only, or $HARMLESS_PROVISION=dsn|container|cluster, forces one way.
-// When no way works, Open returns an error wrapping ErrNoDatabase that says
-// why each of the three failed.
+// Options.Only, or $HARMLESS_PROVISION=dsn|container|cluster|ha, forces one
+// way. When no way works, Open returns an error wrapping ErrNoDatabase that
+// says why each of the three failed.
+//
+// # The fourth way: an HA formation
+//
+// KindHA, only when forced (Options.Only or $HARMLESS_PROVISION=ha, the
+// CLI's --provision ha), never in the order above, starts a
+// pg_auto_failover formation for the failover fixtures: a monitor and two
+// data nodes, a primary and its synchronous secondary, from pg_autoctl
+// (Debian's pg-auto-failover-cli) and the server binaries of a major
+// version for which the pgautofailover extension is installed
+// (postgresql-<major>-auto-failover), in a fresh directory harmless-ha-*
+// under os.TempDir. It is private as a cluster is (its unix sockets, in
+// that directory, take only the server's user, by peer authentication).
+// Server.DSN names both nodes, the current primary first, with
+// target_session_attrs=read-write; Server.Formation makes the faults
+// (Formation.Failover, Formation.StallReplication) and reads the
+// monitor's view. Crash and Restart are errors there: a crash of the
+// primary is a failover.
 //
 // # Private servers
 //
@@ -37,7 +54,9 @@
 //     and Server.Secrets returns it, so that whoever writes logs or reports
 //     can hide it;
 //   - every connection is asked for that password by SCRAM-SHA-256: every
-//     line of pg_hba.conf, TCP and unix socket alike, and none trusts. The
+//     line of pg_hba.conf, TCP and unix socket alike, and none trusts (an
+//     HA formation's sockets, in its private directory, take only the
+//     server's user, by peer authentication, as pg_autoctl needs). The
 //     cluster gets it from initdb (--auth-host, --auth-local, --pwfile with
 //     a file removed as soon as initdb is done); the container from the
 //     image's entrypoint, through POSTGRES_PASSWORD,
@@ -46,7 +65,7 @@
 //   - the container's port is published on 127.0.0.1 only, never on
 //     0.0.0.0 or [::]; the cluster listens on 127.0.0.1 only;
 //   - the cluster's directory, its data directory and its socket directory
-//     are mode 0700, the server user's.
+//     are mode 0700, the server user's; so are an HA formation's.
 //
 // The password stays the same across Restart; the container's port does
 // not, which is why DSN must be read again after a restart. Whoever may use
@@ -64,9 +83,11 @@
 //
 // Everything a run creates is labelled with its owner (pid, process start
 // time, host): containers by the labels dev.harmless.owner-*, clusters by
-// their directory name harmless-pg-<pid>-* and an owner file inside. A run
-// that is killed cannot clean up, so Open removes the containers and
-// clusters whose owner is no longer alive before it starts anything. A
+// their directory name harmless-pg-<pid>-* and an owner file inside, HA
+// formations by harmless-ha-<pid>-* and an owner file. A run that is killed
+// cannot clean up, so Open removes the containers, clusters and formations
+// whose owner is no longer alive before it starts anything, killing a
+// formation's processes first. A
 // directory named like a cluster's but without an owner file is removed only
 // when it is empty (a run killed before it wrote the file leaves it so):
 // otherwise it is not harmless's.
@@ -102,6 +123,10 @@ const (
 	KindContainer Kind = "container"
 	// KindCluster is a throwaway cluster started from local server binaries.
 	KindCluster Kind = "cluster"
+	// KindHA is a pg_auto_failover formation (a monitor, a primary and a
+	// secondary) started from local packages; only when forced, never in
+	// the automatic order. See Server.Formation.
+	KindHA Kind = "ha"
 )
 
 // DefaultImage is the container image used when neither Options.Image nor
@@ -122,10 +147,11 @@ type Options struct {
 	// DefaultImage.
 	Image string
 	// Only forces one way ("" = the automatic order). If empty,
-	// $HARMLESS_PROVISION (dsn, container or cluster).
+	// $HARMLESS_PROVISION (dsn, container, cluster or ha). KindHA is
+	// taken only when forced.
 	Only Kind
 	// BinDir is the directory holding initdb and pg_ctl for the cluster
-	// way. If empty, $HARMLESS_PG_BINDIR, else $PATH, else the newest
+	// and HA ways. If empty, $HARMLESS_PG_BINDIR, else $PATH, else the newest
 	// /usr/lib/postgresql/*/bin. When set, only this directory is searched.
 	BinDir string
 	// Logf receives progress lines ("starting throwaway cluster in ...",
@@ -180,18 +206,18 @@ func (o Options) resolve() (settings, error) {
 		s.only = Kind(strings.TrimSpace(getenv("HARMLESS_PROVISION")))
 	}
 	switch s.only {
-	case "", KindDSN, KindContainer, KindCluster:
+	case "", KindDSN, KindContainer, KindCluster, KindHA:
 	default:
-		return s, fmt.Errorf("provision: unknown way %q (HARMLESS_PROVISION / Options.Only): want %s, %s or %s",
-			s.only, KindDSN, KindContainer, KindCluster)
+		return s, fmt.Errorf("provision: unknown way %q (HARMLESS_PROVISION / Options.Only): want %s, %s, %s or %s",
+			s.only, KindDSN, KindContainer, KindCluster, KindHA)
 	}
 	return s, nil
 }
 
 // Planned returns the way Open would take with these options, without
 // starting or connecting to anything: KindDSN when a DSN is given or
-// forced, KindContainer or KindCluster when that way is forced or is the
-// only one left, and "" when Open would try a container, then a cluster.
+// forced, KindContainer, KindCluster or KindHA when that way is forced,
+// KindCluster when it is the only one left, and "" when Open would try a container, then a cluster.
 // Only a server named by a DSN is not owned, so whether a run may crash
 // its server is known before the run: `harmless list --adapter` says
 // which rules will run from it. Whether the way then works is not known
@@ -275,8 +301,9 @@ func (s *Server) Secrets() []string {
 	return slices.Clone(s.secrets)
 }
 
-// Owned reports whether this process started the server (a container or a
-// cluster), so that the harness may crash it.
+// Owned reports whether this process started the server (a container, a
+// cluster or an HA formation), so that the harness may crash it (a
+// formation: fail it over, see Formation).
 func (s *Server) Owned() bool { return s.b != nil }
 
 // String describes the server for logs, without credentials.
@@ -371,6 +398,7 @@ func Open(ctx context.Context, opts Options) (*Server, error) {
 		return nil, err
 	}
 	cleanLeftoverClusters(ctx, st)
+	cleanLeftoverFormations(ctx, st)
 
 	why := [3]string{"not tried", "not tried", "not tried"}
 	if st.only != "" {
@@ -379,6 +407,19 @@ func Open(ctx context.Context, opts Options) (*Server, error) {
 				why[i] = fmt.Sprintf("not tried (forced way: %s)", st.only)
 			}
 		}
+	}
+
+	// 4. An HA formation, only when forced.
+	if st.only == KindHA {
+		srv, err := openHA(ctx, st)
+		if err == nil {
+			return srv, nil
+		}
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("provision: %w", err)
+		}
+		return nil, fmt.Errorf("%w: 1) --dsn / HARMLESS_DSN / DATABASE_URL: %s; 2) container engine: %s; 3) %s: %s; 4) %s: %s",
+			ErrNoDatabase, why[0], why[1], st.binariesWhere(), why[2], haWhere, oneLine(err.Error()))
 	}
 
 	// 1. An explicit DSN. Set but broken is an error, never a fallback.
@@ -422,13 +463,15 @@ func Open(ctx context.Context, opts Options) (*Server, error) {
 // Choice is the server Open would use with some Options, as far as that
 // can be told without starting one: see Options.Choose.
 type Choice struct {
-	// Kind is the way: KindDSN, KindContainer or KindCluster; "" when no
-	// way would work (Open would fail with ErrNoDatabase).
+	// Kind is the way: KindDSN, KindContainer, KindCluster or KindHA; ""
+	// when no way would work (Open would fail with ErrNoDatabase).
 	Kind Kind
 	// Where says, for people, which server that is: "a throwaway cluster
 	// (binaries: /usr/lib/postgresql/15/bin)", "a container (Docker at
 	// unix:///var/run/docker.sock, image postgres:17-alpine)", "the server
-	// at 127.0.0.1:5432/postgres named by --dsn", or "none".
+	// at 127.0.0.1:5432/postgres named by --dsn", "an HA formation
+	// (pg_auto_failover: /usr/bin/pg_autoctl, binaries:
+	// /usr/lib/postgresql/15/bin)", or "none".
 	Where string
 	// Note says why a way before it was passed over ("no container: ..."),
 	// or why the way forced, or every way, would fail; "" when there is
@@ -440,10 +483,11 @@ type Choice struct {
 // starting anything: a DSN is parsed but not connected to; the container
 // way is taken when it is linked and a Docker daemon answers its ping at
 // DOCKER_HOST or /var/run/docker.sock (FindDocker); the cluster way when
-// initdb and pg_ctl are found. Planned stops at "a container, else a
-// cluster"; `harmless list --adapter` says which, and where. Whether the
-// way then works (the image pulls, the cluster starts) is only known when
-// Open tries it.
+// initdb and pg_ctl are found; the HA way, only when forced, when
+// pg_autoctl and server binaries with the extension are. Planned stops at
+// "a container, else a cluster"; `harmless list --adapter` says which, and
+// where. Whether the way then works (the image pulls, the cluster starts)
+// is only known when Open tries it.
 func (o Options) Choose(ctx context.Context) (Choice, error) {
 	st, err := o.resolve()
 	if err != nil {
@@ -452,6 +496,13 @@ func (o Options) Choose(ctx context.Context) (Choice, error) {
 	getenv := o.Getenv
 	if getenv == nil {
 		getenv = os.Getenv
+	}
+	if st.only == KindHA {
+		tools, err := findHATools(ctx, st)
+		if err != nil {
+			return Choice{KindHA, "an HA formation", oneLine(err.Error())}, nil
+		}
+		return Choice{KindHA, fmt.Sprintf("an HA formation (pg_auto_failover: %s, binaries: %s)", tools.autoctl, tools.bin), ""}, nil
 	}
 	if st.only == KindDSN || (st.only == "" && st.dsn != "") {
 		if st.dsn == "" {

@@ -169,6 +169,8 @@ func TestPlanned(t *testing.T) {
 		{"DATABASE_URL", Options{Container: start, Getenv: env("DATABASE_URL", "postgres://x@h/db")}, KindDSN},
 		{"forced over a DSN", Options{DSN: "postgres://x@h/db", Only: KindCluster, Getenv: env()}, KindCluster},
 		{"HARMLESS_PROVISION", Options{Container: start, Getenv: env("HARMLESS_DSN", "postgres://x@h/db", "HARMLESS_PROVISION", "container")}, KindContainer},
+		{"ha", Options{Container: start, Getenv: env("HARMLESS_PROVISION", "ha")}, KindHA},
+		{"ha forced over a DSN", Options{DSN: "postgres://x@h/db", Only: KindHA, Getenv: env()}, KindHA},
 	} {
 		if got, err := tc.opts.Planned(); err != nil || got != tc.want {
 			t.Errorf("%s: Planned() = %q, %v; want %q", tc.name, got, err, tc.want)
