@@ -193,7 +193,7 @@ func (f certifyFlags) outputs(getenv func(string) string) []outputPath {
 func addDatabaseFlags(fs *flag.FlagSet, f *certifyFlags) {
 	fs.StringVar(&f.dsn, "dsn", "", "PostgreSQL connection string (default: $HARMLESS_DSN, else $DATABASE_URL, else a container, else a throwaway local cluster)")
 	fs.StringVar(&f.image, "image", "", "container image when starting PostgreSQL in a container (default: $HARMLESS_IMAGE, else postgres:17-alpine)")
-	fs.StringVar(&f.provision, "provision", "", "force one way to get a database: dsn, container or cluster")
+	fs.StringVar(&f.provision, "provision", "", "force one way to get a database: dsn, container, cluster or ha (a replicated formation, for the failover fixture)")
 }
 
 // certifySynopsis is certify's line of the usage.
@@ -276,10 +276,10 @@ func checkImplementationFlags(f certifyFlags) error {
 		return errors.New("--adapter and --exec both name an implementation: give one")
 	}
 	switch f.provision {
-	case "", "dsn", "container", "cluster":
+	case "", "dsn", "container", "cluster", "ha":
 		return nil
 	}
-	return fmt.Errorf("--provision must be dsn, container or cluster, not %q", f.provision)
+	return fmt.Errorf("--provision must be dsn, container, cluster or ha, not %q", f.provision)
 }
 
 // level is the verbosity f asks for.

@@ -53,7 +53,7 @@ func list(args []string, stdout, stderr io.Writer) int {
 
 // listSynopsis is list's lines of the usage.
 const listSynopsis = `harmless list [--json]
-  harmless list (--adapter NAME | --exec COMMAND) [--dsn DSN] [--provision dsn|container|cluster] [--json]`
+  harmless list (--adapter NAME | --exec COMMAND) [--dsn DSN] [--provision dsn|container|cluster|ha] [--json]`
 
 // listFlagSet is list's flags, parsed into f and asJSON.
 func listFlagSet(f *certifyFlags, asJSON *bool) *flag.FlagSet {
@@ -63,7 +63,7 @@ func listFlagSet(f *certifyFlags, asJSON *bool) *flag.FlagSet {
 	fs.StringVar(&f.adapter, "adapter", "", "say which rules a certify run of this built-in adapter will run, and why the others cannot")
 	fs.StringVar(&f.exec, "exec", "", "the same for the program this shell command runs (started once, to read what it declares)")
 	fs.StringVar(&f.dsn, "dsn", "", "as for certify: the database the run would use (default: $HARMLESS_DSN, else $DATABASE_URL, else a server harmless starts); nothing connects to it")
-	fs.StringVar(&f.provision, "provision", "", "as for certify: force one way to get a database: dsn, container or cluster")
+	fs.StringVar(&f.provision, "provision", "", "as for certify: force one way to get a database: dsn, container, cluster or ha")
 	return fs
 }
 

@@ -7,7 +7,7 @@
 //	                 [--rule ID[,ID]] [--seed N] [--json FILE] [--junit FILE] [--markdown FILE] [-q | -v]
 //	harmless soak (--adapter NAME | --exec COMMAND) [--duration 60s | --events N] [--seed N] [--json FILE] [--html FILE]
 //	harmless list [--json]
-//	harmless list (--adapter NAME | --exec COMMAND) [--dsn DSN] [--provision dsn|container|cluster] [--json]
+//	harmless list (--adapter NAME | --exec COMMAND) [--dsn DSN] [--provision dsn|container|cluster|ha] [--json]
 //	harmless matrix
 //	harmless version
 //	harmless help [COMMAND]

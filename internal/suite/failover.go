@@ -351,7 +351,7 @@ func (s *state) failoverSync(w failoverWay) {
 			for _, f := range r.fresh {
 				last := f.last()
 				if last.Acked() && last.Outcome == adapters.Applied && len(f.effects) == 1 {
-					took = append(took, fmt.Sprintf("worker %d %s after the failover began", f.worker, (last.Ended-r.at).Round(time.Millisecond)))
+					took = append(took, fmt.Sprintf("worker %d in %s (%d deliveries)", f.worker, (last.Ended-f.attempts[0].Started).Round(time.Millisecond), len(f.attempts)))
 					continue
 				}
 				problems = append(problems, fmt.Sprintf("after the failover, worker %d did not apply the new event %s: %d deliveries within the broker's patience (%s), the last ended %s; it has %d effects. "+

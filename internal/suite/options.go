@@ -72,7 +72,8 @@ func WithDSN(dsn string) Option { return func(c *config) { c.provision.DSN = dsn
 func WithImage(image string) Option { return func(c *config) { c.provision.Image = image } }
 
 // WithProvisioning forces one way of getting a database: "dsn", "container"
-// (which needs WithContainers) or "cluster".
+// (which needs WithContainers), "cluster" or "ha" (a replicated formation,
+// where the failover fixture plays; see docs/failover.md).
 func WithProvisioning(kind string) Option {
 	return func(c *config) { c.provision.Only = provision.Kind(kind) }
 }

@@ -180,13 +180,19 @@ func build(t *testing.T) string {
 // certify certifies adapter on a throwaway cluster of its own, only the
 // rules that filter selects when it is not empty.
 func certify(t *testing.T, bin, adapter, filter string) run {
-	path := filepath.Join(t.TempDir(), "certificate.json")
-	ctx, cancel := context.WithTimeout(context.Background(), limit)
-	defer cancel()
-	args := []string{"certify", "--adapter", adapter, "--provision", "cluster", "--json", path}
+	args := []string{"--provision", "cluster"}
 	if filter != "" {
 		args = append(args, "--label-filter", filter)
 	}
+	return certifyWith(t, bin, adapter, args...)
+}
+
+// certifyWith certifies adapter with the command's further args.
+func certifyWith(t *testing.T, bin, adapter string, more ...string) run {
+	path := filepath.Join(t.TempDir(), "certificate.json")
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
+	defer cancel()
+	args := append([]string{"certify", "--adapter", adapter, "--json", path}, more...)
 	cmd := exec.CommandContext(ctx, bin, args...)
 	cmd.WaitDelay = 10 * time.Second
 	var stdout, stderr bytes.Buffer

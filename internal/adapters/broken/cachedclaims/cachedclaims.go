@@ -54,9 +54,8 @@
 // failing it for that would be failing a correct implementation. The
 // catch needs a redelivery to an instance that cached the event (the one
 // that applied it, or one that found it Duplicate), not a restarted one
-// nor one that never saw it. If the fixture judged failover.exactly-once
-// in the asynchronous variant too, counting lost events that were
-// redelivered, it would fail that as well.
+// nor one that never saw it: the fixture redelivers a lost event to the
+// worker that applied it.
 //
 // The rules it must fail are its entry in the registry of built-in
 // adapters (package internal/adapters/builtin), which the verdict matrix
