@@ -25,6 +25,9 @@ while [ $# -gt 0 ]; do
 done
 case "$runs" in ''|*[!0-9]*|0) echo "--runs must be a positive number, not '$runs'" >&2; exit 2 ;; esac
 
+# The figures depend on what else the machine does: say how busy it was.
+echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg) ($(nproc) CPUs)"
+trap 'echo "load average after: $(cut -d" " -f1-3 /proc/loadavg)"' EXIT
 # HARMLESS_REQUIRE_HA: fail, not skip, where no formation can be made.
 HARMLESS_REQUIRE_HA=1 go test -count=1 -timeout "$((runs * 5 + 5))m" -run '^TestFormationTimings$' -v \
 	./internal/provision -timings-runs "$runs" |
