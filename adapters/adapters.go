@@ -233,6 +233,13 @@ type Env struct {
 	// application_name that tags the connection as this run's, so the harness
 	// can find (and kill) exactly the connections it owns: those with the
 	// tag and the DSN's role (see docs/safety.md). Use it unchanged.
+	//
+	// On a replicated formation (--provision ha, the failover fixture) it
+	// names every node, the primary first, and asks for a writable session:
+	// postgres://u:pw@h1:p1,h2:p2/db?target_session_attrs=read-write. pgx
+	// and libpq try the hosts in order until one takes writes, which is how
+	// an implementation finds the new primary after a failover; one that
+	// keeps only the first host stays on the old primary (docs/failover.md).
 	DSN string
 	// Schema is a schema created for this play of a fixture. The
 	// implementation creates its own tables here; it is dropped when the

@@ -89,6 +89,9 @@ var catchRateAdapters = flag.String("catch-rate-adapters", "", "run TestCatchRat
 // the default test run:
 //
 //	go test ./cmd/harmless -run TestCatchRates -catch-rate-runs 20 -catch-rate-adapters broken-lossy-key,broken-case-folded
+//
+// An adapter whose rules to fail are the failover fixture's is certified
+// on a replicated formation of its own each run (--provision ha).
 func TestCatchRates(t *testing.T) {
 	if *catchRateRuns <= 0 || *catchRateAdapters == "" {
 		t.Skip("set -catch-rate-runs N and -catch-rate-adapters A,B to measure")
@@ -105,10 +108,17 @@ func TestCatchRates(t *testing.T) {
 				t.Fatalf("%s must fail no rule: it has no catch rate", adapter)
 			}
 			args := []string{"--adapter", adapter, "--rule", strings.Join(entry.Fails, ",")}
-			if !slices.ContainsFunc(entry.Fails, func(id string) bool { return strings.HasPrefix(id, catalogid.CrashRecovery+".") }) {
-				args = append(args, "--dsn", dsn)
-			} else {
+			needs := func(fixture string) bool {
+				return slices.ContainsFunc(entry.Fails, func(id string) bool { return strings.HasPrefix(id, fixture+".") })
+			}
+			switch {
+			case needs(catalogid.Failover):
+				// Only a replicated formation plays a failover.
+				args = append(args, "--provision", "ha")
+			case needs(catalogid.CrashRecovery):
 				args = append(args, "--provision", "cluster")
+			default:
+				args = append(args, "--dsn", dsn)
 			}
 			caught := map[string]int{}
 			for i := range *catchRateRuns {

@@ -245,6 +245,8 @@ func (p runPlan) print(out io.Writer) error {
 	switch {
 	case p.Database == "none":
 		owned = "certify would stop with exit code 2: no way to get a database works"
+	case p.Database == string(provision.KindHA) && p.Note != "":
+		owned = "certify would stop with exit code 2: no formation can start here"
 	case !p.OwnedServer:
 		owned = "a server named by a DSN, which harmless does not own"
 	}
