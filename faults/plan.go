@@ -194,7 +194,7 @@ func Arm(ctx context.Context, db DB, schema string, p Plan) (*Fault, error) {
 		return nil, fmt.Errorf("arm fault %s: invalid plan: %w", p, err)
 	}
 	ids := pgx.Identifier{schema, "harmless_fault_ids"}.Sanitize()
-	plans := pgx.Identifier{schema, "harmless_fault_plans"}.Sanitize()
+	plans := pgx.Identifier{schema, faultplan.PlanTable}.Sanitize()
 	id, err := queryOne[int64](ctx, db, "SELECT nextval($1::regclass)", ids)
 	if err != nil {
 		return nil, fmt.Errorf("arm fault %s: number it: %w", p, err)

@@ -91,3 +91,24 @@ WHERE n.nspname = $1 AND c.relkind = 'S' AND c.relname LIKE 'harmless\_fault\_%\
 	}
 	return int(n), nil
 }
+
+// PlanTable is the unqualified name of the table, in a schema where
+// package faults installed its fault points, that holds the plans armed
+// there: a row per fault from its Arm to its Disarm, whether or not it
+// still fires.
+const PlanTable = "harmless_fault_plans"
+
+// CountPlanned reports how many database-side faults are armed in schema
+// now: armed and not disarmed yet (a fault that fired its times still
+// counts until it is disarmed). CountArmed counts every fault ever armed.
+func CountPlanned(ctx context.Context, db Querier, schema string) (int, error) {
+	rows, err := db.Query(ctx, `SELECT count(*) FROM `+pgx.Identifier{schema, PlanTable}.Sanitize())
+	var n int64
+	if err == nil {
+		n, err = pgx.CollectExactlyOneRow(rows, pgx.RowTo[int64])
+	}
+	if err != nil {
+		return 0, fmt.Errorf("count the faults armed now in schema %q: %w", schema, err)
+	}
+	return int(n), nil
+}

@@ -190,6 +190,13 @@ func (s *Play) DisarmAll(ctx context.Context) error {
 	return nil
 }
 
+// ArmedFaults counts the database-side faults armed in the play's schema
+// right now: armed and not disarmed yet. A soak's nemesis checks it before
+// a failover, which must find none (see [Run.FailOver]).
+func (s *Play) ArmedFaults(ctx context.Context) (int, error) {
+	return faultplan.CountPlanned(ctx, s.run.admin, s.schema)
+}
+
 // foldFired folds the firings of the play's database-side faults so far
 // into their base: only reads, so it works on a primary whose replication
 // is stalled.
