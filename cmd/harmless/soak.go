@@ -182,7 +182,8 @@ func (m *masker) soak(ctx context.Context, f soakFlags, stop <-chan struct{}) (*
 	}
 	// Checked before a server is started: naming a nemesis that cannot run
 	// here is a usage error.
-	if f.cfg.Nemeses, err = soak.ParseNemeses(f.nemesis, adapter, kind != provision.KindDSN); err != nil {
+	db := soak.Database{Owned: kind != provision.KindDSN, Formation: kind == provision.KindHA}
+	if f.cfg.Nemeses, err = soak.ParseNemeses(f.nemesis, adapter, db); err != nil {
 		fmt.Fprintf(m.stderr, "harmless soak: %v\n", err)
 		return nil, exitUsage
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/harmless-dev/harmless/faults/pgproxy"
 	"github.com/harmless-dev/harmless/internal/backends"
 	"github.com/harmless-dev/harmless/internal/harness"
+	"github.com/harmless-dev/harmless/internal/provision"
 )
 
 // The nemeses, by the names --nemesis takes.
@@ -24,7 +25,8 @@ const (
 	NemesisCutAfterCommit  = "cut-after-commit"  // ... after COMMIT's CommandComplete, before the client reads it
 	NemesisDBRaise         = "db-raise"          // a trigger fails upcoming events' effect or commit
 	NemesisDBSleep         = "db-sleep"          // a trigger holds upcoming events' transactions open, delivered concurrently
-	NemesisCrash           = "crash"             // crash the server and restart it (a server harmless owns)
+	NemesisCrash           = "crash"             // crash the server and restart it (a server harmless owns, not a formation)
+	NemesisFailover        = "failover"          // fail a replicated formation over, controlled or by a hard kill, and restore it
 	NemesisPurge           = "purge"             // purge old deduplication state concurrently (a declared window)
 	NemesisDestination     = "destination"       // the external destination fails, drops answers, goes down
 )
@@ -32,16 +34,47 @@ const (
 // Nemeses lists every nemesis, in the order the documentation gives them.
 func Nemeses() []string {
 	return []string{NemesisKill, NemesisCutBeforeCommit, NemesisCutAfterCommit, NemesisDBRaise, NemesisDBSleep,
-		NemesisCrash, NemesisPurge, NemesisDestination}
+		NemesisCrash, NemesisFailover, NemesisPurge, NemesisDestination}
 }
 
-// Unavailable says why nemesis cannot run against adapter in env, or ""
+// Database is what the nemeses need to know of the soak's database: the
+// server faults they may make depend on who started it and on whether it
+// is one server or a replicated formation. The command knows it before it
+// starts anything (from the way --provision or the DSN plans), the soak
+// from its run (DatabaseOf).
+type Database struct {
+	// Owned is set when harmless started the server (a container, a
+	// throwaway cluster or a formation): it never crashes or fails over a
+	// server named by a DSN, which may be someone else's.
+	Owned bool
+	// Formation is set when the database is a replicated formation
+	// (--provision ha): a primary and a synchronous secondary, which fails
+	// over where one server would crash.
+	Formation bool
+}
+
+// DatabaseOf describes the database of run.
+func DatabaseOf(run *harness.Run) Database {
+	return Database{Owned: run.Server().Owned(), Formation: run.Formation() != nil}
+}
+
+// Unavailable says why nemesis cannot run against adapter on db, or ""
 // when it can.
-func Unavailable(nemesis string, adapter adapters.Adapter, ownedServer bool) string {
+func Unavailable(nemesis string, adapter adapters.Adapter, db Database) string {
 	switch nemesis {
 	case NemesisCrash:
-		if !ownedServer {
+		// A formation's primary that crashes is failed over by its HA
+		// engine: that is the failover nemesis, whose evidence and
+		// restoration differ from a restart's.
+		if db.Formation {
+			return "on a replicated formation a crash of the primary is a failover: use the failover nemesis"
+		}
+		if !db.Owned {
 			return "the server is named by a DSN: harmless crashes only a server it started (use --provision cluster or container)"
+		}
+	case NemesisFailover:
+		if !db.Formation {
+			return "the database is one server: a failover needs a replicated formation (use --provision ha)"
 		}
 	case NemesisPurge:
 		if adapter.Declares.RedeliveryWindow <= 0 {
@@ -61,12 +94,12 @@ func Unavailable(nemesis string, adapter adapters.Adapter, ownedServer bool) str
 // ParseNemeses reads --nemesis: a comma-separated list, "all" (every
 // nemesis the environment allows, the default) or "none". Naming one the
 // environment does not allow is an error that says why.
-func ParseNemeses(list string, adapter adapters.Adapter, ownedServer bool) ([]string, error) {
+func ParseNemeses(list string, adapter adapters.Adapter, db Database) ([]string, error) {
 	switch strings.TrimSpace(list) {
 	case "", "all":
 		var out []string
 		for _, n := range Nemeses() {
-			if Unavailable(n, adapter, ownedServer) == "" {
+			if Unavailable(n, adapter, db) == "" {
 				out = append(out, n)
 			}
 		}
@@ -77,7 +110,7 @@ func ParseNemeses(list string, adapter adapters.Adapter, ownedServer bool) ([]st
 	var out []string
 	for _, n := range strings.Split(list, ",") {
 		n = strings.TrimSpace(n)
-		if why := Unavailable(n, adapter, ownedServer); why != "" {
+		if why := Unavailable(n, adapter, db); why != "" {
 			return nil, fmt.Errorf("--nemesis %s: %s", n, why)
 		}
 		if !slices.Contains(out, n) {
@@ -93,6 +126,11 @@ type nemesis struct {
 	s     *soaker
 	rng   *rand.Rand
 	kinds []string
+	// failovers is how many failovers the nemesis made: their kinds
+	// alternate, from one the rng draws, so that a soak with two of them
+	// has both (see failoverKind).
+	failovers int
+	firstKind provision.FailoverKind
 
 	mu      sync.Mutex
 	windows []FaultWindow
@@ -108,6 +146,13 @@ func (n *nemesis) Current() string {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	return n.current
+}
+
+// Injected counts the faults injected and healed so far.
+func (n *nemesis) Injected() int {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return len(n.windows)
 }
 
 // Windows returns the faults injected so far.
@@ -156,7 +201,8 @@ func (n *nemesis) run(ctx context.Context) {
 }
 
 // errFatal marks a nemesis error after which the run cannot go on: the
-// server did not come back from a crash.
+// server did not come back from a crash, or the formation did not fail
+// over or did not get its secondary back.
 var errFatal = errors.New("the soak cannot go on")
 
 // wait waits d or until ctx ends, reporting whether d passed.
@@ -255,6 +301,15 @@ func (n *nemesis) inject(ctx context.Context, kind string, hold time.Duration) (
 		}
 		return rec.String(), nil
 
+	case NemesisFailover:
+		// Under heal too, as a crash: a failover the end of the load
+		// interrupted would leave the formation without a secondary, or
+		// half way through a switchover.
+		if ctx.Err() != nil {
+			return "", nil
+		}
+		return n.failOver(ctx, heal, hold)
+
 	case NemesisPurge:
 		cutoff, ok := s.purgeCutoff()
 		if !ok {
@@ -298,6 +353,97 @@ func (n *nemesis) inject(ctx context.Context, kind string, hold time.Duration) (
 		}
 	}
 	return "", fmt.Errorf("no such nemesis %q", kind)
+}
+
+// failoverKind is the kind of the next failover: the rng draws the first,
+// then they alternate, so that every soak with two failovers or more has
+// both a controlled one and a hard kill.
+func (n *nemesis) failoverKind() provision.FailoverKind {
+	if n.failovers == 0 {
+		n.firstKind = provision.FailoverControlled
+		if n.rng.IntN(2) == 0 {
+			n.firstKind = provision.FailoverHardKill
+		}
+	}
+	kind := n.firstKind
+	if n.failovers%2 == 1 {
+		kind = provision.FailoverControlled
+		if n.firstKind == provision.FailoverControlled {
+			kind = provision.FailoverHardKill
+		}
+	}
+	n.failovers++
+	return kind
+}
+
+// failOver fails the formation over, holds the old primary out of it for
+// hold (a hard-killed node stays down, a demoted one is left as the
+// failover left it), and restores the formation: the old primary rejoins
+// as the secondary, and the next fault waits until it has. A failover
+// before that would find no standby to promote, and writes would hang
+// waiting for a synchronous standby that is not there.
+//
+// Everything runs under heal, never ctx: the formation must never be left
+// half way. Failing to fail over or to restore is fatal for the soak, as a
+// crash that did not come back is; a failover whose evidence has a problem
+// is an error of the window (it did not happen as planned), and the soak
+// goes on.
+func (n *nemesis) failOver(ctx, heal context.Context, hold time.Duration) (string, error) {
+	s := n.s
+	kind := n.failoverKind()
+	// The failover and the restoration get a budget each, apart from the
+	// window's: on a busy machine a controlled failover (which returns once
+	// the old primary follows the new one) and a rejoin after a hard kill
+	// (pg_rewind, then catching up under the load) were measured at 20 to
+	// 30 s each, far beyond their times on an idle formation.
+	foCtx, cancelFo := context.WithTimeout(context.WithoutCancel(ctx), failoverTimeout)
+	defer cancelFo()
+	// The nemesis heals each fault before the next, so no database-side
+	// fault of the soak should be armed here. A disarm that failed at the
+	// end of a db-raise or db-sleep window would leave one: it must not
+	// fire after the failover on a delivery it was never planned for, and
+	// disarming is a write, which the formation takes now, before the
+	// failover, and replicates.
+	var before []string
+	armed, err := s.play.ArmedFaults(heal)
+	if err != nil {
+		return "", fmt.Errorf("%w: before a %s failover: %w", errFatal, kind, err)
+	}
+	if armed > 0 {
+		if err := s.play.DisarmAll(heal); err != nil {
+			return "", fmt.Errorf("%w: disarm the %d database-side faults left armed before a %s failover: %w", errFatal, armed, kind, err)
+		}
+		before = append(before, fmt.Sprintf("disarmed %d database-side faults left armed", armed))
+		s.logf("soak: nemesis failover: %d database-side faults were still armed: disarmed them before the failover", armed)
+	}
+	fo, err := s.run.FailOver(foCtx, kind)
+	if err != nil {
+		return describe(before, fmt.Sprintf("%s failover", kind)), fmt.Errorf("%w: %s failover: %w", errFatal, kind, err)
+	}
+	detail := describe(before, fo.String())
+	out := time.Now()
+	wait(ctx, hold) // shorter when the load ends
+	began := time.Now()
+	restore, cancelRestore := context.WithTimeout(context.WithoutCancel(ctx), failoverTimeout)
+	defer cancelRestore()
+	if err := s.run.RestoreFormation(restore); err != nil {
+		return detail, fmt.Errorf("%w: restore the formation after the %s failover: %w", errFatal, kind, err)
+	}
+	detail += fmt.Sprintf("; the old primary left out for %s, then the formation restored (a primary and a secondary) in %s",
+		began.Sub(out).Round(time.Millisecond), time.Since(began).Round(time.Millisecond))
+	if p := fo.Problem(); p != "" {
+		return detail, errors.New(p)
+	}
+	return detail, nil
+}
+
+// failoverTimeout bounds a failover, and apart from it the restoration of
+// the formation after it.
+const failoverTimeout = 2 * time.Minute
+
+// describe joins what the nemesis did before a fault with the fault.
+func describe(before []string, what string) string {
+	return strings.Join(append(before, what), "; ")
 }
 
 // waitFired waits at least hold and until every fault of armed fired, or

@@ -54,6 +54,9 @@ type Progress struct {
 	Anomalies int
 	// Fault is the fault in progress, or "".
 	Fault string
+	// Faults counts the faults injected and healed so far (the report's
+	// windows).
+	Faults int
 	// Crashes counts the crashes of the implementation's processes so
 	// far, each restarted (see Report.Crashes).
 	Crashes int
@@ -347,8 +350,8 @@ func (s *soaker) setup(ctx context.Context) error {
 			}
 			// The checker needs only the counts per event.
 			d.ForgetRequests()
-		case NemesisCrash, NemesisPurge:
-			if why := Unavailable(n, s.play.Adapter(), s.run.Server().Owned()); why != "" {
+		case NemesisCrash, NemesisFailover, NemesisPurge:
+			if why := Unavailable(n, s.play.Adapter(), DatabaseOf(s.run)); why != "" {
 				return fmt.Errorf("nemesis %s: %s", n, why)
 			}
 		}
@@ -739,7 +742,7 @@ func (s *soaker) reportProgress(done <-chan struct{}) func() {
 				acked := s.acked.Load()
 				p := Progress{Elapsed: s.since(), Delivered: s.delivered.Load(), Acked: acked,
 					Throughput: float64(acked-lastAcked) / now.Sub(last).Seconds(),
-					Anomalies:  s.checker.Suspicious(), Fault: s.nem.Current(), Crashes: s.crashCount()}
+					Anomalies:  s.checker.Suspicious(), Fault: s.nem.Current(), Faults: s.nem.Injected(), Crashes: s.crashCount()}
 				lastAcked, last = acked, now
 				s.mu.Lock()
 				p.Phase, p.Events = s.phase, int(s.next)
