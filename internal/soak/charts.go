@@ -35,7 +35,9 @@ var seriesColors = []color.RGBA{
 
 // faultColors shade the fault windows, one colour per kind in the order
 // the kinds first appear, translucent so overlapping windows and the lines
-// beneath stay visible.
+// beneath stay visible. Eight are enough for every soak: of the nine
+// nemeses, crash runs only on one server and failover only on a
+// formation.
 var faultColors = []color.NRGBA{
 	{R: 0xe3, G: 0x1a, B: 0x1c, A: 0x38},
 	{R: 0x98, G: 0x4e, B: 0xa3, A: 0x38},

@@ -77,6 +77,9 @@ func TestHTMLRendersInChromium(t *testing.T) {
 			t.Errorf("rendered DOM lacks %s", want)
 		}
 	}
+	if !strings.Contains(dom, "<td>failover</td><td>hard-kill failover from node1") {
+		t.Error("rendered DOM lacks the failover's window in the fault schedule")
+	}
 	if strings.Contains(dom, "<h1>injected</h1>") {
 		t.Error("an error string became markup in the rendered DOM")
 	}
@@ -101,8 +104,9 @@ func TestHTMLRendersInChromium(t *testing.T) {
 	if st.distinct < 200 || st.nonWhite < 0.05 {
 		t.Errorf("screenshot looks blank: %d distinct colours, %.1f%% not white", st.distinct, 100*st.nonWhite)
 	}
-	// Every series colour and the two fault kinds' shading, as drawn on
-	// white, must show: the charts were decoded and painted.
+	// Every series colour and the three fault kinds' shading (db-sleep,
+	// kill, failover), as drawn on white, must show: the charts were
+	// decoded and painted.
 	for i, n := range st.lines {
 		if n < 500 {
 			t.Errorf("series colour %v has %d pixels on screen, want a drawn line", seriesColors[i], n)
@@ -124,16 +128,16 @@ type shotStats struct {
 	distinct int
 	nonWhite float64
 	// lines counts pixels near each of the first three series colours;
-	// shades near each of the first two fault colours over white.
+	// shades near each of the first three fault colours over white.
 	lines  [3]int
-	shades [2]int
+	shades [3]int
 }
 
 func screenshotStats(img image.Image) shotStats {
 	var st shotStats
 	seen := map[color.RGBA]bool{}
 	var nonWhite, all int
-	var shadeRGB [2]color.RGBA
+	var shadeRGB [3]color.RGBA
 	for i := range shadeRGB {
 		shadeRGB[i] = overWhite(faultColors[i])
 	}

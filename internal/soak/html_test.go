@@ -62,8 +62,12 @@ func wrongVisualization(t *testing.T) string {
 	return buf.String()
 }
 
+// failoverDetail is a failover window's detail as the nemesis writes it.
+const failoverDetail = "hard-kill failover from node1 :41001 to node2 :41002, timeline 2 -> 3, writable after 3.1s " +
+	"(SIGKILL to node1's pg_autoctl and its 12 processes); the old primary left out for 800ms, then the formation restored (a primary and a secondary) in 2.4s"
+
 // testReport is a run of 40 seconds with a dip under a db-sleep window, a
-// kill, a fault that failed, a wrong event with porcupine's page, and
+// kill, a failover of a formation, a fault that failed, a wrong event with porcupine's page, and
 // strings that need escaping everywhere a string goes.
 func testReport(t *testing.T) Report {
 	t.Helper()
@@ -71,7 +75,7 @@ func testReport(t *testing.T) Report {
 		Adapter: nastyAdapter,
 		Config: Config{
 			Duration: 40 * time.Second, Workers: 4, Duplicates: 0.3, Conflicts: 0.01,
-			Nemeses: []string{"kill", "db-sleep", nastyKind}, Seed: 424242, DeliveryTimeout: 5 * time.Second,
+			Nemeses: []string{"kill", "db-sleep", "failover", nastyKind}, Seed: 424242, DeliveryTimeout: 5 * time.Second,
 		},
 		Started:     time.Date(2026, 11, 30, 20, 0, 0, 0, time.UTC),
 		Elapsed:     42*time.Second + 300*time.Millisecond,
@@ -86,10 +90,11 @@ func testReport(t *testing.T) Report {
 		Faults: []FaultWindow{
 			{Kind: "db-sleep", Detail: "pg_sleep(3) in every transaction", Start: 10 * time.Second, End: 16 * time.Second},
 			{Kind: "kill", Detail: "killed worker 2", Start: 22 * time.Second, End: 22*time.Second + 50*time.Millisecond},
+			{Kind: "failover", Detail: failoverDetail, Start: 24 * time.Second, End: 29 * time.Second},
 			{Kind: "db-sleep", Detail: "pg_sleep(1)", Start: 30 * time.Second, End: 33 * time.Second},
 			{Kind: nastyKind, Detail: "could not", Start: 35 * time.Second, End: 35 * time.Second, Err: nastyError},
 		},
-		FaultsFired: map[string]int64{"db-sleep": 2, "kill": 1},
+		FaultsFired: map[string]int64{"db-sleep": 2, "kill": 1, "server:failover@hard-kill": 1},
 		Unknowns: []Unknown{
 			{ID: nastyID, Attempt: 2, Error: nastyError, Applied: true},
 			{ID: "evt-17", Attempt: 1, Error: "context deadline exceeded", Applied: false},
@@ -102,6 +107,10 @@ func testReport(t *testing.T) Report {
 		case s >= 10 && s < 16:
 			sec.Completed, sec.Acked = 20, 12
 			sec.Latency = Latency{P50: 1500 * time.Millisecond, P95: 3 * time.Second, P99: 4900 * time.Millisecond}
+		case s >= 24 && s < 27:
+			// The primary is gone until the standby is promoted.
+			sec.Completed, sec.Acked = 8, 0
+			sec.Latency = Latency{P50: 900 * time.Millisecond, P95: 2 * time.Second, P99: 2500 * time.Millisecond}
 		case s >= 30 && s < 33:
 			sec.Completed, sec.Acked = 120, 110
 			sec.Latency = Latency{P50: 300 * time.Millisecond, P95: 900 * time.Millisecond, P99: 1 * time.Second}
@@ -179,6 +188,12 @@ func TestWriteHTMLEscapes(t *testing.T) {
 	if !strings.Contains(out, "ANOMALIES: 2") {
 		t.Error("the verdict does not say ANOMALIES: 2")
 	}
+	if !regexp.MustCompile(`<td>failover</td><td>` + regexp.QuoteMeta(html.EscapeString(failoverDetail)) + `</td><td class="n">24.000 s</td><td class="n">29.000 s</td>`).MatchString(out) {
+		t.Error("the fault schedule lacks the failover's window with its evidence")
+	}
+	if !strings.Contains(out, "server:failover@hard-kill") {
+		t.Error("the faults fired lack the failover")
+	}
 	if !strings.Contains(out, "206 more are counted in the totals") {
 		t.Error("the unknowns list does not say how many it leaves out")
 	}
@@ -221,7 +236,7 @@ func TestWriteHTMLCharts(t *testing.T) {
 		t.Fatalf("page has charts %v, want chart-throughput and chart-latency", keys(svgs))
 	}
 	for name, svg := range svgs {
-		for _, want := range []string{"fault: db-sleep", "fault: kill", "seconds since start"} {
+		for _, want := range []string{"fault: db-sleep", "fault: kill", "fault: failover", "seconds since start"} {
 			if !strings.Contains(svg, want) {
 				t.Errorf("%s lacks %q", name, want)
 			}

@@ -151,13 +151,17 @@ type Second struct {
 // it was healed.
 type FaultWindow struct {
 	// Kind is the nemesis: kill, cut-before-commit, cut-after-commit,
-	// db-raise, db-sleep, crash, purge, destination.
+	// db-raise, db-sleep, crash, failover, purge, destination.
 	Kind string `json:"kind"`
-	// Detail says what exactly was done.
+	// Detail says what exactly was done; for a failover, its evidence
+	// (which node was primary before and after, the timelines, when the
+	// new primary took a write) and how long the formation took to get
+	// its secondary back.
 	Detail string        `json:"detail"`
 	Start  time.Duration `json:"start_ns"`
 	End    time.Duration `json:"end_ns"`
-	// Err is set when the nemesis could not do it.
+	// Err is set when the nemesis could not do it, or when what it did
+	// lacks its evidence (a failover in which the primary did not move).
 	Err string `json:"error,omitempty"`
 }
 
