@@ -193,7 +193,7 @@ func (f certifyFlags) outputs(getenv func(string) string) []outputPath {
 func addDatabaseFlags(fs *flag.FlagSet, f *certifyFlags) {
 	fs.StringVar(&f.dsn, "dsn", "", "PostgreSQL connection string (default: $HARMLESS_DSN, else $DATABASE_URL, else a container, else a throwaway local cluster)")
 	fs.StringVar(&f.image, "image", "", "container image when starting PostgreSQL in a container (default: $HARMLESS_IMAGE, else postgres:17-alpine)")
-	fs.StringVar(&f.provision, "provision", "", "force one way to get a database: dsn, container, cluster or ha (a replicated formation, for the failover fixture)")
+	fs.StringVar(&f.provision, "provision", "", "force one way to get a database: dsn, container, cluster or ha (a replicated formation, for the failover fixture and the soak's failover nemesis)")
 }
 
 // certifySynopsis is certify's line of the usage.

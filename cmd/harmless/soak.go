@@ -62,7 +62,8 @@ func soakFlagSet(f *soakFlags) *flag.FlagSet {
 	fs.IntVar(&f.cfg.Workers, "workers", soak.DefaultWorkers, "implementation instances delivering concurrently, at least 2")
 	fs.Float64Var(&f.cfg.Duplicates, "duplicates", soak.DefaultDuplicates, "share of events delivered more than once: at once, later, or to two workers at the same time")
 	fs.Float64Var(&f.cfg.Conflicts, "conflicts", soak.DefaultConflicts, "share of events that also get a conflicting copy (same identity, another payload)")
-	fs.StringVar(&f.nemesis, "nemesis", "all", "faults to inject, comma-separated: "+strings.Join(soak.Nemeses(), ", ")+"; all (those the environment allows) or none")
+	fs.StringVar(&f.nemesis, "nemesis", "all", "faults to inject, comma-separated: "+strings.Join(soak.Nemeses(), ", ")+
+		"; all (those the environment allows: crash needs one server harmless started, failover a replicated formation, --provision ha, where crash is unavailable) or none")
 	addSeedFlag(fs, &f.certifyFlags, "seed of the event stream and the fault schedule, to repeat a run (default: random; the report records it)")
 	fs.StringVar(&f.jsonPath, "json", "", "write the report as JSON to this file")
 	fs.StringVar(&f.htmlPath, "html", "", "write the report as one self-contained HTML page to this file")
