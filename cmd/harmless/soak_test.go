@@ -175,3 +175,32 @@ func TestSoakOfACrashingChild(t *testing.T) {
 		}
 	})
 }
+
+// A nemesis the database cannot take is a usage error, said before
+// anything starts: a failover needs a replicated formation, and on one a
+// crash is a failover.
+func TestSoakNemesisTheDatabaseCannotTake(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"failover on a DSN", []string{"--dsn", "postgres://nobody@127.0.0.1:1/none", "--nemesis", "kill,failover"},
+			"--nemesis failover: the database is one server: a failover needs a replicated formation (use --provision ha)"},
+		{"failover on a cluster", []string{"--provision", "cluster", "--nemesis", "failover"},
+			"--nemesis failover: the database is one server"},
+		{"crash on a formation", []string{"--provision", "ha", "--nemesis", "crash"},
+			"--nemesis crash: on a replicated formation a crash of the primary is a failover: use the failover nemesis"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var stdout, stderr bytes.Buffer
+			code := soakCommand(append([]string{"--adapter", "reference", "--duration", "1s"}, tc.args...), &stdout, &stderr)
+			if code != exitUsage || !strings.Contains(stderr.String(), tc.want) {
+				t.Errorf("exit %d, stderr:\n%s\nwant exit %d and %q", code, stderr.String(), exitUsage, tc.want)
+			}
+			if strings.Contains(stderr.String(), "starting") {
+				t.Errorf("something was started before the nemeses were checked:\n%s", stderr.String())
+			}
+		})
+	}
+}

@@ -58,7 +58,7 @@ func TestParseNemeses(t *testing.T) {
 
 // A failover needs a replicated formation, and there a crash is a
 // failover: each is available where the other is not, and says why.
-func TestFailoverOnlyOnAFormation(t *testing.T) {
+func TestFailoverNemesisOnlyOnAFormation(t *testing.T) {
 	full := adapters.Adapter{Name: "full", Declares: adapters.Declaration{RedeliveryWindow: time.Hour, ExternalEffects: adapters.Outbox}}
 	const (
 		oneServer = "the database is one server: a failover needs a replicated formation (use --provision ha)"
