@@ -83,7 +83,7 @@ func (r *Run) FailOver(ctx context.Context, kind provision.FailoverKind) (Failed
 	// returns, it would keep the implementation from the new primary for
 	// as long as a controlled failover's command runs after the new
 	// primary took its first write: until the old primary follows it,
-	// which a soak measured at 22 to 26 s on a busy machine. The Server's
+	// 14 to 26 s later in two soaks on a busy machine. The Server's
 	// DSN names the new primary first from that write on, so the proxies
 	// follow it then.
 	stopFollowing := r.followPrimary(ctx)

@@ -392,10 +392,11 @@ func (n *nemesis) failOver(ctx, heal context.Context, hold time.Duration) (strin
 	s := n.s
 	kind := n.failoverKind()
 	// The failover and the restoration get a budget each, apart from the
-	// window's: on a busy machine a controlled failover (which returns once
-	// the old primary follows the new one) and a rejoin after a hard kill
-	// (pg_rewind, then catching up under the load) were measured at 20 to
-	// 30 s each, far beyond their times on an idle formation.
+	// window's: under the soak's load on a busy machine a controlled
+	// failover (which returns once the old primary follows the new one)
+	// and a rejoin after a hard kill (pg_rewind, then catching up) were
+	// measured at 19 to 40 s each, far beyond their times on an idle
+	// formation.
 	foCtx, cancelFo := context.WithTimeout(context.WithoutCancel(ctx), failoverTimeout)
 	defer cancelFo()
 	// The nemesis heals each fault before the next, so no database-side
