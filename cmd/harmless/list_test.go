@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"maps"
 	"net"
 	"net/http"
 	"os"
@@ -63,8 +64,11 @@ func notRunOnADSN(t *testing.T, adapter string) map[string]string {
 }
 
 // TestListAdapter: `harmless list --adapter reference --json` says, before
-// any run, that every rule runs on a server harmless starts, and that on a
-// server named by a DSN the crash-recovery rules cannot, and why.
+// any run, that every rule runs on a server harmless starts but the
+// failover fixture's, which are not-applicable there (one server has no
+// standby); that on a server named by a DSN the crash-recovery and
+// failover rules cannot run, and why; and that on a formation
+// (--provision ha) failover runs and crash-recovery is not-applicable.
 func TestListAdapter(t *testing.T) {
 	owned := listPlan(t, "--adapter", "reference", "--provision", "cluster")
 	if owned.Adapter.Name != "reference" || owned.Adapter.ConflictPolicy != "reject" || owned.Adapter.RedeliveryWindow != 86400 || !owned.Adapter.AcceptsClock {
@@ -74,15 +78,34 @@ func TestListAdapter(t *testing.T) {
 		t.Errorf("database %q, owned %t, out of process %t; want a cluster harmless owns, in process", owned.Database, owned.OwnedServer, owned.OutOfProcess)
 	}
 	for _, r := range owned.Rules {
+		if r.Fixture == catalogid.Failover {
+			if r.Runs || !r.NotApplicable || !strings.Contains(r.Reason, "--provision ha") {
+				t.Errorf("on a cluster, rule %s: runs %t, not-applicable %t (%s); want not-applicable, pointing at --provision ha", r.ID, r.Runs, r.NotApplicable, r.Reason)
+			}
+			continue
+		}
 		if !r.Runs || r.Reason != "" || len(r.Excluded) > 0 {
 			t.Errorf("on a cluster, rule %s: runs %t (%s), variants not played %v; want it to run whole", r.ID, r.Runs, r.Reason, r.Excluded)
 		}
 	}
 
 	notRun := notRunOnADSN(t, "reference")
-	want := "needs a server the harness owns (a throwaway cluster or a container); the run uses a server named by a DSN"
-	if len(notRun) != 1 || notRun[catalogid.CrashRecovery] != want {
-		t.Errorf("on a DSN, fixtures not run: %q; want only %s, saying %q", notRun, catalogid.CrashRecovery, want)
+	want := map[string]string{
+		catalogid.CrashRecovery: "needs a server the harness owns (a throwaway cluster or a container); the run uses a server named by a DSN",
+		catalogid.Failover:      "needs a replicated formation the harness starts (--provision ha), which it can fail over; the run uses a server named by a DSN, which harmless does not own",
+	}
+	if !maps.Equal(notRun, want) {
+		t.Errorf("on a DSN, fixtures not run: %q; want %q", notRun, want)
+	}
+
+	ha := listPlan(t, "--adapter", "reference", "--provision", "ha")
+	if ha.Database != "ha" || !ha.OwnedServer {
+		t.Errorf("with --provision ha: database %q, owned %t; want a formation harmless owns", ha.Database, ha.OwnedServer)
+	}
+	for _, r := range ha.Rules {
+		if r.Runs == (r.Fixture == catalogid.CrashRecovery) || (r.Fixture == catalogid.CrashRecovery && !r.NotApplicable) {
+			t.Errorf("on a formation, rule %s: runs %t, not-applicable %t (%s); want every rule to run but crash-recovery's, not-applicable", r.ID, r.Runs, r.NotApplicable, r.Reason)
+		}
 	}
 
 	// Without --dsn or --provision, the environment decides, as for
@@ -179,6 +202,10 @@ func TestListAdapterText(t *testing.T) {
 			if !strings.Contains(line, "not-supported: needs a server the harness owns") {
 				t.Errorf("the line of %s says %q; want not-supported, and why", r.ID, line)
 			}
+		case r.Fixture == catalogid.Failover:
+			if !strings.Contains(line, "not-supported: needs a replicated formation the harness starts (--provision ha)") {
+				t.Errorf("the line of %s says %q; want not-supported, and why", r.ID, line)
+			}
 		case !strings.HasSuffix(line, " runs"):
 			t.Errorf("the line of %s says %q; want it to run", r.ID, line)
 		}
@@ -224,6 +251,10 @@ func TestListExec(t *testing.T) {
 		// A child that declares no external effects has nothing for
 		// external-effect to test: not-applicable, not a gap.
 		if r.Fixture == fixtures.ExternalEffect && r.NotApplicable && r.Reason == applicability.ExternalEffectsNoneDeclared {
+			continue
+		}
+		// A container is one server: no failover to play.
+		if r.Fixture == catalogid.Failover && r.NotApplicable {
 			continue
 		}
 		if !r.Runs || strings.Join(names, ", ") != want {

@@ -61,13 +61,15 @@ func TestCatalogueVariantsAreTheSuites(t *testing.T) {
 
 // TestFixturesAskWhenTheyKnow: the suite asks the catalogue about
 // retention-expiry when it builds the tree, when only the declaration is
-// known, and about crash-recovery before it builds an instance; their
-// requirements must read nothing more. failure-after-marker asks with an
-// instance, once the run is set up.
+// known, and about crash-recovery and failover before they build an
+// instance, once the run is set up (the server is known: owned or not, one
+// server or a formation); their requirements must read nothing more.
+// failure-after-marker asks with an instance, once the run is set up.
 func TestFixturesAskWhenTheyKnow(t *testing.T) {
 	knownAt := map[string][]fixtures.Requirement{
 		fixtures.RetentionExpiry: {catalogid.NeedsRedeliveryWindow},
-		catalogid.CrashRecovery:  {catalogid.NeedsRedeliveryWindow, catalogid.NeedsOwnedServer},
+		catalogid.CrashRecovery:  {catalogid.NeedsRedeliveryWindow, catalogid.NeedsOwnedServer, catalogid.NeedsSingleServer},
+		catalogid.Failover:       {catalogid.NeedsRedeliveryWindow, catalogid.NeedsOwnedServer, catalogid.NeedsFormation},
 		fixtures.ExternalEffect:  {catalogid.NeedsExternalEffects},
 	}
 	for _, f := range fixtures.Catalog() {

@@ -58,22 +58,28 @@ func TestReference(t *testing.T) {
 	// the run must have done.
 	owned := cert.DatabaseKind != string(provision.KindDSN)
 	notRun := notRunHere(reference.Adapter(), owned)
-	// On a server the run owns every rule runs; on one named by a DSN the
-	// rules that crash the server cannot, and the run is partial.
+	// On a server the run owns every rule that applies runs (failover does
+	// not apply to one server); on one named by a DSN the rules that crash
+	// or fail over the server cannot, and the run is partial.
 	wantStatus := certificate.StatusCertified
-	if len(notRun) > 0 {
-		wantStatus = certificate.StatusPartial
+	for _, a := range notRun {
+		if !a.NotApplicable {
+			wantStatus = certificate.StatusPartial
+		}
 	}
-	if owned == (len(notRun) > 0) {
+	if owned == (wantStatus == certificate.StatusPartial) {
 		t.Errorf("on a %s server the catalogue says these fixtures do not run: %v", cert.DatabaseKind, notRun)
 	}
 	if cert.Status != wantStatus || cert.Certified != (wantStatus == certificate.StatusCertified) {
 		t.Errorf("reference on a %s server: status %s, certified %t; want %s\n%s", cert.DatabaseKind, cert.Status, cert.Certified, wantStatus, cert.Table())
 	}
 	for _, r := range cert.Rules {
-		want, why := certificate.VerdictPass, notRun[r.Fixture]
-		if why != "" {
-			want = certificate.VerdictNotSupported
+		want, why := certificate.VerdictPass, ""
+		if a, ok := notRun[r.Fixture]; ok {
+			want, why = certificate.VerdictNotSupported, a.Reason
+			if a.NotApplicable {
+				want = certificate.VerdictNotApplicable
+			}
 		}
 		if r.Verdict != want || !strings.Contains(r.Message, why) {
 			t.Errorf("rule %s: verdict %s on a %s server; want %s, saying %q\n%s", r.ID, r.Verdict, cert.DatabaseKind, want, why, r.Message)
@@ -82,19 +88,18 @@ func TestReference(t *testing.T) {
 }
 
 // notRunHere returns the catalogue's decision for adapter, in this process,
-// on a server the run owns or not: why each fixture that does not run
-// cannot, by fixture.
-func notRunHere(adapter adapters.Adapter, owned bool) map[string]string {
+// on one server the run owns or not, for each fixture that does not run.
+func notRunHere(adapter adapters.Adapter, owned bool) map[string]applicability.Decision {
 	target := applicability.Target{
 		RedeliveryWindow: adapter.Declares.RedeliveryWindow,
 		AcceptsClock:     adapter.Declares.AcceptsClock,
 		OwnedServer:      owned,
 		ExternalEffects:  string(adapter.Declares.ExternalEffects),
 	}
-	notRun := map[string]string{}
+	notRun := map[string]applicability.Decision{}
 	for _, f := range fixtures.Catalog() {
 		if a := applicability.Of(f, target); !a.Runs {
-			notRun[f.ID] = a.Reason
+			notRun[f.ID] = a
 		}
 	}
 	return notRun
