@@ -173,8 +173,8 @@ func TestWorkflowCertifiesThePythonExample(t *testing.T) {
 		t.Errorf("certificate: adapter %s on a %s, certified %t\n%s", cert.Adapter, cert.DatabaseKind, cert.Certified, cert.Table())
 	}
 	for _, r := range cert.Rules {
-		if r.Verdict != certificate.VerdictPass {
-			t.Errorf("rule %s: %s; want every rule to run and pass: %s", r.ID, r.Verdict, r.Message)
+		if want := correctVerdict(cert, r); r.Verdict != want {
+			t.Errorf("rule %s: %s; want %s (every rule that applies runs and passes): %s", r.ID, r.Verdict, want, r.Message)
 		}
 	}
 	if cert.Protocol == nil || cert.Protocol.Version != 1 || !strings.Contains(cert.Protocol.Command, "impl.py") || !strings.HasPrefix(cert.Protocol.Implementation, "python-psycopg") {

@@ -93,7 +93,7 @@ func checkJUnit(t *testing.T, path string, cert certificate.Certificate) {
 		t.Fatalf("%d testsuites; want 1", len(r.Suites))
 	}
 	ts := r.Suites[0]
-	fail, skip := cert.Count(certificate.VerdictFail), cert.Count(certificate.VerdictSkipped)+cert.Count(certificate.VerdictNotSupported)
+	fail, skip := cert.Count(certificate.VerdictFail), cert.Count(certificate.VerdictSkipped)+cert.Count(certificate.VerdictNotSupported)+cert.Count(certificate.VerdictNotApplicable)
 	if ts.Tests != len(cert.Rules) || len(ts.Cases) != len(cert.Rules) || ts.Failures != fail || ts.Skipped != skip || ts.Errors != 0 {
 		t.Errorf("testsuite: tests=%d (%d testcases), failures=%d, skipped=%d, errors=%d; want %d, %d, %d, 0",
 			ts.Tests, len(ts.Cases), ts.Failures, ts.Skipped, ts.Errors, len(cert.Rules), fail, skip)
@@ -123,7 +123,7 @@ func checkJUnit(t *testing.T, path string, cert certificate.Certificate) {
 		if failed && (tc.Failure.Text != rule.Message || !strings.Contains(tc.Failure.Message, rule.ID)) {
 			t.Errorf("testcase %s: failure %q:\n%s\nwant the rule's message:\n%s", rule.ID, tc.Failure.Message, tc.Failure.Text, rule.Message)
 		}
-		if skipped := tc.Skipped != nil; skipped != (rule.Verdict == certificate.VerdictSkipped || rule.Verdict == certificate.VerdictNotSupported) {
+		if skipped := tc.Skipped != nil; skipped != (rule.Verdict == certificate.VerdictSkipped || rule.Verdict == certificate.VerdictNotSupported || rule.Verdict == certificate.VerdictNotApplicable) {
 			t.Errorf("testcase %s: skipped element %t; the rule's verdict is %s", rule.ID, skipped, rule.Verdict)
 		}
 	}
