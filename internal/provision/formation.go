@@ -2,7 +2,11 @@ package provision
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
 	"slices"
 	"time"
 )
@@ -141,6 +145,7 @@ func (fm *Formation) WaitHealthy(ctx context.Context) error {
 		if left := killAllIn(ctx, in.data, f.as.serverUID(), []string{in.data}, haKillTimeout); len(left) > 0 {
 			return fmt.Errorf("provision: restart %s: processes %v survive SIGKILL", in.name, left)
 		}
+		f.removeStaleLocks(in)
 		if err := f.startRun(in); err != nil {
 			return fmt.Errorf("provision: %w", err)
 		}
@@ -158,6 +163,18 @@ func (fm *Formation) WaitHealthy(ctx context.Context) error {
 	fm.primaryIs(primary.port)
 	f.logf("HA formation healthy after %.1fs: primary %s :%d", time.Since(began).Seconds(), primary.name, primary.port)
 	return nil
+}
+
+// removeStaleLocks removes the lock files a killed instance left, now that
+// none of its processes is left: PostgreSQL ignores a lock whose pid is
+// gone, but refuses to start when that pid was reused meanwhile.
+func (f *formation) removeStaleLocks(in *instance) {
+	sock := filepath.Join(f.socketDir(), fmt.Sprintf(".s.PGSQL.%d", in.port))
+	for _, p := range []string{filepath.Join(in.data, "postmaster.pid"), sock, sock + ".lock"} {
+		if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			f.logf("remove the stale %s: %v", p, err)
+		}
+	}
 }
 
 // NodeDSN returns a superuser connection string to one node only, without

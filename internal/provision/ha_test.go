@@ -606,3 +606,41 @@ func TestLeftoverFormationsOfDeadRunsAreRemoved(t *testing.T) {
 		t.Errorf("processes of the leftover: %s", strings.Join(left, "; "))
 	}
 }
+
+// TestCancelledStartLeavesNothing: a run interrupted while its formation
+// starts (the harness cancels ctx) leaves no process and no directory.
+func TestCancelledStartLeavesNothing(t *testing.T) {
+	requireHA(t)
+	mine := func() []string {
+		dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), fmt.Sprintf("%s%d-*", haDirPrefix, os.Getpid())))
+		return dirs
+	}
+	before := mine()
+	var started []string
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	_, err := Open(ctx, Options{Only: KindHA, Getenv: env(), Logf: func(format string, args ...any) {
+		line := fmt.Sprintf(format, args...)
+		t.Log(line)
+		// Cancel once the monitor runs, while node1 is being made.
+		if strings.Contains(line, "monitor running") {
+			cancel()
+		}
+		if dir, ok := strings.CutPrefix(line, "starting HA formation in "); ok {
+			started = append(started, strings.Fields(dir)[0])
+		}
+	}})
+	if err == nil || !errors.Is(err, context.Canceled) {
+		t.Fatalf("Open cancelled while starting: %v, want context.Canceled", err)
+	}
+	t.Logf("Open: %v", err)
+	if len(started) != 1 {
+		t.Fatalf("progress lines name %d formation directories, want 1", len(started))
+	}
+	if after := mine(); !slices.Equal(after, before) {
+		t.Errorf("formation directories %v after a cancelled start, want %v", after, before)
+	}
+	if left := anyProcessNaming(started[0]); len(left) > 0 {
+		t.Errorf("processes left by a cancelled start: %s", strings.Join(left, "; "))
+	}
+}

@@ -86,13 +86,25 @@ func processesIn(dir string, uid int) []int {
 		mentions := cwd != "" && within(cwd, dir)
 		if !mentions {
 			cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-			mentions = bytes.Contains(cmdline, []byte(dir))
+			mentions = namesPath(cmdline, dir)
 		}
 		if mentions && alive(pid) {
 			pids = append(pids, pid)
 		}
 	}
 	return pids
+}
+
+// namesPath reports whether a command line (arguments separated by NUL
+// bytes) names dir or a path inside it, and not merely a longer name that
+// starts like it (harmless-ha-1-23 is not harmless-ha-1-2).
+func namesPath(cmdline []byte, dir string) bool {
+	for arg := range bytes.SplitSeq(cmdline, []byte{0}) {
+		if i := bytes.Index(arg, []byte(dir)); i >= 0 && within(string(arg[i:]), dir) {
+			return true
+		}
+	}
+	return false
 }
 
 // postmasterOf returns the pid in the first line of data/postmaster.pid

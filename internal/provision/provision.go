@@ -262,14 +262,15 @@ type backend interface {
 }
 
 // Server is a PostgreSQL server that Open found or started. Its methods are
-// safe for concurrent use; Crash, Restart and Close run one at a time.
+// safe for concurrent use; Crash, Restart, Close and the methods of its
+// Formation run one at a time.
 type Server struct {
 	// Kind says which way provided the server.
 	Kind Kind
 	// Version is the server's server_version, e.g. "15.13 (Debian 15.13-0+deb12u1)".
 	Version string
 
-	ops  sync.Mutex // serialises Crash, Restart and Close
+	ops  sync.Mutex // serialises Crash, Restart, Close and the Formation's methods
 	mu   sync.Mutex // guards dsn and closed
 	dsn  string
 	b    backend // nil for KindDSN
@@ -284,8 +285,9 @@ type Server struct {
 
 // DSN returns a superuser connection string for the server, with its
 // password (see Secrets). It changes after Restart for a container (the
-// engine maps a new host port), so read it again after a restart rather
-// than keeping it; the password stays the same.
+// engine maps a new host port), and after a failover of an HA formation
+// (the new primary comes first), so read it again rather than keeping it;
+// the password stays the same.
 func (s *Server) DSN() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -320,7 +322,8 @@ func (s *Server) String() string {
 
 // Crash kills an owned server without a clean shutdown: the container is
 // sent SIGKILL, the cluster is stopped with `pg_ctl stop -m immediate`.
-// It is an error for a server named by a DSN.
+// It is an error for a server named by a DSN, and for an HA formation,
+// whose primary fails over instead (Formation.Failover).
 func (s *Server) Crash(ctx context.Context) error {
 	if err := s.ownedOp("crash"); err != nil {
 		return err
@@ -336,7 +339,8 @@ func (s *Server) Crash(ctx context.Context) error {
 
 // Restart starts an owned server again after Crash (PostgreSQL runs crash
 // recovery) and returns once it accepts connections. DSN reflects the new
-// address afterwards.
+// address afterwards. For an HA formation it is an error, as Crash is: a
+// killed node comes back with Formation.WaitHealthy.
 func (s *Server) Restart(ctx context.Context) error {
 	if err := s.ownedOp("restart"); err != nil {
 		return err
@@ -356,7 +360,7 @@ func (s *Server) Restart(ctx context.Context) error {
 }
 
 // Close stops and removes an owned server: the container is removed, the
-// cluster is stopped and its directory deleted. For a server named by a DSN
+// cluster or the HA formation is stopped and its directory deleted. For a server named by a DSN
 // it does nothing. Calling Close again does nothing.
 func (s *Server) Close(ctx context.Context) error {
 	if s.b == nil {

@@ -48,30 +48,55 @@ func (fm *Formation) SetSynchronous(ctx context.Context, on bool) error {
 	if !on {
 		want = "empty"
 	}
+	// Each set puts the primary in apply_settings, once or twice
+	// depending on how the two meet: wait until the last of them is
+	// applied, the formation settled, and the setting says so, so that
+	// the next fault finds a candidate.
 	var primary int
-	err = waitFor(ctx, "synchronous_standby_names on the primary to be "+want, nil, func(ctx context.Context) (bool, string, error) {
-		var names string
-		var port int
-		err := withConn(ctx, f.multiDSN(f.nodes[0].port), func(ctx context.Context, conn *pgx.Conn) error {
-			return conn.QueryRow(ctx, "SELECT current_setting('synchronous_standby_names'), inet_server_port()").Scan(&names, &port)
+	err = waitFor(ctx, "synchronous_standby_names on the primary to be "+want+", the settings applied", nil,
+		func(ctx context.Context) (bool, string, error) {
+			states, err := f.states(ctx)
+			if err != nil {
+				return false, "", err
+			}
+			p, _, ok := healthy(states)
+			if !ok {
+				return false, describeStates(states), nil
+			}
+			if applied, err := f.settingsApplied(ctx, p.Name); err != nil || !applied {
+				return false, p.Name + " is applying the settings", err
+			}
+			var names string
+			if err := withConn(ctx, f.nodeDSN(p.Port), func(ctx context.Context, conn *pgx.Conn) error {
+				return conn.QueryRow(ctx, "SELECT current_setting('synchronous_standby_names')").Scan(&names)
+			}); err != nil {
+				return false, "", err
+			}
+			primary = p.Port
+			return (names != "") == on, fmt.Sprintf("synchronous_standby_names = '%s' on %s", names, p.Name), nil
 		})
-		if err != nil {
-			return false, "", err
-		}
-		primary = port
-		return (names != "") == on, fmt.Sprintf("synchronous_standby_names = '%s' on :%d", names, port), nil
-	})
 	if err != nil {
 		return fmt.Errorf("provision: %w", err)
-	}
-	// The primary goes through apply_settings: wait until it is settled
-	// again, so that the next fault finds a candidate.
-	if _, err := f.waitHealthy(ctx, nil); err != nil {
-		return fmt.Errorf("provision: %s: %w", f.describe(), err)
 	}
 	fm.primaryIs(primary)
 	f.logf("replication of %s is now %s", f.describe(), map[bool]string{true: "synchronous", false: "asynchronous"}[on])
 	return nil
+}
+
+// settingsApplied reports whether the primary has reported itself primary
+// since the monitor last told it to apply settings, from the monitor's
+// event log.
+func (f *formation) settingsApplied(ctx context.Context, primary string) (bool, error) {
+	var applied bool
+	err := withConn(ctx, f.monitorDSN(), func(ctx context.Context, conn *pgx.Conn) error {
+		return conn.QueryRow(ctx, `SELECT coalesce(max(eventid) FILTER (WHERE reportedstate = 'primary' AND goalstate = 'primary'), 0)
+			> coalesce(max(eventid) FILTER (WHERE goalstate = 'apply_settings'), 0)
+			FROM pgautofailover.event WHERE nodename = $1`, primary).Scan(&applied)
+	})
+	if err != nil {
+		return false, fmt.Errorf("read the monitor's events: %w", err)
+	}
+	return applied, nil
 }
 
 // ReplicationStall is a standby made to lag on purpose by
