@@ -224,7 +224,15 @@ func sleepAtEffect(ctx context.Context, play *harness.Play, events []adapters.Ev
 		sleeps[i], err = play.Arm(ctx, faults.Plan{Namespace: ev.Namespace, ID: ev.ID, Times: 1, Point: faults.AtEffect, Action: faults.Sleep, Sleep: sleep})
 		must(err)
 	}
-	held := func(ctx context.Context) (int, error) {
+	return heldBySleeps(play, sleeps), fmt.Sprintf("a sleep of %s at the effect of each event's attempt 1", sleep), nil, ""
+}
+
+// heldBySleeps returns a function that counts the deliveries the sleep
+// faults hold in the database right now: those whose fault has fired and
+// whose backend still sleeps; one whose sleep ended (a cancelled
+// statement, a lost connection) is not held.
+func heldBySleeps(play *harness.Play, sleeps []*faults.Fault) func(context.Context) (int, error) {
+	return func(ctx context.Context) (int, error) {
 		fired := 0
 		for _, f := range sleeps {
 			n, err := play.Fired(ctx, f)
@@ -238,7 +246,6 @@ func sleepAtEffect(ctx context.Context, play *harness.Play, events []adapters.Ev
 		sleeping, err := play.SleepingInFaults(ctx)
 		return min(fired, sleeping), err
 	}
-	return held, fmt.Sprintf("a sleep of %s at the effect of each event's attempt 1", sleep), nil, ""
 }
 
 // holdWrites locks the implementation's tables against writes: each

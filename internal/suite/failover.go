@@ -205,22 +205,8 @@ func (s *state) failoverSync(w failoverWay) {
 			heldFlight := s.deliverAll(held, func(f *inFlight) {
 				f.attempts = []harness.Attempt{play.Deliver(ctx, f.worker, f.ev)}
 			})
-			countHeld := func(ctx context.Context) (int, error) {
-				fired := 0
-				for _, f := range sleeps {
-					n, err := play.Fired(ctx, f)
-					if err != nil {
-						return 0, err
-					}
-					if n > 0 {
-						fired++
-					}
-				}
-				sleeping, err := play.SleepingInFaults(ctx)
-				return min(fired, sleeping), err
-			}
 			settle, limit := stallTiming(s.cfg.deliveryTimeout, slowest)
-			heldNow, err := awaitStall(ctx, countHeld, heldFlight, len(held), settle, 0, limit)
+			heldNow, err := awaitStall(ctx, heldBySleeps(play, sleeps), heldFlight, len(held), settle, 0, limit)
 			must(err, "count the deliveries held in flight")
 			// Disarmed while the formation still replicates, so that no
 			// redelivery after the failover is held again.
