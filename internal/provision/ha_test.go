@@ -445,6 +445,9 @@ func checkStall(t *testing.T, ctx context.Context, srv *Server, fm *Formation) {
 	if lag.Bytes <= 0 {
 		t.Errorf("Lag() = %+v while stalled, want the standby behind", lag)
 	}
+	if !lag.Synchronous() {
+		t.Errorf("Lag() = %+v while stalled, want the primary still waiting for its standby (synchronous_standby_names set)", lag)
+	}
 	t.Logf("lag while stalled: %+v", lag)
 
 	// A synchronous commit waits for the standby: it must not return

@@ -123,7 +123,17 @@ type Lag struct {
 	StandbyReceived string
 	// Bytes is pg_wal_lsn_diff(PrimaryFlush, StandbyReceived).
 	Bytes int64
+	// SynchronousStandbys is the primary's synchronous_standby_names when
+	// the lag was read: empty when the primary no longer waits for its
+	// standby, as after the HA engine moved it to wait_primary, and a
+	// commit that returned then was not kept by the standby, whatever the
+	// session asked for.
+	SynchronousStandbys string
 }
+
+// Synchronous reports whether the primary still waited for its standby
+// when the lag was read.
+func (l Lag) Synchronous() bool { return l.SynchronousStandbys != "" }
 
 // StallReplication makes the standby lag: it stops (SIGSTOP) the primary's
 // WAL sender processes (pg_stat_replication's pids), so that the standby's
@@ -198,8 +208,8 @@ func (st *ReplicationStall) Lag(ctx context.Context) (Lag, error) {
 		return lag, fmt.Errorf("provision: read the standby %s: %w", st.standby.Name, err)
 	}
 	err = withConn(ctx, f.nodeDSN(st.primary.Port), func(ctx context.Context, conn *pgx.Conn) error {
-		return conn.QueryRow(ctx, "SELECT pg_current_wal_flush_lsn()::text, pg_wal_lsn_diff(pg_current_wal_flush_lsn(), $1::pg_lsn)::bigint",
-			lag.StandbyReceived).Scan(&lag.PrimaryFlush, &lag.Bytes)
+		return conn.QueryRow(ctx, "SELECT pg_current_wal_flush_lsn()::text, pg_wal_lsn_diff(pg_current_wal_flush_lsn(), $1::pg_lsn)::bigint, current_setting('synchronous_standby_names')",
+			lag.StandbyReceived).Scan(&lag.PrimaryFlush, &lag.Bytes, &lag.SynchronousStandbys)
 	})
 	if err != nil {
 		return lag, fmt.Errorf("provision: read the primary %s: %w", st.primary.Name, err)

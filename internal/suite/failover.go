@@ -307,6 +307,13 @@ func (s *state) failoverSync(w failoverWay) {
 				}
 				problems = append(problems, p+"\n"+harness.DescribeEvent(f.ev, f.effects, f.history))
 			}
+			if len(problems) > 0 && w.lag && !r.lag.Synchronous() {
+				// The engine stopped waiting for the standby during the
+				// stall: a commit then was acknowledged without it,
+				// whatever the implementation asked for.
+				return notSupported(fmt.Sprintf("%d acknowledged deliveries have no effect on the new primary, but the primary no longer waited for its standby when it was killed (synchronous_standby_names was empty: the HA engine had stopped replicating synchronously during the stall), so the loss says nothing about the implementation; %s",
+					len(problems), r.story))
+			}
 			if len(problems) > 0 {
 				problems[0] += "\n" + r.story
 				return judgement{problems: problems}
@@ -428,7 +435,11 @@ func waitReturned(ctx context.Context, fl *flight, n int, limit time.Duration) (
 
 // lagString describes how far the standby lagged.
 func lagString(l provision.Lag) string {
-	return fmt.Sprintf("%d bytes behind the primary (received up to %s, the primary had flushed up to %s)", l.Bytes, l.StandbyReceived, l.PrimaryFlush)
+	sync := "the primary waiting for it"
+	if !l.Synchronous() {
+		sync = "the primary not waiting for it: synchronous_standby_names empty"
+	}
+	return fmt.Sprintf("%d bytes behind the primary (received up to %s, the primary had flushed up to %s; %s)", l.Bytes, l.StandbyReceived, l.PrimaryFlush, sync)
 }
 
 // failoverAsync makes the formation's replication asynchronous, lets the
