@@ -100,6 +100,9 @@ func TestCatchRates(t *testing.T) {
 	dsn := pgtest.DSN(t)
 	for _, adapter := range strings.Split(*catchRateAdapters, ",") {
 		t.Run(adapter, func(t *testing.T) {
+			// Side by side: a run mostly waits on the broker's model, and
+			// each has a schema (or a formation) of its own.
+			t.Parallel()
 			entry, err := builtin.EntryOf(adapter)
 			if err != nil {
 				t.Fatal(err)
