@@ -329,15 +329,6 @@ func (c *cluster) start(ctx context.Context) (string, error) {
 	})
 }
 
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, fmt.Errorf("find a free port: %w", err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
-
 func fileSize(name string) int64 {
 	fi, err := os.Stat(name)
 	if err != nil {

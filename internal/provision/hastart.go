@@ -3,7 +3,6 @@ package provision
 import (
 	"context"
 	"fmt"
-	"net"
 	"path/filepath"
 	"strconv"
 	"time"
@@ -170,19 +169,4 @@ func (f *formation) lastWords(in *instance) func() string {
 		log := f.logFile(in.name)
 		return fmt.Sprintf("last lines of %s: %s", log, lastLines(readFrom(log, max(0, fileSize(log)-16<<10)), 10))
 	}
-}
-
-// freePorts returns n distinct free ports on 127.0.0.1, holding each open
-// until all are chosen.
-func freePorts(n int) ([]int, error) {
-	var ports []int
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, fmt.Errorf("find a free port: %w", err)
-		}
-		defer l.Close()
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	return ports, nil
 }
