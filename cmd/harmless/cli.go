@@ -197,8 +197,8 @@ func addDatabaseFlags(fs *flag.FlagSet, f *certifyFlags) {
 }
 
 // certifySynopsis is certify's line of the usage.
-const certifySynopsis = `harmless certify (--adapter NAME | --exec COMMAND) [--dsn DSN] [--label-filter EXPR] [--fixture ID[,ID]]
-                   [--rule ID[,ID]] [--seed N] [--repeat N] [--redelivery-patience 10s] [--json FILE] [--junit FILE] [--markdown FILE] [-q | -v]`
+const certifySynopsis = `harmless certify (--adapter NAME | --exec COMMAND) [--dsn DSN | --provision dsn|container|cluster|ha] [--fixture ID[,ID]]
+                   [--label-filter EXPR] [--rule ID[,ID]] [--seed N] [--repeat N] [--redelivery-patience 10s] [--json FILE] [--junit FILE] [--markdown FILE] [-q | -v]`
 
 // certifyFlagSet is certify's flags, parsed into f.
 func certifyFlagSet(f *certifyFlags) *flag.FlagSet {

@@ -3,9 +3,10 @@
 //
 // Usage:
 //
-//	harmless certify (--adapter NAME | --exec COMMAND) [--dsn DSN] [--label-filter EXPR] [--fixture ID[,ID]]
-//	                 [--rule ID[,ID]] [--seed N] [--json FILE] [--junit FILE] [--markdown FILE] [-q | -v]
-//	harmless soak (--adapter NAME | --exec COMMAND) [--duration 60s | --events N] [--seed N] [--json FILE] [--html FILE]
+//	harmless certify (--adapter NAME | --exec COMMAND) [--dsn DSN | --provision dsn|container|cluster|ha] [--fixture ID[,ID]]
+//	                 [--label-filter EXPR] [--rule ID[,ID]] [--seed N] [--json FILE] [--junit FILE] [--markdown FILE] [-q | -v]
+//	harmless soak (--adapter NAME | --exec COMMAND) [--dsn DSN | --provision dsn|container|cluster|ha]
+//	              [--duration 60s | --events N] [--seed N] [--json FILE] [--html FILE]
 //	harmless list [--json]
 //	harmless list (--adapter NAME | --exec COMMAND) [--dsn DSN] [--provision dsn|container|cluster|ha] [--json]
 //	harmless matrix
@@ -18,11 +19,20 @@
 // certify runs the conformance suite of package suite against a built-in
 // adapter, or against a program in any language that speaks the exec
 // protocol (docs/protocol.md, package adapters/exec), and prints one verdict
-// per rule. It exits 0 when the implementation is certified (every MUST rule
-// ran and passed, nothing skipped), 1 when it is not, and 2 on a usage or
-// environment error such as an unknown adapter, no database, or a program
-// that cannot complete the protocol's handshake. docs/reports.md describes
-// its outputs.
+// per rule. soak delivers a stream of events for a while under every fault
+// the database allows (docs/soak.md) and checks the whole history. list
+// prints the catalogue of rules, or what applies to an implementation on a
+// database; matrix the verdicts the built-in adapters must get.
+//
+// Exit codes, for certify unless said (docs/reports.md):
+//
+//	0         certified: every MUST rule ran and passed; soak: clean
+//	1         not certified: a MUST rule failed; soak: anomalies found
+//	2         a usage or environment error: an unknown adapter, no
+//	          database, a program that cannot complete the handshake
+//	3         partial: nothing failed, but some MUST rules did not run
+//	4         soak: no delivery was acknowledged for too long (no-ack)
+//	130, 143  interrupted by SIGINT or SIGTERM, after every cleanup
 package main
 
 import (

@@ -46,7 +46,8 @@ type soakFlags struct {
 }
 
 // soakSynopsis is soak's line of the usage.
-const soakSynopsis = `harmless soak (--adapter NAME | --exec COMMAND) [--duration 60s | --events N] [--workers N]
+const soakSynopsis = `harmless soak (--adapter NAME | --exec COMMAND) [--dsn DSN | --provision dsn|container|cluster|ha]
+                [--duration 60s | --events N] [--workers N]
                 [--duplicates 0.3] [--conflicts 0.01] [--nemesis LIST] [--seed N]
                 [--redelivery-patience 10s] [--no-ack-timeout 10s] [--json FILE] [--html FILE]`
 
