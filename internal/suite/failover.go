@@ -311,7 +311,7 @@ func (s *state) failoverSync(w failoverWay) {
 				// The engine stopped waiting for the standby during the
 				// stall: a commit then was acknowledged without it,
 				// whatever the implementation asked for.
-				return notSupported(fmt.Sprintf("%d acknowledged deliveries have no effect on the new primary, but the primary no longer waited for its standby when it was killed (synchronous_standby_names was empty: the HA engine had stopped replicating synchronously during the stall), so the loss says nothing about the implementation; %s",
+				return notSupported(fmt.Sprintf("%d acknowledged deliveries have no effect on the new primary, but the primary no longer waited for its standby when it was killed (synchronous_standby_names was empty: the HA engine had stopped replicating synchronously by then), so a commit may have been acknowledged without the standby whatever the implementation asked for, and the loss cannot be told apart from the formation's own; %s",
 					len(problems), r.story))
 			}
 			if len(problems) > 0 {
