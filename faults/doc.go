@@ -65,7 +65,7 @@
 // 23). The Go hooks that fail the effect of an in-process implementation
 // before its INSERT (an error, a panic, a cancelled context) are
 // internal/hooks': only the effect the harness builds runs them.
-// Terminating the backends of a run's tagged connections, cancelling those
+// Terminating the backends of a run's connections, cancelling those
 // that sleep in a [Sleep] fault and waiting for cut backends to go are
 // internal/backends'. Counting the faults armed in a schema, as the harness
 // does to notice one armed around its count, is internal/faultplan's.

@@ -10,11 +10,12 @@ import (
 
 	"github.com/harmless-dev/harmless/adapters"
 	"github.com/harmless-dev/harmless/adapters/exec/protocol"
+	"github.com/harmless-dev/harmless/internal/connstr"
 	"github.com/harmless-dev/harmless/internal/effect"
 	"github.com/harmless-dev/harmless/internal/redact"
 )
 
-// pool is one implementation instance: the child processes of one worker.
+// pool is one implementation instance: its child processes.
 // It sends each request to a process with a free slot and starts another
 // process when every slot is taken, so a child that handles one request at
 // a time still sees real concurrency.
@@ -117,6 +118,10 @@ func newPool(ctx context.Context, cfg Config, info Info, env adapters.Env) (*poo
 	if !ok {
 		return nil, fmt.Errorf("exec: the environment's effect (%T) was not built by the harmless harness; an exec adapter runs only under it", env.Effect)
 	}
+	conn, err := connectionOf(env.DSN)
+	if err != nil {
+		return nil, fmt.Errorf("exec: the instance's DSN: %w", err)
+	}
 	p := &pool{
 		cfg:       cfg,
 		info:      info,
@@ -129,12 +134,17 @@ func newPool(ctx context.Context, cfg Config, info Info, env adapters.Env) (*poo
 		setup: protocol.SetupParams{
 			Instance:    env.Instance,
 			DSN:         env.DSN,
+			Connection:  conn,
 			Schema:      env.Schema,
 			Effect:      protocol.EffectSpec{SQL: eff.SQL()},
 			Destination: env.Destination,
 		},
 	}
 	p.secrets.AddDSN(env.DSN)
+	// The same as the DSN's, but setup shows them as fields too: masked
+	// whatever redact.Passwords makes of the DSN.
+	p.secrets.Add(conn.Password)
+	p.secrets.Add(conn.Parameters["sslpassword"])
 	for _, param := range effect.Params() {
 		p.setup.Effect.Params = append(p.setup.Effect.Params, protocol.EffectParam{Name: param.Name, Type: param.Type})
 	}
@@ -146,6 +156,23 @@ func newPool(ctx context.Context, cfg Config, info Info, env adapters.Env) (*poo
 	}
 	<-m.slots // grow hands the new process over with a slot taken
 	return p, nil
+}
+
+// connectionOf is setup's connection: dsn in parts, read from its text
+// alone (see [connstr.PartsOf]).
+func connectionOf(dsn string) (protocol.Connection, error) {
+	parts, err := connstr.PartsOf(dsn)
+	if err != nil {
+		return protocol.Connection{}, err
+	}
+	return protocol.Connection{
+		Hosts:      parts.Hosts,
+		Ports:      parts.Ports,
+		User:       parts.User,
+		Password:   parts.Password,
+		Database:   parts.Database,
+		Parameters: parts.Params,
+	}, nil
 }
 
 // grow starts one more process, runs hello and setup, and adds it to the

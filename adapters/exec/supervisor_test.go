@@ -477,8 +477,9 @@ func TestAStrayStdoutLineIsACrash(t *testing.T) {
 	}
 }
 
-// TestCrashesMaskTheSecrets: a child that prints its DSN and password,
-// then crashes, is reported without the password. The child logs in as a
+// TestCrashesMaskTheSecrets: a child that prints setup's connection (its
+// password a field of its own), its DSN and password, then crashes, is
+// reported without the password. The child logs in as a
 // role of the test's own, with that role's password: the server may ask
 // for it (a server harmless starts asks every login), and the role may
 // create the tables of its setup in the test's schema.
@@ -493,8 +494,18 @@ func TestCrashesMaskTheSecrets(t *testing.T) {
 	password := role.Password
 	e.DSN = role.As(t, e.DSN)
 	impl := instance(t, adapter, e)
-	if _, err := deliver(t, impl, "1", testTimeout); !errors.Is(err, errProcessFailed) {
+	_, err := deliver(t, impl, "1", testTimeout)
+	if !errors.Is(err, errProcessFailed) {
 		t.Fatalf("the delivery: %v; want the crash", err)
+	}
+	// The delivery's failure quotes the last lines of stderr.
+	for _, want := range []string{`execchild: setup's connection: {"hosts":`, `"password":"` + redact.Mask + `"`} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("the delivery's failure does not quote %q: %v", want, err)
+		}
+	}
+	if strings.Contains(err.Error(), password[:6]) || strings.Contains(err.Error(), password[len(password)-6:]) {
+		t.Errorf("the delivery's failure shows the password: %v", err)
 	}
 	crashes := impl.Crashes()
 	if len(crashes) != 1 {

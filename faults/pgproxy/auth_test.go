@@ -86,8 +86,8 @@ func TestAuthenticationPassesThrough(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	p := newProxy(t, upstreamOf(t, srv.DSN()))
-	pdsn, err := p.DSN(srv.DSN())
+	p := newProxy(t)
+	pdsn, err := p.DSN("auth", srv.DSN())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -132,10 +132,10 @@ func TestAuthenticationPassesThrough(t *testing.T) {
 	// server harmless starts has a password of its own, which the
 	// cluster's DSN does not carry.
 	onCluster := faulttest.ConnectTo(t, pdsn, "harmless-pgproxy-test")
-	if err := p.SetUpstream(upstreamOf(t, shared)); err != nil {
+	if err := p.Listeners("auth")[0].SetUpstream(upstreamOf(t, shared)); err != nil {
 		t.Fatal(err)
 	}
-	sharedPDSN, err := p.DSN(shared)
+	sharedPDSN, err := p.DSN("auth", shared)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -146,6 +146,9 @@ func TestAuthenticationPassesThrough(t *testing.T) {
 			t.Fatal(err)
 		}
 		return port
+	}
+	if n := len(p.Listeners("auth")); n != 1 {
+		t.Errorf("the client has %d listeners after SetUpstream, want its one, now to the shared server", n)
 	}
 	clusterPort, sharedPort := port(onCluster), port(onShared)
 	if want := upstreamOf(t, srv.DSN()); !strings.HasSuffix(want, ":"+strconv.Itoa(clusterPort)) {

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgproto3"
+
+	"github.com/harmless-dev/harmless/internal/pgaddr"
 )
 
 // bufSize is the size of each direction's read and write buffers, and the
@@ -30,7 +32,12 @@ const cancelWait = 10 * time.Second
 // StartupMessage, its connection to the server.
 type conn struct {
 	p      *Proxy
+	l      *Listener // the listener it came in on, which names its client
 	client net.Conn
+	// started is set, under p.mu, once the client has sent its
+	// StartupMessage: from then on it is counted as one of its client's
+	// connections.
+	started bool
 
 	mu     sync.Mutex // guards the fields up to the blank line
 	server net.Conn
@@ -156,7 +163,7 @@ func readStartup(r *bufio.Reader) ([]byte, pgproto3.FrontendMessage, error) {
 
 func (c *conn) dial(addr string) (net.Conn, error) {
 	d := net.Dialer{Timeout: dialTimeout}
-	s, err := d.DialContext(c.p.ctx, "tcp", addr)
+	s, err := d.DialContext(c.p.ctx, pgaddr.Network(addr), addr)
 	if err != nil {
 		return nil, err
 	}
@@ -170,7 +177,7 @@ func (c *conn) dial(addr string) (net.Conn, error) {
 // names, then waits for that server to close the connection before closing
 // the client's, as the server would.
 func (c *conn) forwardCancel(raw []byte, m *pgproto3.CancelRequest) {
-	s, err := c.dial(c.p.cancelTarget(m.ProcessID, m.SecretKey))
+	s, err := c.dial(c.p.cancelTarget(c.l, m.ProcessID, m.SecretKey))
 	if err != nil {
 		return
 	}
@@ -186,7 +193,7 @@ func (c *conn) forwardCancel(raw []byte, m *pgproto3.CancelRequest) {
 // relay forwards the StartupMessage to the upstream server and then relays
 // messages both ways until either side ends or the connection is cut.
 func (c *conn) relay(cr *bufio.Reader, raw []byte, sm *pgproto3.StartupMessage) {
-	upstream := c.p.currentUpstream()
+	upstream := c.l.Upstream()
 	c.mu.Lock()
 	c.meta.ApplicationName = sm.Parameters["application_name"]
 	c.meta.User = sm.Parameters["user"]
@@ -196,6 +203,7 @@ func (c *conn) relay(cr *bufio.Reader, raw []byte, sm *pgproto3.StartupMessage) 
 	}
 	c.meta.Upstream = upstream
 	c.mu.Unlock()
+	c.p.opened(c, sm.Parameters["application_name"])
 
 	s, err := c.dial(upstream)
 	if err != nil {
@@ -393,13 +401,12 @@ func (c *conn) atImplicit(pt Point, w *bufio.Writer, mentioned ...string) bool {
 	if rules == nil || len(mentioned) == 0 {
 		return false
 	}
-	info := c.info()
 	for _, f := range *rules {
 		r := f.rule
-		if r.At != pt || r.Within == "" || !slices.Contains(mentioned, r.Within) || !r.Scope.matches(info) || !f.reserve() {
+		if r.At != pt || r.Within == "" || !slices.Contains(mentioned, r.Within) || !r.Scope.matches(c.l.client) || !f.reserve() {
 			continue
 		}
-		f.record(info.PID)
+		f.record(c.info().PID)
 		_ = w.Flush()
 		c.cut()
 		return true
@@ -524,6 +531,14 @@ func (c *conn) serverToClient(r *bufio.Reader, w *bufio.Writer) {
 			} else {
 				implicitFailed = true // an implicit one rolled back
 			}
+		case 'S': // ParameterStatus: name, value
+			head, err := peekHead(r, n)
+			if err != nil {
+				return
+			}
+			if name := cstring(head); string(name) == "application_name" && len(name) < len(head) {
+				c.p.sawApplicationName(c.l, string(cstring(head[len(name)+1:])))
+			}
 		case 'K': // BackendKeyData
 			head, err := peekHead(r, n)
 			if err != nil {
@@ -569,15 +584,20 @@ func (c *conn) completed(tag []byte, w *bufio.Writer) bool {
 }
 
 // observe counts a completed statement, inside a transaction block or
-// outside one, for every armed rule whose scope holds this connection.
+// outside one, for the connection's client and for every armed rule whose
+// scope holds this connection.
 func (c *conn) observe(inTx bool) {
+	if inTx {
+		c.l.stats.inTx.Add(1)
+	} else {
+		c.l.stats.autocommit.Add(1)
+	}
 	rules := c.p.rules.Load()
 	if rules == nil || len(*rules) == 0 {
 		return
 	}
-	info := c.info()
 	for _, f := range *rules {
-		if !f.rule.Scope.matches(info) {
+		if !f.rule.Scope.matches(c.l.client) {
 			continue
 		}
 		if inTx {
@@ -597,20 +617,15 @@ func (c *conn) at(pt Point, n int, w *bufio.Writer) bool {
 	if rules == nil {
 		return false
 	}
-	var info connInfo
-	loaded := false
 	for _, f := range *rules {
 		r := f.rule
 		if r.At != pt || r.N != n {
 			continue
 		}
-		if !loaded {
-			info, loaded = c.info(), true
-		}
-		if !r.Scope.matches(info) || !c.mentioned(pt, r.Within) || !f.reserve() {
+		if !r.Scope.matches(c.l.client) || !c.mentioned(pt, r.Within) || !f.reserve() {
 			continue
 		}
-		f.record(info.PID)
+		f.record(c.info().PID)
 		// A failed flush means the connection is going; the next write says so.
 		_ = w.Flush()
 		c.cut() // the only action

@@ -47,19 +47,21 @@ func upstreamOf(t testing.TB, dsn string) string {
 // that server, and a schema of the test's own.
 type env struct {
 	proxy     *pgproxy.Proxy
-	dsn       string // through the proxy
+	upstream  string // the shared server's DSN
+	client    string // the client the test's connections belong to
+	dsn       string // through the client's listener
 	direct    *pgxpool.Pool
 	name      string // the test's schema
 	schema    string // the same, quoted
 	appPrefix string // application_name prefix of the test's connections
 }
 
-func newProxy(t testing.TB, upstream string) *pgproxy.Proxy {
+// testClient is the client of env's connections.
+const testClient = "instance 1"
+
+func newProxy(t testing.TB) *pgproxy.Proxy {
 	t.Helper()
-	p, err := pgproxy.New(upstream)
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := pgproxy.New()
 	t.Cleanup(func() {
 		if err := p.Close(); err != nil {
 			t.Errorf("close proxy: %v", err)
@@ -72,7 +74,7 @@ func newProxy(t testing.TB, upstream string) *pgproxy.Proxy {
 // ends, and returns dsn rewritten to go through it.
 func proxyDSN(t testing.TB, dsn string) string {
 	t.Helper()
-	pdsn, err := newProxy(t, upstreamOf(t, dsn)).DSN(dsn)
+	pdsn, err := newProxy(t).DSN("bench", dsn)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,12 +85,9 @@ func setup(t *testing.T) env {
 	t.Helper()
 	dsn := pgtest.DSN(t)
 	checkLeaks(t)
-	e := env{direct: pgtest.Pool(t), appPrefix: "harmless-pgproxy-test-" + faulttest.Unique(t)}
-	e.proxy = newProxy(t, upstreamOf(t, dsn))
-	var err error
-	if e.dsn, err = e.proxy.DSN(dsn); err != nil {
-		t.Fatal(err)
-	}
+	e := env{upstream: dsn, client: testClient, direct: pgtest.Pool(t), appPrefix: "harmless-pgproxy-test-" + faulttest.Unique(t)}
+	e.proxy = newProxy(t)
+	e.dsn = e.dsnOf(t, e.client)
 	e.name = "harmless_test_pgproxy_" + faulttest.Unique(t)
 	e.schema = pgx.Identifier{e.name}.Sanitize()
 	e.exec(t, "CREATE SCHEMA "+e.schema)
@@ -101,6 +100,26 @@ func setup(t *testing.T) env {
 	})
 	e.exec(t, "CREATE TABLE "+e.schema+".t (id int PRIMARY KEY)")
 	return e
+}
+
+// dsnOf is the shared server's DSN through client's listener.
+func (e env) dsnOf(t testing.TB, client string) string {
+	t.Helper()
+	dsn, err := e.proxy.DSN(client, e.upstream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dsn
+}
+
+// addr is the address of the test client's (one) listener.
+func (e env) addr(t testing.TB) string {
+	t.Helper()
+	ls := e.proxy.Listeners(e.client)
+	if len(ls) != 1 {
+		t.Fatalf("client %s has %d listeners, want 1", e.client, len(ls))
+	}
+	return ls[0].Addr()
 }
 
 // exec runs sql on the direct pool.

@@ -135,10 +135,11 @@ func TestEncryptionRequestsAnsweredN(t *testing.T) {
 	cfg.TLSConfig, cfg.Fallbacks = nil, nil
 	cfg.RuntimeParams["application_name"] = e.appPrefix
 	dials := 0
+	listener := e.addr(t)
 	cfg.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
 		dials++
-		if addr != e.proxy.Addr() {
-			return nil, fmt.Errorf("dial %s, want the proxy at %s", addr, e.proxy.Addr())
+		if addr != listener {
+			return nil, fmt.Errorf("dial %s, want the proxy at %s", addr, listener)
 		}
 		nc, err := (&net.Dialer{}).DialContext(ctx, network, addr)
 		if err != nil {
@@ -222,7 +223,7 @@ func TestCancelRequestIsForwarded(t *testing.T) {
 // once, on that connection's backend. It waits for the backend to go.
 func (e env) cutCommit(t *testing.T, at pgproxy.Point, commit func(*pgx.Conn) error) {
 	t.Helper()
-	f := e.arm(t, pgproxy.Rule{Scope: pgproxy.Scope{ApplicationNamePrefix: e.appPrefix}, At: at, Action: pgproxy.Cut})
+	f := e.arm(t, pgproxy.Rule{Scope: pgproxy.Scope{Client: e.client}, At: at, Action: pgproxy.Cut})
 	conn := e.connect(t, "")
 	pid := int(conn.PgConn().PID())
 	err := commit(conn)
@@ -290,7 +291,7 @@ func TestCutAfterCommitCompleteIsAnAmbiguousCommit(t *testing.T) {
 
 func TestCommitOfNoTransactionDoesNotFireAfterCommitComplete(t *testing.T) {
 	e := setup(t)
-	f := e.arm(t, pgproxy.Rule{Scope: pgproxy.Scope{ApplicationNamePrefix: e.appPrefix}, At: pgproxy.AfterCommitComplete, Action: pgproxy.Cut})
+	f := e.arm(t, pgproxy.Rule{Scope: pgproxy.Scope{Client: e.client}, At: pgproxy.AfterCommitComplete, Action: pgproxy.Cut})
 	conn := e.connect(t, "")
 	// COMMIT with no transaction open only warns; a failed transaction's
 	// COMMIT completes as ROLLBACK. Neither commits anything.
@@ -322,7 +323,7 @@ func TestCutAfterStatement(t *testing.T) {
 	e := setup(t)
 	e.exec(t, "CREATE SEQUENCE "+e.schema+".effect_ran")
 	store := e.referenceStore(t)
-	f := e.arm(t, pgproxy.Rule{Scope: pgproxy.Scope{ApplicationNamePrefix: e.appPrefix}, At: pgproxy.AfterStatement, N: 1, Action: pgproxy.Cut})
+	f := e.arm(t, pgproxy.Rule{Scope: pgproxy.Scope{Client: e.client}, At: pgproxy.AfterStatement, N: 1, Action: pgproxy.Cut})
 	_, err := store.Process(t.Context(), event("1"), func(ctx context.Context, tx pgx.Tx) error {
 		_, err := tx.Exec(ctx, "SELECT nextval('"+e.schema+".effect_ran')")
 		return err
@@ -350,13 +351,15 @@ func TestCutAfterStatement(t *testing.T) {
 	}
 }
 
+// TestScopes: a rule scoped to a client cuts the connections that came in
+// on that client's listener, and only those, whatever application_name
+// each carries: the bystander, another client, says it is the victim.
 func TestScopes(t *testing.T) {
 	e := setup(t)
-	victim := e.connect(t, "-victim")
-	bystander := e.connect(t, "-bystander")
+	victim := faulttest.ConnectTo(t, e.dsnOf(t, "victim"), "bystander")
+	bystander := faulttest.ConnectTo(t, e.dsnOf(t, "bystander"), "victim")
 
-	// A cut on the victim's prefix leaves the bystander alone.
-	f := e.arm(t, pgproxy.Rule{Scope: pgproxy.Scope{ApplicationNamePrefix: e.appPrefix + "-vic"}, At: pgproxy.BeforeCommit, Action: pgproxy.Cut})
+	f := e.arm(t, pgproxy.Rule{Scope: pgproxy.Scope{Client: "victim"}, At: pgproxy.BeforeCommit, Action: pgproxy.Cut})
 	if err := e.insertAndCommit(t, bystander, 100); err != nil {
 		t.Fatalf("the bystander's commit: %v", err)
 	}
@@ -380,7 +383,7 @@ func TestScopes(t *testing.T) {
 
 func TestTimesLimitsFirings(t *testing.T) {
 	e := setup(t)
-	f := e.arm(t, pgproxy.Rule{Scope: pgproxy.Scope{ApplicationNamePrefix: e.appPrefix}, At: pgproxy.BeforeCommit, Action: pgproxy.Cut, Times: 1})
+	f := e.arm(t, pgproxy.Rule{Scope: pgproxy.Scope{Client: e.client}, At: pgproxy.BeforeCommit, Action: pgproxy.Cut, Times: 1})
 	if err := e.insertAndCommit(t, e.connect(t, "-1"), 1); err == nil {
 		t.Fatal("the first commit got through")
 	}
@@ -404,7 +407,7 @@ func TestCloseEndsEverything(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A client that connected and said nothing.
-	mute, err := net.Dial("tcp", e.proxy.Addr())
+	mute, err := net.Dial("tcp", e.addr(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -431,7 +434,7 @@ func TestCloseEndsEverything(t *testing.T) {
 	if _, err := mute.Read(make([]byte, 1)); err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
 		t.Error("the mute client's connection is still open after Close")
 	}
-	if _, err := net.Dial("tcp", e.proxy.Addr()); err == nil {
+	if _, err := net.Dial("tcp", e.addr(t)); err == nil {
 		t.Error("the proxy still accepts connections after Close")
 	}
 	if err := e.proxy.Close(); err != nil {
@@ -451,40 +454,69 @@ func TestSetUpstreamRedirectsNewConnections(t *testing.T) {
 	dead := ln.Addr().String()
 	ln.Close()
 
-	p := newProxy(t, dead)
-	pdsn, err := p.DSN(dsn)
+	l, err := newProxy(t).Listen("app", dead)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := pgx.Connect(t.Context(), pdsn); err == nil || !strings.Contains(err.Error(), "cannot reach the upstream server") {
-		t.Fatalf("connect to a dead upstream: %v", err)
-	}
-	if err := p.SetUpstream(upstreamOf(t, dsn)); err != nil {
+	cfg, err := pgx.ParseConfig(dsn)
+	if err != nil {
 		t.Fatal(err)
 	}
-	conn := faulttest.ConnectTo(t, pdsn, "harmless-pgproxy-test")
+	host, port, _ := net.SplitHostPort(l.Addr())
+	p, _ := strconv.Atoi(port)
+	cfg.Host, cfg.Port, cfg.Fallbacks = host, uint16(p), nil
+	if _, err := pgx.ConnectConfig(t.Context(), cfg); err == nil || !strings.Contains(err.Error(), "cannot reach the upstream server") {
+		t.Fatalf("connect to a dead upstream: %v", err)
+	}
+	if err := l.SetUpstream(upstreamOf(t, dsn)); err != nil {
+		t.Fatal(err)
+	}
+	if l.Upstream() != upstreamOf(t, dsn) {
+		t.Errorf("Upstream() = %s after SetUpstream(%s)", l.Upstream(), upstreamOf(t, dsn))
+	}
+	conn, err := pgx.ConnectConfig(t.Context(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
 	if err := conn.Ping(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	if err := p.SetUpstream("no port"); err == nil {
+	if err := l.SetUpstream("no port"); err == nil {
 		t.Error("SetUpstream took an address without a port")
 	}
 }
 
-func TestNewListensOnlyOnLoopback(t *testing.T) {
+func TestListenOnlyOnLoopback(t *testing.T) {
 	checkLeaks(t)
-	p := newProxy(t, "127.0.0.1:5432")
-	if host, _, _ := net.SplitHostPort(p.Addr()); !net.ParseIP(host).IsLoopback() {
-		t.Errorf("listening on %s", p.Addr())
+	p := newProxy(t)
+	l, err := p.Listen("app", "127.0.0.1:5432")
+	if err != nil {
+		t.Fatal(err)
 	}
-	if _, err := pgproxy.New("nowhere"); err == nil {
-		t.Error("New took an upstream without a port")
+	if host, _, _ := net.SplitHostPort(l.Addr()); !net.ParseIP(host).IsLoopback() {
+		t.Errorf("listening on %s", l.Addr())
+	}
+	if l.Client() != "app" || l.Upstream() != "127.0.0.1:5432" {
+		t.Errorf("listener of client %q to %s, want app's to 127.0.0.1:5432", l.Client(), l.Upstream())
+	}
+	if _, err := p.Listen("app", "nowhere"); err == nil {
+		t.Error("Listen took an upstream without a port")
+	}
+	if _, err := p.Listen("", "127.0.0.1:5432"); err == nil {
+		t.Error("Listen took a listener without a client")
+	}
+	if err := p.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Listen("app", "127.0.0.1:5432"); err == nil {
+		t.Error("Listen opened a listener on a closed proxy")
 	}
 }
 
 func TestArmRefusesBadRules(t *testing.T) {
 	checkLeaks(t)
-	p := newProxy(t, "127.0.0.1:5432")
+	p := newProxy(t)
 	for _, r := range []pgproxy.Rule{
 		{},
 		{At: pgproxy.BeforeCommit},
@@ -499,11 +531,11 @@ func TestArmRefusesBadRules(t *testing.T) {
 		}
 	}
 	f, err := p.Arm(pgproxy.Rule{At: pgproxy.AfterStatement, N: 2, Action: pgproxy.Cut, Times: 3,
-		Scope: pgproxy.Scope{ApplicationNamePrefix: "harmless-x"}})
+		Scope: pgproxy.Scope{Client: "instance 2"}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := `cut after statement 2 on application_name "harmless-x"*, at most 3 times`; f.String() != want {
+	if want := `cut after statement 2 on the connections of instance 2, at most 3 times`; f.String() != want {
 		t.Errorf("String() = %q, want %q", f.String(), want)
 	}
 	if want := "proxy:cut@after-statement"; f.Kind() != want {
@@ -513,19 +545,31 @@ func TestArmRefusesBadRules(t *testing.T) {
 
 func TestDSN(t *testing.T) {
 	checkLeaks(t)
-	p := newProxy(t, "127.0.0.1:5432")
-	host, port, _ := net.SplitHostPort(p.Addr())
-	for _, tt := range []struct{ in, user, password, database, app string }{
-		{"postgres://alice:s%40cret@db.example:6543/shop?sslmode=disable&application_name=x", "alice", "s@cret", "shop", "x"},
-		{"postgresql://alice@h1:1,h2:2/shop?target_session_attrs=any", "alice", "", "shop", ""},
-		{"postgres://alice@/shop?host=/var/run/postgresql&port=5433&application_name=y", "alice", "", "shop", "y"},
-		{"postgres://alice@h", "alice", "", "", ""},
-		{"postgres://?@h?application_name=q", "?", "", "", "q"},
-		{"host=db.example port=6543 user=alice password='s p\\'a\\\\ce' dbname=shop application_name=z", "alice", "s p'a\\ce", "shop", "z"},
-		{"user=alice hostaddr=10.0.0.1 dbname = shop sslmode=prefer", "alice", "", "shop", ""},
-		{"host=a,b port=1,2 user=alice dbname=shop", "alice", "", "shop", ""},
+	p := newProxy(t)
+	// listener is the address of client's listener to upstream.
+	listener := func(client, upstream string) string {
+		for _, l := range p.Listeners(client) {
+			if l.Upstream() == upstream {
+				return l.Addr()
+			}
+		}
+		t.Fatalf("client %s has no listener to %s", client, upstream)
+		return ""
+	}
+	for _, tt := range []struct {
+		in                            string
+		upstreams                     []string
+		user, password, database, app string
+	}{
+		{"postgres://alice:s%40cret@db.example:6543/shop?sslmode=disable&application_name=x", []string{"db.example:6543"}, "alice", "s@cret", "shop", "x"},
+		{"postgresql://alice@h1:1,h2:2/shop?target_session_attrs=read-write", []string{"h1:1", "h2:2"}, "alice", "", "shop", ""},
+		{"postgres://alice@h", []string{"h:5432"}, "alice", "", "", ""},
+		{"postgres://?@h?application_name=q", []string{"h:5432"}, "?", "", "", "q"},
+		{"host=db.example port=6543 user=alice password='s p\\'a\\\\ce' dbname=shop application_name=z", []string{"db.example:6543"}, "alice", "s p'a\\ce", "shop", "z"},
+		{"host=db.example hostaddr=10.0.0.1 user=alice dbname = shop sslmode=prefer", []string{"db.example:5432"}, "alice", "", "shop", ""},
+		{"host=a,b port=1,2 user=alice dbname=shop target_session_attrs=read-write", []string{"a:1", "b:2"}, "alice", "", "shop", ""},
 	} {
-		got, err := p.DSN(tt.in)
+		got, err := p.DSN("app", tt.in)
 		if err != nil {
 			t.Errorf("DSN(%q): %v", tt.in, err)
 			continue
@@ -535,18 +579,50 @@ func TestDSN(t *testing.T) {
 			t.Errorf("DSN(%q) = %q, which does not parse: %v", tt.in, got, err)
 			continue
 		}
-		if cfg.Host != host || strconv.Itoa(int(cfg.Port)) != port || len(cfg.Fallbacks) > 1 {
-			t.Errorf("DSN(%q) = %q: host %s port %d (%d fallbacks), want %s", tt.in, got, cfg.Host, cfg.Port, len(cfg.Fallbacks), p.Addr())
+		var hosts []string
+		for _, h := range append([]*pgconn.FallbackConfig{{Host: cfg.Host, Port: cfg.Port}}, cfg.Fallbacks...) {
+			if a := net.JoinHostPort(h.Host, strconv.Itoa(int(h.Port))); !slices.Contains(hosts, a) {
+				hosts = append(hosts, a)
+			}
+		}
+		var want []string
+		for _, up := range tt.upstreams {
+			want = append(want, listener("app", up))
+		}
+		if !slices.Equal(hosts, want) {
+			t.Errorf("DSN(%q) = %q: hosts %v, want the listeners %v, for %v in that order", tt.in, got, hosts, want, tt.upstreams)
 		}
 		if cfg.User != tt.user || cfg.Password != tt.password || cfg.Database != tt.database || cfg.RuntimeParams["application_name"] != tt.app {
 			t.Errorf("DSN(%q) = %q: user %q password %q database %q application_name %q", tt.in, got, cfg.User, cfg.Password, cfg.Database, cfg.RuntimeParams["application_name"])
 		}
+		if strings.Contains(tt.in, "target_session_attrs") && cfg.ValidateConnect == nil {
+			t.Errorf("DSN(%q) = %q lost target_session_attrs", tt.in, got)
+		}
+		if strings.Contains(got, "hostaddr") {
+			t.Errorf("DSN(%q) = %q kept hostaddr", tt.in, got)
+		}
+	}
+	// One listener per client and upstream: asked again, the same ones; for
+	// another client, others.
+	again, err := p.DSN("app", "postgres://alice@h2:2,h1:1/shop")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "postgres://alice@" + listener("app", "h2:2") + "," + listener("app", "h1:1") + "/shop"; again != want {
+		t.Errorf("DSN of the same hosts in another order = %q, want %q", again, want)
+	}
+	other, err := p.DSN("other", "postgres://alice@h1:1/shop")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if other == "postgres://alice@"+listener("app", "h1:1")+"/shop" || len(p.Listeners("other")) != 1 {
+		t.Errorf("client other got %q and %d listeners; want one listener of its own", other, len(p.Listeners("other")))
 	}
 	// The URL's other parameters stay byte for byte: re-encoded, "%20"
 	// would become "+", which libpq reads as a plus.
 	in := "postgres://alice@h:1/shop?application_name=a%20b&host=other&options=-c%20x%3Dy"
-	want := "postgres://alice@" + p.Addr() + "/shop?application_name=a%20b&options=-c%20x%3Dy"
-	if got, err := p.DSN(in); err != nil || got != want {
+	got, err := p.DSN("app", in)
+	if want := "postgres://alice@" + listener("app", "other:1") + "/shop?application_name=a%20b&options=-c%20x%3Dy"; err != nil || got != want {
 		t.Errorf("DSN(%q) = %q, %v; want %q", in, got, err, want)
 	}
 	for _, in := range []string{
@@ -557,9 +633,15 @@ func TestDSN(t *testing.T) {
 		"host=h password='unterminated",
 		"host",
 	} {
-		if got, err := p.DSN(in); err == nil {
+		if got, err := p.DSN("app", in); err == nil {
 			t.Errorf("DSN(%q) = %q, want an error", in, got)
 		}
+	}
+	// A server named by its Unix-domain socket directory is reached over
+	// that socket; the client still gets a TCP listener.
+	in = "postgres://alice@/shop?host=/var/run/postgresql&port=5433"
+	if got, err := p.DSN("app", in); err != nil || got != "postgres://alice@"+listener("app", "/var/run/postgresql/.s.PGSQL.5433")+"/shop" {
+		t.Errorf("DSN(%q) = %q, %v; want the listener for the socket /var/run/postgresql/.s.PGSQL.5433", in, got, err)
 	}
 }
 
@@ -572,7 +654,7 @@ func TestStartupPacketLimits(t *testing.T) {
 		{0, 0, 0, 8, 0, 0, 0, 1},                  // unknown code
 		[]byte("GET / HTTP/1.1\r\n\r\n"),
 	} {
-		nc, err := net.Dial("tcp", e.proxy.Addr())
+		nc, err := net.Dial("tcp", e.addr(t))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -735,8 +817,8 @@ func BenchmarkRoundTrip(b *testing.B) {
 // chance: it never opened a transaction.
 func TestStatementsTellAutocommitFromTransactions(t *testing.T) {
 	e := setup(t)
-	f := e.arm(t, pgproxy.Rule{Scope: pgproxy.Scope{ApplicationNamePrefix: e.appPrefix}, At: pgproxy.BeforeCommit, Action: pgproxy.Cut})
-	other := e.arm(t, pgproxy.Rule{Scope: pgproxy.Scope{ApplicationNamePrefix: "nobody-"}, At: pgproxy.BeforeCommit, Action: pgproxy.Cut})
+	f := e.arm(t, pgproxy.Rule{Scope: pgproxy.Scope{Client: e.client}, At: pgproxy.BeforeCommit, Action: pgproxy.Cut})
+	other := e.arm(t, pgproxy.Rule{Scope: pgproxy.Scope{Client: "nobody"}, At: pgproxy.BeforeCommit, Action: pgproxy.Cut})
 	conn := e.connect(t, "")
 	for range 3 {
 		if _, err := conn.Exec(t.Context(), "SELECT 1"); err != nil {
@@ -774,7 +856,7 @@ func TestWithinCutsOnlyTheTransactionThatMentionsIt(t *testing.T) {
 			e := setup(t)
 			e.exec(t, "CREATE TABLE "+e.schema+".leases (id int)")
 			e.exec(t, "CREATE TABLE "+e.schema+".effects_here (id int)")
-			f := e.arm(t, pgproxy.Rule{Scope: pgproxy.Scope{ApplicationNamePrefix: e.appPrefix}, At: at, Action: pgproxy.Cut, Times: 1, Within: "effects_here"})
+			f := e.arm(t, pgproxy.Rule{Scope: pgproxy.Scope{Client: e.client}, At: at, Action: pgproxy.Cut, Times: 1, Within: "effects_here"})
 			conn := e.connect(t, "")
 			ctx := t.Context()
 			inTx := func(sql string, commit bool) error {
@@ -820,7 +902,7 @@ func TestWithinFiresOnAnAutocommittedStatement(t *testing.T) {
 		t.Run(string(tc.at), func(t *testing.T) {
 			e := setup(t)
 			e.exec(t, "CREATE TABLE "+e.schema+".effects_here (id int PRIMARY KEY)")
-			f := e.arm(t, pgproxy.Rule{Scope: pgproxy.Scope{ApplicationNamePrefix: e.appPrefix}, At: tc.at, Action: pgproxy.Cut, Times: 1, Within: "effects_here"})
+			f := e.arm(t, pgproxy.Rule{Scope: pgproxy.Scope{Client: e.client}, At: tc.at, Action: pgproxy.Cut, Times: 1, Within: "effects_here"})
 			conn := e.connect(t, "")
 			ctx := t.Context()
 			if _, err := conn.Exec(ctx, "SELECT 1"); err != nil || fired(t, f) != 0 {

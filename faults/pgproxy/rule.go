@@ -45,22 +45,21 @@ const (
 // Scope says which connections a rule applies to; the zero Scope matches
 // every connection.
 type Scope struct {
-	// ApplicationNamePrefix, when set, matches the connections whose
-	// startup application_name starts with it. A later SET
-	// application_name is not seen.
-	ApplicationNamePrefix string
+	// Client, when set, matches the connections that came in on that
+	// client's listeners (see [Proxy.Listen]), and no other: what a
+	// connection says about itself (its application_name, its user) does
+	// not matter.
+	Client string
 }
 
-func (s Scope) matches(c connInfo) bool {
-	return strings.HasPrefix(c.ApplicationName, s.ApplicationNamePrefix)
-}
+func (s Scope) matches(client string) bool { return s.Client == "" || s.Client == client }
 
-// String describes the scope, e.g. `application_name "harmless-x"*`.
+// String describes the scope, e.g. "the connections of instance 1".
 func (s Scope) String() string {
-	if s.ApplicationNamePrefix == "" {
+	if s.Client == "" {
 		return "every connection"
 	}
-	return fmt.Sprintf("application_name %q*", s.ApplicationNamePrefix)
+	return "the connections of " + s.Client
 }
 
 // Rule says where a fault fires, on which connections, what it does, and

@@ -1,10 +1,15 @@
 // Package connstr reads and writes PostgreSQL keyword/value connection
 // strings ("host=h port=5432 user='it\'s'") exactly as pgx reads them, so
-// that the harness can change one setting (the application_name it tags
-// connections with, the host and port of its wire proxy) without changing
+// that the harness can change one setting (the application_name it gives
+// connections as a courtesy, the hosts and ports of its wire proxy) without changing
 // any other. Editing such a string as text is a trap: "password= dbname=x"
 // gives the password the value "dbname=x", and "dbname=" at the end gives
 // dbname an empty value that swallows whatever is appended after it.
+//
+// [PartsOf] splits a connection string of either form, URL or keywords,
+// into hosts, ports, user, password, database and the other settings, as
+// pgx reads them, for the exec protocol's setup, which gives them to
+// implementations whose drivers cannot read the string.
 package connstr
 
 import (

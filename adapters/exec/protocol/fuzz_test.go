@@ -77,6 +77,7 @@ func FuzzDecodeRequest(f *testing.F) {
 		`{"id":1,"method":"hello","params":{"protocols":[1]}}`,
 		`{"id":2,"method":"deliver","params":{"namespace":"bnM=","event_id":"MQ==","payload":"","attempt":1,"effect_args":["bnM=","MQ==","ab",1]}}`,
 		`{"id":2,"method":"setup","params":{"instance":1,"dsn":"postgres://h/d","schema":"s","effect":{"sql":"SELECT $1","params":[{"name":"a","type":"int4"}]},"destination":"http://127.0.0.1:4242"}}`,
+		`{"id":2,"method":"setup","params":{"instance":1,"dsn":"postgres://u:p@h:1,h:2/d","connection":{"hosts":["h","h"],"ports":[1,2],"user":"u","password":"p","database":"d","parameters":{"sslmode":"disable"}},"schema":"s"}}`,
 		`{"id":4,"method":"drain","params":{}}`, `{"id":4,"method":"drain"}`,
 		`{"id":3,"method":"shutdown"}`, `{"id":3,"method":""}`, `{"id":3,"method":"x","params":[]}`,
 	} {

@@ -387,14 +387,41 @@ type EffectSpec struct {
 
 // SetupParams are setup's parameters.
 type SetupParams struct {
-	Instance int        `json:"instance"`
-	DSN      string     `json:"dsn"`
-	Schema   string     `json:"schema"`
-	Effect   EffectSpec `json:"effect"`
+	Instance int    `json:"instance"`
+	DSN      string `json:"dsn"`
+	// Connection is DSN in parts, for a driver that cannot read DSN.
+	Connection Connection `json:"connection"`
+	Schema     string     `json:"schema"`
+	Effect     EffectSpec `json:"effect"`
 	// Destination is the base URL (http://127.0.0.1:PORT) of the play's
 	// external destination (see [adapters.Env.Destination]); absent when
 	// the play has none.
 	Destination string `json:"destination,omitempty"`
+}
+
+// Connection is setup's DSN in parts, read from its text as pgx and libpq
+// read it, so that a driver that cannot read a libpq connection string
+// (pgjdbc; node-postgres, which reads one host only) can be configured
+// with the same connection. docs/protocol.md says which parts an
+// implementation must keep, and why.
+type Connection struct {
+	// Hosts are the DSN's hosts, in its order: on a replicated formation
+	// every node's, the primary's first. A host that starts with '/' is
+	// a Unix-socket directory; "" (where the DSN names no host, which
+	// harmless never sends) means the driver's default.
+	Hosts []string `json:"hosts"`
+	// Ports are the ports of Hosts, one each; 5432 where the DSN names
+	// none.
+	Ports []int `json:"ports"`
+	// User, Password and Database are "" where the DSN names none (then
+	// the driver's default applies: libpq's is the operating system's
+	// user, and a database named as the user). Password is a secret.
+	User     string `json:"user"`
+	Password string `json:"password"`
+	Database string `json:"database"`
+	// Parameters are every other setting of the DSN by its libpq name,
+	// sslmode, target_session_attrs and application_name among them.
+	Parameters map[string]string `json:"parameters"`
 }
 
 // DeliverParams are deliver's parameters. Byte fields travel as standard

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -160,6 +161,33 @@ func TestSetupCarriesTheDestination(t *testing.T) {
 		if err := json.Unmarshal(req.Params, &got); err != nil || got.Destination != tc.destination {
 			t.Errorf("setup decoded destination %q, %v; want %q", got.Destination, err, tc.destination)
 		}
+	}
+}
+
+// TestSetupCarriesTheConnection: setup's connection is spelled as
+// docs/protocol.md shows it, ports as numbers, and decodes back.
+func TestSetupCarriesTheConnection(t *testing.T) {
+	conn := Connection{
+		Hosts: []string{"127.0.0.1", "127.0.0.1"}, Ports: []int{41001, 41002},
+		User: "postgres", Password: "p@ss w", Database: "postgres",
+		Parameters: map[string]string{"sslmode": "disable", "target_session_attrs": "read-write"},
+	}
+	line, err := EncodeRequest(2, MethodSetup, SetupParams{Instance: 1, DSN: "postgres://x", Connection: conn, Schema: "s"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `"connection":{"hosts":["127.0.0.1","127.0.0.1"],"ports":[41001,41002],"user":"postgres","password":"p@ss w","database":"postgres",` +
+		`"parameters":{"sslmode":"disable","target_session_attrs":"read-write"}}`
+	if !strings.Contains(string(line), want) {
+		t.Errorf("setup is %s; want it to hold %s", line, want)
+	}
+	req, err := DecodeRequest(bytes.TrimSuffix(line, []byte("\n")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got SetupParams
+	if err := json.Unmarshal(req.Params, &got); err != nil || !reflect.DeepEqual(got.Connection, conn) {
+		t.Errorf("setup decoded connection %+v, %v; want %+v", got.Connection, err, conn)
 	}
 }
 
