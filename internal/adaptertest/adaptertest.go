@@ -21,7 +21,7 @@ import (
 // SetupDoesNotWaitForDeliveriesInFlight builds an instance of adapter in a
 // fresh schema, then a second one while a transaction holds every table the
 // first created with the lock a delivery in flight holds (ROW EXCLUSIVE),
-// as when a worker or a process starts while others are busy. Building the
+// as when an instance or a process starts while others are busy. Building the
 // second must never wait for a lock: CREATE INDEX IF NOT EXISTS, for one,
 // would wait on a SHARE lock until the deliveries ended.
 func SetupDoesNotWaitForDeliveriesInFlight(t *testing.T, adapter adapters.Adapter) {

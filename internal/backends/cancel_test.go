@@ -3,7 +3,6 @@ package backends_test
 import (
 	"errors"
 	"slices"
-	"strings"
 	"testing"
 	"time"
 
@@ -18,9 +17,10 @@ import (
 
 // TestCancelSleepingFailsTheSleepingTransaction holds a delivery in a sleep
 // fault, cancels it, and checks that it fails where it slept, rolls back,
-// keeps its connection, and that nothing else was cancelled: a tagged
-// connection that does not sleep, another run's sleeping connection, an
-// untagged one, and one of another role that carries the run's prefix.
+// keeps its connection, and that nothing else was cancelled: a connection
+// among the pids given that does not sleep, sleeping connections whose
+// pids were not given (one with the same application_name), and one of
+// another role whose pid was given.
 func TestCancelSleepingFailsTheSleepingTransaction(t *testing.T) {
 	for _, point := range faulttest.Points {
 		t.Run(string(point), func(t *testing.T) {
@@ -28,15 +28,15 @@ func TestCancelSleepingFailsTheSleepingTransaction(t *testing.T) {
 			run := "harmless-faults-test-" + faulttest.Unique(t)
 			d := faulttest.Delivery("ns", "42", 1)
 			sleep := fx.Arm(t, faults.Plan{Namespace: "ns", ID: "42", Attempt: 1, Point: point, Action: faults.Sleep, Sleep: time.Minute})
-			conn := faulttest.Connect(t, run+"-w1")
-			idle := faulttest.Connect(t, run+"-w2")
+			conn := faulttest.Connect(t, run+"-i1")
+			idle := faulttest.Connect(t, run+"-i2")
 			if _, err := idle.Exec(t.Context(), "BEGIN"); err != nil {
 				t.Fatal(err)
 			}
-			// Another run's connection, an untagged one, and one of another
-			// role that carries this run's prefix: the prefix is whatever a
-			// client says, so it alone does not make a connection the run's.
-			others := []*pgx.Conn{faulttest.Connect(t, "harmless-faults-test-"+faulttest.Unique(t)), faulttest.Connect(t, ""), faulttest.ConnectAs(t, pgtest.NewRole(t), run+"-w3")}
+			// Another run's connection, one with the same name, and one of
+			// another role whose pid is among those given.
+			otherRole := faulttest.ConnectAs(t, pgtest.NewRole(t), run+"-i3")
+			others := []*pgx.Conn{faulttest.Connect(t, "harmless-faults-test-"+faulttest.Unique(t)), faulttest.Connect(t, run+"-i1"), otherRole}
 			asleep := make(chan error, len(others))
 			for _, c := range others {
 				go func() {
@@ -55,7 +55,8 @@ func TestCancelSleepingFailsTheSleepingTransaction(t *testing.T) {
 				done <- result{at, err}
 			}()
 			faulttest.WaitSleeping(t, fx.Pool, append([]*pgx.Conn{conn}, others...)...)
-			pids, err := backends.CancelSleeping(t.Context(), fx.Pool, run)
+			given := []int{int(conn.PgConn().PID()), int(idle.PgConn().PID()), int(otherRole.PgConn().PID())}
+			pids, err := backends.CancelSleeping(t.Context(), fx.Pool, given)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -95,11 +96,9 @@ func TestCancelSleepingFailsTheSleepingTransaction(t *testing.T) {
 	}
 }
 
-func TestCancelSleepingRefusesForeignPrefixes(t *testing.T) {
+func TestCancelSleepingOfNoPIDsCancelsNothing(t *testing.T) {
 	pool := pgtest.Pool(t)
-	for _, prefix := range []string{"", "app-", "harmless-"} {
-		if pids, err := backends.CancelSleeping(t.Context(), pool, prefix); err == nil || !strings.Contains(err.Error(), "refusing") {
-			t.Errorf("CancelSleeping(%q) = %v, %v; want a refusal", prefix, pids, err)
-		}
+	if pids, err := backends.CancelSleeping(t.Context(), pool, nil); err != nil || len(pids) != 0 {
+		t.Errorf("CancelSleeping(nil) = %v, %v; want nothing", pids, err)
 	}
 }

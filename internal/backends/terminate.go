@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -12,43 +11,35 @@ import (
 	"github.com/harmless-dev/harmless/faults"
 )
 
-// RunPrefix is how every application_name of the harness's connections
-// begins; a run's own prefix extends it.
-const RunPrefix = "harmless-"
-
-// maxApplicationName is the most bytes PostgreSQL keeps of an
-// application_name (NAMEDATALEN - 1).
-const maxApplicationName = 63
-
 // pollInterval is how often WaitGone looks for the backends it waits for.
 const pollInterval = 10 * time.Millisecond
 
-// TerminateBackends terminates every client backend whose application_name
-// starts with prefix and whose user is db's current_user, except the
-// backend running the query, and waits until they are gone from
-// pg_stat_activity. It returns the pids it terminated.
+// Terminate terminates the client backends named by victims (pid and start
+// time, see [Backends]) that are still there and whose user is db's
+// current_user, except the backend running the query, and waits until
+// they are gone from pg_stat_activity. It returns the pids it terminated.
 //
-// prefix is matched literally (no LIKE wildcards). It must start with
-// [RunPrefix] and say more than that: the bare RunPrefix would reach other
-// runs' connections. An application_name is chosen by whoever connects, so
-// the prefix alone proves nothing: a backend of another role that carries
-// it is not the run's and is left alone, even when db could terminate it
+// The caller knows its victims by pid, from the wire proxy that carries
+// their connections: never by application_name, which is whatever a
+// client says. A pid the system has given to another backend since the
+// victim was pinned names a backend with another start time, which is left
+// alone; so is a backend of another role, even when db could terminate it
 // (as a superuser can). If ctx ends before the backends are gone, the pids
 // are returned with an error.
-func TerminateBackends(ctx context.Context, db faults.DB, applicationNamePrefix string) ([]int, error) {
-	prefix := applicationNamePrefix
-	if err := checkPrefix(prefix); err != nil {
-		return nil, fmt.Errorf("terminate backends: %w", err)
+func Terminate(ctx context.Context, db faults.DB, victims ...Backend) ([]int, error) {
+	if len(victims) == 0 {
+		return nil, nil
 	}
-
-	rows, err := db.Query(ctx, `SELECT pid, backend_start, pg_terminate_backend(pid) AS terminated
-FROM pg_stat_activity
-WHERE backend_type = 'client backend'
-  AND pid <> pg_backend_pid()
-  AND usename = current_user
-  AND starts_with(application_name, $1::text)`, prefix)
+	pids, starts := columns(victims)
+	rows, err := db.Query(ctx, `SELECT a.pid, a.backend_start, pg_terminate_backend(a.pid) AS terminated
+FROM pg_stat_activity a
+JOIN unnest($1::int4[], $2::timestamptz[]) AS v(pid, started) ON a.pid = v.pid AND a.backend_start = v.started
+WHERE a.backend_type = 'client backend'
+  AND a.pid <> pg_backend_pid()
+  AND a.usename = current_user
+ORDER BY a.pid`, pids, starts)
 	if err != nil {
-		return nil, fmt.Errorf("terminate backends named %q*: %w", prefix, err)
+		return nil, fmt.Errorf("terminate backends %v: %w", pids, err)
 	}
 	type victim struct {
 		PID          int32
@@ -57,41 +48,32 @@ WHERE backend_type = 'client backend'
 	}
 	found, err := pgx.CollectRows(rows, pgx.RowToStructByName[victim])
 	if err != nil {
-		return nil, fmt.Errorf("terminate backends named %q*: %w", prefix, err)
+		return nil, fmt.Errorf("terminate backends %v: %w", pids, err)
 	}
-	var pids []int
-	var victims []Backend
+	var out []int
+	var gone []Backend
 	for _, v := range found {
 		// Not terminated: the backend ended on its own meanwhile.
 		if v.Terminated {
-			pids = append(pids, int(v.PID))
-			victims = append(victims, Backend{PID: int(v.PID), Start: v.BackendStart})
+			out = append(out, int(v.PID))
+			gone = append(gone, Backend{PID: int(v.PID), Start: v.BackendStart})
 		}
 	}
-	if len(pids) == 0 {
-		return nil, nil
+	if err := WaitGone(ctx, db, gone...); err != nil {
+		return out, fmt.Errorf("terminate backends %v: %w", out, err)
 	}
-	if err := WaitGone(ctx, db, victims...); err != nil {
-		return pids, fmt.Errorf("terminate backends named %q*: %w", prefix, err)
-	}
-	return pids, nil
+	return out, nil
 }
 
-// checkPrefix refuses an application_name prefix that could reach
-// connections other than one run's: empty, not starting with [RunPrefix],
-// the bare RunPrefix, or longer than PostgreSQL keeps.
-func checkPrefix(prefix string) error {
-	switch {
-	case prefix == "":
-		return errors.New("refusing an empty prefix: it matches every connection")
-	case !strings.HasPrefix(prefix, RunPrefix):
-		return fmt.Errorf("refusing prefix %q: it does not start with %q, so the connections may not be this run's", prefix, RunPrefix)
-	case prefix == RunPrefix:
-		return fmt.Errorf("refusing prefix %q: it matches every run's connections, not one run's", prefix)
-	case len(prefix) > maxApplicationName:
-		return fmt.Errorf("prefix %q is longer than the %d bytes PostgreSQL keeps of an application_name", prefix, maxApplicationName)
+// columns splits backends into their pids and start times, as arrays for
+// unnest.
+func columns(backends []Backend) ([]int32, []time.Time) {
+	pids := make([]int32, len(backends))
+	starts := make([]time.Time, len(backends))
+	for i, b := range backends {
+		pids[i], starts[i] = int32(b.PID), b.Start
 	}
-	return nil
+	return pids, starts
 }
 
 // Backend names one server backend: its process id and its start time.
@@ -105,8 +87,8 @@ type Backend struct {
 
 // Backends pins the backends now in pg_stat_activity under pids, for a
 // caller that knows only their pids (the wire proxy learns nothing else
-// of the connections it cuts), so that [WaitGone] can tell them from later
-// backends with a reused pid. A pid no longer there is left out: its
+// of the connections it carries), so that [Terminate] and [WaitGone] can
+// tell them from later backends with a reused pid. A pid no longer there is left out: its
 // backend is gone already.
 func Backends(ctx context.Context, db faults.DB, pids ...int) ([]Backend, error) {
 	if len(pids) == 0 {
@@ -140,11 +122,7 @@ func WaitGone(ctx context.Context, db faults.DB, backends ...Backend) error {
 	if len(backends) == 0 {
 		return nil
 	}
-	pids := make([]int32, len(backends))
-	starts := make([]time.Time, len(backends))
-	for i, b := range backends {
-		pids[i], starts[i] = int32(b.PID), b.Start
-	}
+	pids, starts := columns(backends)
 	ticker := time.NewTicker(pollInterval)
 	defer ticker.Stop()
 	for {

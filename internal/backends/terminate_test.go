@@ -15,33 +15,60 @@ import (
 	"github.com/harmless-dev/harmless/internal/pgtest"
 )
 
-func TestTerminateBackendsKillsOnlyTaggedConnections(t *testing.T) {
-	pool := pgtest.Pool(t)
-	run := "harmless-faults-test-" + faulttest.Unique(t)
-	victim := faulttest.Connect(t, run+"-victim")
-	otherRun := faulttest.Connect(t, "harmless-faults-test-"+faulttest.Unique(t))
-	bystander := faulttest.Connect(t, "")
-
-	pids, err := backends.TerminateBackends(t.Context(), pool, run)
+// pin pins the backends of conns, failing the test if one is gone.
+func pin(t *testing.T, db faults.DB, conns ...*pgx.Conn) []backends.Backend {
+	t.Helper()
+	var pids []int
+	for _, c := range conns {
+		pids = append(pids, int(c.PgConn().PID()))
+	}
+	pinned, err := backends.Backends(t.Context(), db, pids...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := []int{int(victim.PgConn().PID())}; !slices.Equal(pids, want) {
+	if len(pinned) != len(conns) {
+		t.Fatalf("pinned %v of pids %v", pinned, pids)
+	}
+	return pinned
+}
+
+// TestTerminateKillsOnlyItsVictims: Terminate ends the backends it is
+// given, busy or idle, and waits until they are gone; a bystander carrying
+// the same application_name lives on.
+func TestTerminateKillsOnlyItsVictims(t *testing.T) {
+	pool := pgtest.Pool(t)
+	name := "harmless-faults-test-" + faulttest.Unique(t)
+	idle := faulttest.Connect(t, name)
+	busy := faulttest.Connect(t, "anything")
+	bystander := faulttest.Connect(t, name)
+	asleep := make(chan error, 1)
+	go func() {
+		_, err := busy.Exec(t.Context(), "SELECT pg_sleep(60)")
+		asleep <- err
+	}()
+	faulttest.WaitSleeping(t, pool, busy)
+
+	pids, err := backends.Terminate(t.Context(), pool, pin(t, pool, idle, busy)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []int{int(idle.PgConn().PID()), int(busy.PgConn().PID())}
+	slices.Sort(want)
+	if !slices.Equal(pids, want) {
 		t.Errorf("terminated %v, want %v", pids, want)
 	}
-	faulttest.WantDead(t, pool, victim, victim.PgConn().PID(), victim.Ping(t.Context()))
-	if !faulttest.Alive(t, bystander) {
-		t.Error("the untagged bystander connection died")
+	faulttest.WantDead(t, pool, idle, idle.PgConn().PID(), idle.Ping(t.Context()))
+	if err := <-asleep; err == nil {
+		t.Error("the busy connection's statement ran to its end")
 	}
-	if !faulttest.Alive(t, otherRun) {
-		t.Error("another run's connection died")
+	if !faulttest.Alive(t, bystander) {
+		t.Error("the bystander with the same application_name died")
 	}
 }
 
-func TestTerminateBackendsSparesItsCaller(t *testing.T) {
-	run := "harmless-faults-test-" + faulttest.Unique(t)
-	self := faulttest.Connect(t, run+"-self")
-	pids, err := backends.TerminateBackends(t.Context(), self, run)
+func TestTerminateSparesItsCaller(t *testing.T) {
+	self := faulttest.Connect(t, "harmless-faults-test-"+faulttest.Unique(t))
+	pids, err := backends.Terminate(t.Context(), self, pin(t, self, self)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,77 +80,32 @@ func TestTerminateBackendsSparesItsCaller(t *testing.T) {
 	}
 }
 
-func TestTerminateBackendsMatchesThePrefixLiterally(t *testing.T) {
+// TestTerminateSparesAReusedPIDAndOtherRoles: a backend named by a pid with
+// another start time stands for a newcomer that got a victim's pid; it is
+// not terminated. Nor is a backend of another role, though the caller, a
+// superuser, could.
+func TestTerminateSparesAReusedPIDAndOtherRoles(t *testing.T) {
 	pool := pgtest.Pool(t)
-	tests := []struct {
-		name        string
-		appName     string // after the run's tag
-		prefix      string // after the run's tag
-		terminating bool
-	}{
-		{"underscore is not a wildcard", "Ax-1", "_x", false},
-		{"percent is not a wildcard", "abc", "%", false},
-		{"backslash is not an escape", `_x`, `\_x`, false},
-		{"underscore matches itself", "_x-1", "_x", true},
-		{"percent matches itself", "%-1", "%", true},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			run := "harmless-t" + faulttest.Unique(t)
-			conn := faulttest.Connect(t, run+tt.appName)
-			pids, err := backends.TerminateBackends(t.Context(), pool, run+tt.prefix)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if got := len(pids) == 1; got != tt.terminating || len(pids) > 1 {
-				t.Errorf("prefix %q on %q terminated %v, want terminated: %v", run+tt.prefix, run+tt.appName, pids, tt.terminating)
-			}
-			if got := faulttest.Alive(t, conn); got == tt.terminating {
-				t.Errorf("connection %q alive: %v, want %v", run+tt.appName, got, !tt.terminating)
-			}
-		})
-	}
-}
-
-func TestTerminateBackendsRefusesForeignPrefixes(t *testing.T) {
-	pool := pgtest.Pool(t)
-	tests := []struct{ prefix, want string }{
-		{"", "empty prefix"},
-		{"app-", `does not start with "harmless-"`},
-		{"HARMLESS-x", `does not start with "harmless-"`},
-		{" harmless-x", `does not start with "harmless-"`},
-		{"harmless-", "every run's connections"},
-		{"harmless-" + strings.Repeat("x", 60), "longer than the 63 bytes"},
-	}
-	for _, tt := range tests {
-		pids, err := backends.TerminateBackends(t.Context(), pool, tt.prefix)
-		if err == nil || !strings.Contains(err.Error(), tt.want) {
-			t.Errorf("TerminateBackends(%q) = %v, %v; want an error saying %q", tt.prefix, pids, err, tt.want)
+	newcomer := faulttest.Connect(t, "harmless-faults-test-"+faulttest.Unique(t))
+	other := faulttest.ConnectAs(t, pgtest.NewRole(t), "harmless-faults-test-"+faulttest.Unique(t))
+	victims := pin(t, pool, newcomer, other)
+	for i, v := range victims {
+		if v.PID == int(newcomer.PgConn().PID()) {
+			victims[i].Start = v.Start.Add(-time.Second)
 		}
 	}
-}
-
-// TestTerminateBackendsSparesOtherRoles: an application_name is whatever a
-// client says it is. A connection of another role that carries the run's
-// prefix is not the run's, and is not terminated, though the caller, a
-// superuser, could.
-func TestTerminateBackendsSparesOtherRoles(t *testing.T) {
-	pool := pgtest.Pool(t)
-	run := "harmless-faults-test-" + faulttest.Unique(t)
-	victim := faulttest.Connect(t, run+"-w1")
-	other := pgtest.NewRole(t)
-	faker := faulttest.ConnectAs(t, other, run+"-w2")
-
-	pids, err := backends.TerminateBackends(t.Context(), pool, run)
+	pids, err := backends.Terminate(t.Context(), pool, victims...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := []int{int(victim.PgConn().PID())}; !slices.Equal(pids, want) {
-		t.Errorf("terminated %v, want %v: only the connection of the caller's role", pids, want)
+	if len(pids) != 0 {
+		t.Errorf("terminated %v, want none", pids)
 	}
-	faulttest.WantDead(t, pool, victim, victim.PgConn().PID(), victim.Ping(t.Context()))
-	if !faulttest.Alive(t, faker) {
-		t.Errorf("the connection of role %s carrying the run's prefix was terminated", other.Name)
+	if !faulttest.Alive(t, newcomer) {
+		t.Error("the backend with a victim's pid and a later start was terminated")
+	}
+	if !faulttest.Alive(t, other) {
+		t.Error("the backend of another role was terminated")
 	}
 }
 

@@ -8,9 +8,9 @@
 // internal/docgen). The requirements' ids, which the definitions and
 // internal/applicability share, are written here. Users read the ids as
 // strings, from the catalogue, `harmless list` and certificates, so they
-// need no Go names of their own. The three fixture ids that public code
-// does name (fixtures.ConflictingPayload, fixtures.RetentionExpiry and
-// fixtures.ExternalEffect) are package fixtures' too.
+// need no Go names of their own: no public code names a fixture apart,
+// since what a fixture verifies is the catalogue's data too
+// (fixtures.Fixture.Verifies).
 package catalogid
 
 // The ids of the requirements a fixture or a variant may have

@@ -23,10 +23,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -42,6 +44,7 @@ import (
 	"github.com/harmless-dev/harmless/adapters/exec/protocol"
 	"github.com/harmless-dev/harmless/adapters/reference"
 	"github.com/harmless-dev/harmless/internal/adapters/kit"
+	"github.com/harmless-dev/harmless/internal/connstr"
 )
 
 // EnvMode names the variable that makes a test binary a child, and how it
@@ -58,8 +61,8 @@ const EnvMaxInFlight = "HARMLESS_EXECCHILD_MAX_IN_FLIGHT"
 // EnvMaxInFlight says otherwise.
 const DefaultMaxInFlight = 8
 
-// Modes of the child. Every mode but Reference and OneStatement misbehaves
-// on purpose.
+// Modes of the child. Every mode but Reference, OneStatement and
+// FromConnection misbehaves on purpose.
 const (
 	// Reference serves reference.Store through the protocol: correct.
 	Reference = "reference"
@@ -103,11 +106,17 @@ const (
 	// ErrorClasses answers each delivery with the error class named by its
 	// event id (transient, invalid_input, payload_conflict, unsupported).
 	ErrorClasses = "error-classes"
-	// LeakDSN writes, at its first delivery, the DSN it was given and the
-	// password it would connect with (which pgx may take from $PGPASSWORD)
-	// to stderr, then crashes with status 3: a careless child, whose
-	// stderr the reports quote.
+	// LeakDSN writes, at its first delivery, setup's connection as it
+	// came (its password included), the DSN it was given and the password
+	// it would connect with (which pgx may take from $PGPASSWORD) to
+	// stderr, then crashes with status 3: a careless child, whose stderr
+	// the reports quote.
 	LeakDSN = "leak-dsn"
+	// FromConnection serves the reference, connected with setup's
+	// connection alone, never its DSN, as a child whose driver cannot
+	// read the DSN does: its hosts and ports in order, user, password,
+	// database and every parameter, as keywords.
+	FromConnection = "from-connection"
 	// NoDrain serves the reference but does not implement the optional
 	// request drain, as a child written before drain existed: it answers
 	// it "unsupported".
@@ -139,7 +148,16 @@ const (
 	// EnvCrashAt: a child that crashes now and then, which its supervisor
 	// restarts, and which is correct while it lives.
 	CrashAtNth = "crash-at-nth"
+	// AroundTheDSN serves the reference, but connects with the host and
+	// port of EnvServer instead of those of the DSN setup gives, as a
+	// service configured with an address of its own would: around the
+	// wire proxy of the harness, whose faults then cannot reach it.
+	AroundTheDSN = "around-the-dsn"
 )
+
+// EnvServer names the variable holding the DSN whose host and port
+// AroundTheDSN connects to.
+const EnvServer = "HARMLESS_EXECCHILD_SERVER"
 
 // EnvCrashAt names the variable holding the N of CrashAtNth, from 1;
 // DefaultCrashAt when unset.
@@ -235,6 +253,7 @@ type child struct {
 
 	mu     sync.Mutex
 	dsn    string // the DSN setup gave
+	conn   []byte // setup's connection, as it came
 	schema string // the play's schema
 	store  *reference.Store
 	pool   *pgxpool.Pool
@@ -312,7 +331,11 @@ func (c *child) handle(req protocol.IncomingRequest) {
 			c.answer(protocol.EncodeError(req.ID, protocol.Transient, "the server is restarting (simulated): connection refused"))
 			return
 		}
-		if err := c.setup(p); err != nil {
+		var raw struct {
+			Connection json.RawMessage `json:"connection"`
+		}
+		_ = json.Unmarshal(req.Params, &raw) // it decoded as SetupParams above
+		if err := c.setup(p, raw.Connection); err != nil {
 			c.answer(protocol.EncodeError(req.ID, protocol.Transient, err.Error()))
 			return
 		}
@@ -371,8 +394,26 @@ func (c *child) hello(req protocol.IncomingRequest) {
 	c.answer(protocol.EncodeResult(req.ID, result))
 }
 
-func (c *child) setup(p protocol.SetupParams) error {
-	pool, err := pgxpool.New(context.Background(), p.DSN)
+func (c *child) setup(p protocol.SetupParams, conn []byte) error {
+	dsn := p.DSN
+	if c.mode == FromConnection {
+		var err error
+		if dsn, err = keywords(p.Connection); err != nil {
+			return err
+		}
+	}
+	cfg, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		return err
+	}
+	if c.mode == AroundTheDSN {
+		own, err := pgx.ParseConfig(os.Getenv(EnvServer))
+		if err != nil {
+			return fmt.Errorf("%s: %w", EnvServer, err)
+		}
+		cfg.ConnConfig.Host, cfg.ConnConfig.Port, cfg.ConnConfig.Fallbacks = own.Host, own.Port, own.Fallbacks
+	}
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
 	if err != nil {
 		return err
 	}
@@ -385,9 +426,34 @@ func (c *child) setup(p protocol.SetupParams) error {
 		return err
 	}
 	c.mu.Lock()
-	c.pool, c.store, c.effect, c.dsn, c.schema = pool, store, p.Effect, p.DSN, p.Schema
+	c.pool, c.store, c.effect, c.dsn, c.conn, c.schema = pool, store, p.Effect, p.DSN, conn, p.Schema
 	c.mu.Unlock()
 	return nil
+}
+
+// keywords is a keyword/value connection string made of conn alone, as a
+// driver that takes keyword parameters (psycopg's, node-postgres's config)
+// is given them: every host and port, in order, the user, password and
+// database, and every parameter.
+func keywords(conn protocol.Connection) (string, error) {
+	if len(conn.Hosts) == 0 || len(conn.Ports) != len(conn.Hosts) {
+		return "", fmt.Errorf("setup's connection has hosts %q and ports %v: want a port for each of one or more hosts", conn.Hosts, conn.Ports)
+	}
+	ports := make([]string, len(conn.Ports))
+	for i, p := range conn.Ports {
+		ports[i] = strconv.Itoa(p)
+	}
+	settings := []connstr.Setting{
+		{Key: "host", Value: strings.Join(conn.Hosts, ",")},
+		{Key: "port", Value: strings.Join(ports, ",")},
+		{Key: "user", Value: conn.User},
+		{Key: "password", Value: conn.Password},
+		{Key: "dbname", Value: conn.Database},
+	}
+	for _, k := range slices.Sorted(maps.Keys(conn.Parameters)) {
+		settings = append(settings, connstr.Setting{Key: k, Value: conn.Parameters[k]})
+	}
+	return connstr.Format(settings), nil
 }
 
 // advance moves the child's clock to the harness's time, never backwards.
@@ -422,12 +488,13 @@ func (c *child) deliver(req protocol.IncomingRequest) {
 		c.answer([]byte(StdoutLog+string(p.EventID)+"\n"), nil)
 	case LeakDSN:
 		c.mu.Lock()
-		dsn := c.dsn
+		dsn, conn := c.dsn, c.conn
 		c.mu.Unlock()
 		var password string
 		if cfg, err := pgx.ParseConfig(dsn); err == nil {
 			password = cfg.Password
 		}
+		fmt.Fprintf(os.Stderr, "execchild: setup's connection: %s\n", conn)
 		fmt.Fprintf(os.Stderr, "execchild: connecting to %s\n", dsn)
 		fmt.Fprintf(os.Stderr, "panic: cannot deliver %s with password %q\n", p.EventID, password)
 		os.Exit(3)

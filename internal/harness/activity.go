@@ -8,9 +8,11 @@ import (
 )
 
 // Activity is what the connections of a play's implementation instances
-// are doing at one moment, as pg_stat_activity shows it. A delivery that
-// waits for a connection of its pool, or for a process to start, has no
-// backend yet and is not seen.
+// are doing at one moment, as pg_stat_activity shows it. The instances'
+// connections are those open through the play's proxy, found by their
+// backends' pids (whatever application_name they carry), of the run's
+// role. A delivery that waits for a connection of its pool, or for a
+// process to start, has no backend yet and is not seen.
 type Activity struct {
 	// Connections counts the instances' client backends.
 	Connections int
@@ -35,8 +37,8 @@ func (s *Play) Activity(ctx context.Context) (Activity, error) {
 	count(*) FILTER (WHERE wait_event_type = 'Lock'),
 	count(*) FILTER (WHERE wait_event = 'PgSleep')
 FROM pg_stat_activity
-WHERE backend_type = 'client backend' AND usename = current_user AND starts_with(application_name, $1::text)`,
-		s.AppNamePrefix()).Scan(&a.Connections, &a.LockWaits, &a.Sleeping)
+WHERE backend_type = 'client backend' AND usename = current_user AND pid = ANY($1::int4[])`,
+		s.instancePIDs()).Scan(&a.Connections, &a.LockWaits, &a.Sleeping)
 	if err != nil {
 		return Activity{}, fmt.Errorf("read what the connections of play %s are doing: %w", s.name, err)
 	}
@@ -44,9 +46,10 @@ WHERE backend_type = 'client backend' AND usename = current_user AND starts_with
 }
 
 // CancelSleeping cancels the statement of every connection of the play's
-// instances that sleeps in a sleep fault (see [backends.CancelSleeping]):
-// the transaction it holds fails now, where it sleeps. It returns the pids
-// of the backends it cancelled.
+// instances (open through its proxy, see [Activity]) that sleeps in a
+// sleep fault (see [backends.CancelSleeping]): the transaction it holds
+// fails now, where it sleeps. It returns the pids of the backends it
+// cancelled.
 func (s *Play) CancelSleeping(ctx context.Context) ([]int, error) {
-	return backends.CancelSleeping(ctx, s.run.admin, s.AppNamePrefix())
+	return backends.CancelSleeping(ctx, s.run.admin, s.instancePIDs())
 }

@@ -189,7 +189,7 @@ func TestCrashesOf(t *testing.T) {
 		t.Errorf("CrashesOf(1) after the implementation's own panic = %q; want one crash, the panic", c)
 	}
 	if c := own.CrashesOf(2); len(c) != 0 {
-		t.Errorf("CrashesOf(2), a worker never used = %q; want none", c)
+		t.Errorf("CrashesOf(2), an instance never used = %q; want none", c)
 	}
 
 	injected := newPlay(t, run, reference.Adapter())

@@ -33,7 +33,7 @@ func DescribeEvent(ev adapters.Event, effects []ledger.Entry, attempts []Attempt
 	if len(attempts) <= groupAbove {
 		b.WriteString("; deliveries:")
 		for _, a := range attempts {
-			fmt.Fprintf(&b, "\n  attempt %d on worker %d%s: %s", a.Delivery.Attempt, a.Instance, redelivered(a), a.Result())
+			fmt.Fprintf(&b, "\n  attempt %d on instance %d%s: %s", a.Delivery.Attempt, a.Instance, redelivered(a), a.Result())
 		}
 		writeGaveUp(&b, attempts)
 		return b.String()
@@ -54,9 +54,9 @@ func DescribeEvent(ev adapters.Event, effects []ledger.Entry, attempts []Attempt
 		slices.SortFunc(group, byAttemptNumber)
 		fmt.Fprintf(&b, "\n  %s: %d, attempt %s", r, len(group), firstFew(group, func(a Attempt) string {
 			if a.Delay > 0 {
-				return fmt.Sprintf("%d (worker %d, +%s)", a.Delivery.Attempt, a.Instance, shortdur.Format(a.Delay.Round(time.Millisecond)))
+				return fmt.Sprintf("%d (instance %d, +%s)", a.Delivery.Attempt, a.Instance, shortdur.Format(a.Delay.Round(time.Millisecond)))
 			}
-			return fmt.Sprintf("%d (worker %d)", a.Delivery.Attempt, a.Instance)
+			return fmt.Sprintf("%d (instance %d)", a.Delivery.Attempt, a.Instance)
 		}))
 	}
 	writeGaveUp(&b, attempts)

@@ -16,11 +16,11 @@ func TestDescribeEventGroupsErrorsThatNameTheirAttempt(t *testing.T) {
 	ev := adapters.Event{Namespace: "n", ID: "1"}
 	var attempts []Attempt
 	for n := 1; n <= 30; n++ {
-		worker := 1 + n%2
+		instance := 1 + n%2
 		attempts = append(attempts, Attempt{
 			Delivery: adapters.Delivery{Event: ev, Attempt: n},
-			Instance: worker,
-			Err:      fmt.Errorf("deliver n/1 attempt %d: process 1 of instance %d crashed (after 10 attempts)", n, worker),
+			Instance: instance,
+			Err:      fmt.Errorf("deliver n/1 attempt %d: process 1 of instance %d crashed (after 10 attempts)", n, instance),
 		})
 	}
 	got := DescribeEvent(ev, nil, attempts)
@@ -29,8 +29,8 @@ func TestDescribeEventGroupsErrorsThatNameTheirAttempt(t *testing.T) {
 		t.Fatalf("30 deliveries with two kinds of error make %d lines; want a header and one per kind:\n%s", len(lines), got)
 	}
 	for _, want := range []string{
-		"  error: deliver n/1 attempt #: process 1 of instance 1 crashed (after 10 attempts): 15, attempt 2 (worker 1), 4 (worker 1)",
-		"  error: deliver n/1 attempt #: process 1 of instance 2 crashed (after 10 attempts): 15, attempt 1 (worker 2), 3 (worker 2)",
+		"  error: deliver n/1 attempt #: process 1 of instance 1 crashed (after 10 attempts): 15, attempt 2 (instance 1), 4 (instance 1)",
+		"  error: deliver n/1 attempt #: process 1 of instance 2 crashed (after 10 attempts): 15, attempt 1 (instance 2), 3 (instance 2)",
 	} {
 		if !strings.Contains(got, want) {
 			t.Errorf("no line %q in:\n%s", want, got)

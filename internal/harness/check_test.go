@@ -9,7 +9,7 @@ import (
 	"github.com/harmless-dev/harmless/internal/ledger"
 )
 
-// attempts makes attempts numbered nums of ev, on worker 1 + n%2, each
+// attempts makes attempts numbered nums of ev, on instance 1 + n%2, each
 // acknowledged Duplicate but those in failed.
 func attempts(ev adapters.Event, nums []int, failed ...int) []harness.Attempt {
 	var out []harness.Attempt
@@ -47,8 +47,8 @@ func TestDescribeEventGroupsManyDeliveries(t *testing.T) {
 	effects := []ledger.Entry{{Attempt: 9}, {Attempt: 4}}
 	history := attempts(ev, []int{10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 11}, 1)
 	want := "event " + ev.String() + " applied 2 times (by attempt 4, 9); 11 deliveries:" +
-		"\n  Duplicate: 10, attempt 2 (worker 1), 3 (worker 2), 4 (worker 1), 5 (worker 2), 6 (worker 1), 7 (worker 2), 8 (worker 1), 9 (worker 2), and 2 more" +
-		"\n  error: boom: 1, attempt 1 (worker 2)"
+		"\n  Duplicate: 10, attempt 2 (instance 1), 3 (instance 2), 4 (instance 1), 5 (instance 2), 6 (instance 1), 7 (instance 2), 8 (instance 1), 9 (instance 2), and 2 more" +
+		"\n  error: boom: 1, attempt 1 (instance 2)"
 	if got := harness.DescribeEvent(ev, effects, history); got != want {
 		t.Errorf("DescribeEvent =\n%s\nwant\n%s", got, want)
 	}

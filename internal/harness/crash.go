@@ -37,9 +37,10 @@ type Recovery struct {
 	OldConnErr error
 	// Moved reports whether the server came back at another address (a
 	// container gets a new host port). A client holding the server's old
-	// DSN cannot reconnect by itself then; one that connects through a
-	// play's proxy ([Play.UseProxy]) can, since the restart points every
-	// open play's proxy at the new address.
+	// DSN cannot reconnect by itself then; an implementation instance,
+	// which connects through its play's proxy ([Play.Proxy]), can,
+	// since the restart points the listeners of every open play's proxy at
+	// the new address.
 	Moved bool
 	// Down is how long the server was gone: from the crash to the end of
 	// the restart.

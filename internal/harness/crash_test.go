@@ -98,10 +98,7 @@ func crashAndCheck(ctx context.Context, t *testing.T, r *harness.Run) harness.Re
 		t.Fatalf("the run does not own its %s", r.Server().Kind)
 	}
 	play := newPlay(t, r, delivering("crash", nil))
-	proxy, err := play.UseProxy(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	proxy := play.Proxy()
 	table := pgx.Identifier{play.Schema(), "survivor"}.Sanitize()
 	if _, err := r.Admin().Exec(ctx, `CREATE TABLE `+table+` (v text); INSERT INTO `+table+` VALUES ('committed')`); err != nil {
 		t.Fatal(err)
@@ -152,8 +149,14 @@ func crashAndCheck(ctx context.Context, t *testing.T, r *harness.Run) harness.Re
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := net.JoinHostPort(server.Host, strconv.Itoa(int(server.Port))); proxy.Upstream() != want {
-		t.Errorf("the play's proxy leads to %s; want the restarted server at %s", proxy.Upstream(), want)
+	ls := proxy.Listeners(1)
+	if want := net.JoinHostPort(server.Host, strconv.Itoa(int(server.Port))); len(ls) != 1 || ls[0].Upstream() != want {
+		for _, l := range ls {
+			t.Errorf("instance 1's listener %s leads to %s; want the restarted server at %s", l.Addr(), l.Upstream(), want)
+		}
+		if len(ls) != 1 {
+			t.Errorf("instance 1 has %d listeners on one server; want 1", len(ls))
+		}
 	}
 	var started time.Time
 	if err := connect(t, env.DSN).QueryRow(ctx, `SELECT pg_postmaster_start_time()`).Scan(&started); err != nil {

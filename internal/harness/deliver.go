@@ -11,6 +11,8 @@ import (
 
 	"github.com/harmless-dev/harmless/adapters"
 	"github.com/harmless-dev/harmless/internal/hooks"
+	"github.com/harmless-dev/harmless/internal/ledger"
+	"github.com/harmless-dev/harmless/internal/shortdur"
 )
 
 // Errors the driver records when an implementation misbehaves. They are
@@ -46,6 +48,40 @@ type Attempt struct {
 	// GaveUp, when set, says why the broker redelivered the event no more
 	// after this attempt, which was not terminal.
 	GaveUp string
+	// AtAck is what the ledger held of the event right after the delivery
+	// was acknowledged Applied or Duplicate.
+	AtAck AckCheck
+}
+
+// AckCheck is what the ledger held of an event right after a delivery of
+// it was acknowledged Applied or Duplicate. Either answer promises that
+// the event's effect is committed: Applied, by this delivery; Duplicate,
+// by any. The harness reads the ledger the moment the answer arrives, so
+// an answer given before its effect was committed (an acknowledgement
+// sent before COMMIT, a Duplicate for a claim whose transaction is still
+// open, a claim stored without its effect) is seen as it was given,
+// whatever happens later. An effect committed between the answer and the
+// read hides such an answer; it never makes a true one look false.
+type AckCheck struct {
+	// Read is set when the harness read the ledger: the attempt was
+	// acknowledged Applied or Duplicate, the play keeps a history, and
+	// the read succeeded (it fails while the server is down).
+	Read bool
+	// Effects counts the event's effects committed at that moment.
+	Effects int
+}
+
+// ackCheckTimeout bounds the ledger read after an acknowledgement: a
+// server that is down (a crash, a failover) fails it rather than holding
+// the delivery's bookkeeping.
+const ackCheckTimeout = 2 * time.Second
+
+// Unbacked reports whether the attempt was acknowledged Applied or
+// Duplicate while the ledger held no effect of its event: the
+// acknowledgement promised an effect that was not committed, and a broker
+// that has it will not redeliver the event.
+func (a Attempt) Unbacked() bool {
+	return a.Acked() && (a.Outcome == adapters.Applied || a.Outcome == adapters.Duplicate) && a.AtAck.Read && a.AtAck.Effects == 0
 }
 
 // Acked reports whether the delivery was acknowledged.
@@ -60,10 +96,41 @@ func (a Attempt) Terminal() bool {
 
 // Result describes what came of the attempt: an outcome or the error.
 func (a Attempt) Result() string {
-	if a.Err == nil {
+	switch {
+	case a.Unbacked():
+		return a.Outcome.String() + ", while no effect of the event was committed"
+	case a.Err == nil:
 		return a.Outcome.String()
 	}
 	return "error: " + firstLine(a.Err.Error())
+}
+
+// TimeoutError is the cause of a guarded call's context when the call's
+// timeout runs out. Its words fit an implementation in any language:
+// "no answer within 15s", not Go's "context deadline exceeded". It is a
+// [context.DeadlineExceeded] for errors.Is.
+type TimeoutError struct {
+	// Timeout is the time the call was allowed.
+	Timeout time.Duration
+}
+
+func (e *TimeoutError) Error() string {
+	return "no answer within " + shortdur.Format(e.Timeout)
+}
+
+// Is makes a TimeoutError a context.DeadlineExceeded.
+func (e *TimeoutError) Is(target error) bool { return target == context.DeadlineExceeded }
+
+// timedOut says, in a guarded call's error, that its timeout ran out
+// when the implementation's own error does not say so in the harness's
+// words (Go's "context deadline exceeded", a driver's "canceling
+// statement due to user request").
+func timedOut(gctx context.Context, err error) error {
+	var te *TimeoutError
+	if err == nil || !errors.As(context.Cause(gctx), &te) || errors.As(err, &te) {
+		return err
+	}
+	return fmt.Errorf("%w: %w", te, err)
 }
 
 // Deliver delivers ev once to instance n. It never panics and never hangs:
@@ -78,7 +145,7 @@ func (s *Play) Deliver(ctx context.Context, n int, ev adapters.Event) Attempt {
 	if !ok {
 		at := time.Since(s.started)
 		return Attempt{Delivery: adapters.Delivery{Event: ev}, Instance: n, Started: at, Ended: at,
-			Err: fmt.Errorf("%s not delivered to worker %d: %w", ev, n, ErrBudgetExpired)}
+			Err: fmt.Errorf("%s not delivered to instance %d: %w", ev, n, ErrBudgetExpired)}
 	}
 	d := adapters.Delivery{Event: ev, Attempt: s.nextAttempt(ev)}
 	// The implementation gets its own copy: it must not be able to change
@@ -96,6 +163,9 @@ func (s *Play) Deliver(ctx context.Context, n int, ev adapters.Event) Attempt {
 		a.Err = err
 	} else {
 		a.Outcome, a.Err = s.guardDeliver(ctx, impl, d)
+	}
+	if a.Acked() && a.Outcome != adapters.Rejected && !s.opts.NoHistory {
+		a.AtAck = s.checkAck(ctx, ev)
 	}
 	if a.Err != nil && errors.Is(context.Cause(ctx), ErrBudgetExpired) && !errors.Is(a.Err, ErrBudgetExpired) {
 		a.Err = fmt.Errorf("%w: %w", ErrBudgetExpired, a.Err)
@@ -119,6 +189,20 @@ func (s *Play) Deliver(ctx context.Context, n int, ev adapters.Event) Attempt {
 	}
 	s.mu.Unlock()
 	return a
+}
+
+// checkAck reads how many effects of ev the ledger holds, right after a
+// delivery of it was acknowledged (see [AckCheck]). It runs even when ctx
+// has ended since the answer came: the answer is given, and what backs it
+// is part of the evidence.
+func (s *Play) checkAck(ctx context.Context, ev adapters.Event) AckCheck {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ackCheckTimeout)
+	defer cancel()
+	n, err := ledger.Count(ctx, s.run.admin, s.schema, ev.Namespace, ev.ID)
+	if err != nil {
+		return AckCheck{}
+	}
+	return AckCheck{Read: true, Effects: n}
 }
 
 // DeliverUntilTerminal delivers ev to instance n and, as an at-least-once
@@ -280,9 +364,6 @@ func guardClose(ctx context.Context, impl adapters.Implementation, timeout time.
 // errGoexit is wrapped in ErrPanicked by guard.
 var errGoexit = errors.New("called runtime.Goexit instead of returning")
 
-// errNoReturn is wrapped in ErrHung by guard.
-var errNoReturn = errors.New("did not return in time and ignored its cancelled context")
-
 // guard calls fn on its own goroutine with a context that ends after
 // timeout. A panic in fn, or fn calling runtime.Goexit, becomes an error
 // wrapping ErrPanicked. If fn does not return within a grace period after
@@ -293,7 +374,7 @@ func guard[T any](ctx context.Context, timeout time.Duration, fn func(context.Co
 		v   T
 		err error
 	}
-	gctx, stop := context.WithTimeout(ctx, timeout)
+	gctx, stop := context.WithTimeoutCause(ctx, timeout, &TimeoutError{Timeout: timeout})
 	defer stop()
 	done := make(chan result, 1)
 	go func() {
@@ -315,9 +396,9 @@ func guard[T any](ctx context.Context, timeout time.Duration, fn func(context.Co
 	r, ok := await(gctx, done, grace(timeout))
 	if !ok {
 		var zero T
-		return zero, fmt.Errorf("%w: %w (timeout %s)", ErrHung, errNoReturn, timeout)
+		return zero, fmt.Errorf("%w: %w, nor in the %s after that", ErrHung, &TimeoutError{Timeout: timeout}, shortdur.Format(grace(timeout)))
 	}
-	return r.v, r.err
+	return r.v, timedOut(gctx, r.err)
 }
 
 // await waits for a result; once ctx is done it allows the call a grace

@@ -105,7 +105,7 @@ type Destination struct {
 // [adapters.Env.Destination]. Only the plays of the external-effect
 // fixture open one: elsewhere Env.Destination is "" and the implementation
 // makes no external effect, so that its relay's connections cannot take
-// the faults other fixtures aim at a worker's connections (a proxy cut
+// the faults other fixtures aim at an instance's connections (a proxy cut
 // after the first statement, at COMMIT). Call it before any instance is
 // built; the play closes the destination.
 func (s *Play) OpenDestination(ctx context.Context) (*Destination, error) {

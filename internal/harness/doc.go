@@ -6,8 +6,10 @@
 // implementation.
 //
 // Everything a run creates carries its run id: schemas are named
-// harmless_<run>_<play> and every connection it hands out has
-// application_name harmless-<run>-<play>-w<instance>. A keeper connection
+// harmless_<run>_<play>, and every DSN it hands out names listeners of the
+// instance's own on the play's wire proxy (see [ProxyClient]), with
+// application_name harmless-<run>-<play>-i<instance> as a courtesy: the
+// proxy's listener, not the name, tells an instance's connections. A keeper connection
 // named harmless-<run>-keeper stays open for the run's lifetime, so a later
 // run can tell a live run's schemas from a killed run's leftovers.
 package harness

@@ -23,10 +23,10 @@ func FuzzWithApplicationName(f *testing.F) {
 		"postgres:///db?host=/tmp",
 		"user=x password= dbname=",
 	} {
-		f.Add(seed, "harmless-1a2b3c4d-s1-w1")
+		f.Add(seed, "harmless-1a2b3c4d-s1-i1")
 	}
 	f.Fuzz(func(t *testing.T, dsn, name string) {
-		// The harness's names are plain: harmless-<run>-<play>-w<n>.
+		// The harness's names are plain: harmless-<run>-<play>-i<n>.
 		if !plainName(name) {
 			t.Skip()
 		}

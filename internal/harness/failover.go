@@ -50,9 +50,12 @@ func (f FailedOver) Problem() string {
 
 // FailOver fails the run's formation over, in the way kind says (see
 // [provision.Formation.Failover]), and recovers the run as
-// [Run.RestartServer] does: the plays' proxies, the keeper and the admin
-// pool follow the new primary, and the evidence of the database-side
-// faults is read again there.
+// [Run.RestartServer] does: the keeper and the admin pool follow the new
+// primary, and the evidence of the database-side faults is read again
+// there. The plays' proxies need not follow it: each instance has a
+// listener per node, in its DSN's order, so a client that tries the hosts
+// in turn finds the new primary through them, as it would without the
+// proxy, the moment it takes writes.
 //
 // Unlike [Run.CrashServer] it does not disarm the plays' faults: a
 // disarm is a write, which waits for the standby, and the caller may have
@@ -61,8 +64,7 @@ func (f FailedOver) Problem() string {
 // so that the disarm survives the failover. Deliveries held in a fault
 // stay held until the failover ends them.
 //
-// The proxies follow the new primary as soon as it takes a write, before
-// the failover is over (see [Run.followPrimary]). It returns once the new
+// It returns once the new
 // primary accepts writes (a controlled failover: once the HA engine's
 // command returned too); the old primary is left as the failover left it
 // (demoted, or killed) until [Run.RestoreFormation]. It must not run
@@ -78,17 +80,7 @@ func (r *Run) FailOver(ctx context.Context, kind provision.FailoverKind) (Failed
 			return FailedOver{}, fmt.Errorf("harness: count the faults of play %s before the failover: %w", s.name, err)
 		}
 	}
-	// A play's proxy has one upstream, where a client of the multi-host
-	// DSN tries every node. Left on the old primary until Failover
-	// returns, it would keep the implementation from the new primary for
-	// as long as a controlled failover's command runs after the new
-	// primary took its first write: until the old primary follows it,
-	// 14 to 26 s later in two soaks on a busy machine. The Server's
-	// DSN names the new primary first from that write on, so the proxies
-	// follow it then.
-	stopFollowing := r.followPrimary(ctx)
 	fo, err := f.Failover(ctx, kind)
-	stopFollowing()
 	out := FailedOver{Failover: fo}
 	if err != nil {
 		return out, fmt.Errorf("harness: fail %s over (%s): %w", r.server, kind, err)
@@ -102,49 +94,6 @@ func (r *Run) FailOver(ctx context.Context, kind provision.FailoverKind) (Failed
 	}
 	r.opts.Logf("%s", fo)
 	return out, nil
-}
-
-// followPrimaryEvery is how often [Run.followPrimary] reads the Server's
-// DSN.
-const followPrimaryEvery = 50 * time.Millisecond
-
-// followPrimary points the open plays' proxies at the first host of the
-// Server's DSN whenever it changes, until the function it returns is
-// called, which waits for it to stop. It reads the DSN every
-// followPrimaryEvery: the Server guards its DSN with a mutex that a
-// failover in progress does not hold, and says nothing when it changes.
-func (r *Run) followPrimary(ctx context.Context) (stop func()) {
-	ctx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	last := r.server.DSN()
-	go func() {
-		defer close(done)
-		t := time.NewTicker(followPrimaryEvery)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			}
-			dsn := r.server.DSN()
-			if dsn == last {
-				continue
-			}
-			last = dsn
-			for _, s := range r.openPlays() {
-				// Run.FailOver points them again once the failover
-				// is over, and reports an error there.
-				if err := s.followServer(dsn); err != nil {
-					r.opts.Logf("harness: point the proxy of play %s at the new primary: %v", s.name, err)
-				}
-			}
-		}
-	}()
-	return func() {
-		cancel()
-		<-done
-	}
 }
 
 // StallReplication stops the formation's replication to its standby on

@@ -4,7 +4,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
-	"sync"
+	"slices"
 
 	"github.com/harmless-dev/harmless/adapters"
 	"github.com/harmless-dev/harmless/faults"
@@ -105,17 +105,14 @@ func (h *Hooks) Effect(ctx context.Context, d adapters.Delivery) error {
 
 // Proxy is a play's wire proxy: a [pgproxy.Proxy] whose Arm also records
 // the fault, so that the run counts its firings. The play closes it, and
-// points it at the server after a restart.
+// points its listeners at the server after a restart.
 type Proxy struct {
 	proxy *pgproxy.Proxy
 	play  *Play
-
-	mu       sync.Mutex
-	upstream string // where the proxy's new connections go, as last set
 }
 
 // Arm arms r as [pgproxy.Proxy.Arm] does, and records the fault for
-// [Run.FaultsFired].
+// [Run.FaultsFired]. Scope it to an instance with [ProxyClient].
 func (p *Proxy) Arm(r pgproxy.Rule) (*pgproxy.Fault, error) {
 	f, err := p.proxy.Arm(r)
 	if err != nil {
@@ -125,21 +122,42 @@ func (p *Proxy) Arm(r pgproxy.Rule) (*pgproxy.Fault, error) {
 	return f, nil
 }
 
-// Upstream is the server address the proxy's new connections go to.
-func (p *Proxy) Upstream() string {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.upstream
-}
+// Seen is what the proxy saw of instance n's connections so far (see
+// [pgproxy.Proxy.Seen]): how many came through its listeners, their
+// statements and the application names they carried.
+func (p *Proxy) Seen(n int) pgproxy.Seen { return p.proxy.Seen(ProxyClient(n)) }
 
-// follow points the proxy's new connections at upstream (host:port).
-func (p *Proxy) follow(upstream string) error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if err := p.proxy.SetUpstream(upstream); err != nil {
-		return err
+// Listeners are instance n's listeners, one per host of the server's DSN,
+// in the order they were opened (none before the instance's environment
+// was made).
+func (p *Proxy) Listeners(n int) []*pgproxy.Listener { return p.proxy.Listeners(ProxyClient(n)) }
+
+// follow points the listeners whose upstream is none of addrs, the
+// server's hosts now, at them: the one server's new address, or a
+// formation's host in the listener's position. A listener whose upstream
+// is one of addrs stays.
+func (p *Proxy) follow(addrs []string) error {
+	byClient := map[string][]*pgproxy.Listener{}
+	for _, l := range p.proxy.Listeners("") {
+		byClient[l.Client()] = append(byClient[l.Client()], l)
 	}
-	p.upstream = upstream
+	for client, ls := range byClient {
+		for i, l := range ls {
+			if slices.Contains(addrs, l.Upstream()) {
+				continue
+			}
+			to := addrs[0]
+			if len(addrs) > 1 {
+				if len(ls) != len(addrs) {
+					return fmt.Errorf("proxy: %s has %d listeners for a server of %d hosts, and %s is none of them", client, len(ls), len(addrs), l.Upstream())
+				}
+				to = addrs[i]
+			}
+			if err := l.SetUpstream(to); err != nil {
+				return err
+			}
+		}
+	}
 	return nil
 }
 
@@ -232,12 +250,13 @@ func (s *Play) afterRestart(ctx context.Context) error {
 // instances whose backend sleeps in a [faults.Sleep] fault right now: the
 // deliveries a sleep really holds in the database, as opposed to those
 // whose sleep fired and then ended (a cancelled statement, a lost
-// connection).
+// connection). The instances' connections are those open through the
+// play's proxy, found by their backends' pids, of the run's role.
 func (s *Play) SleepingInFaults(ctx context.Context) (int, error) {
 	var n int
 	err := s.run.admin.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
-WHERE wait_event_type = 'Timeout' AND wait_event = 'PgSleep' AND usename = current_user AND starts_with(application_name, $1)`,
-		s.AppNamePrefix()).Scan(&n)
+WHERE wait_event_type = 'Timeout' AND wait_event = 'PgSleep' AND usename = current_user AND pid = ANY($1::int4[])`,
+		s.instancePIDs()).Scan(&n)
 	if err != nil {
 		return 0, fmt.Errorf("count the deliveries sleeping in a fault: %w", err)
 	}
@@ -290,7 +309,7 @@ func (r *Run) addFired(counts map[string]int64) {
 
 // FaultsFired returns how many times faults of each kind fired in the run,
 // by kind (see [ServerCrashKind] for the names): the faults armed by every
-// play closed so far (through [Play.Arm], [Play.Hooks] and [Play.UseProxy])
+// play closed so far (through [Play.Arm], [Play.Hooks] and [Play.Proxy])
 // and the crashes of [Run.CrashServer]. A kind that never fired is absent.
 //
 // A database-side fault that fires in the moment between the harness

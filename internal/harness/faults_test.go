@@ -55,10 +55,7 @@ func TestFaultsFiredCountsWhatFired(t *testing.T) {
 			_ = play.Close(ctx)
 		}
 	})
-	proxy, err := play.UseProxy(ctx) // before the instance is built, so it connects through it
-	if err != nil {
-		t.Fatal(err)
-	}
+	proxy := play.Proxy()
 
 	raised := event("raised")
 	raise := armDB(t, play, raised, faults.AtEffect, faults.Raise)
@@ -175,11 +172,12 @@ func fired(t *testing.T, f faults.Armed) int64 {
 // TestNoArmingAroundTheCount: a play's hooks and proxy arm faults only
 // through methods that record them for Run.FaultsFired. Neither has a
 // method (a promoted one of the type it wraps, say) that arms without
-// recording or hands out the type it wraps.
+// recording or hands out the type it wraps (a pgproxy.Listener arms
+// nothing, and leads to no proxy).
 func TestNoArmingAroundTheCount(t *testing.T) {
 	for typ, want := range map[reflect.Type][]string{
 		reflect.TypeFor[*harness.Hooks](): {"Arm", "Effect"},
-		reflect.TypeFor[*harness.Proxy](): {"Arm", "Upstream"},
+		reflect.TypeFor[*harness.Proxy](): {"Arm", "Listeners", "Seen"},
 	} {
 		var got []string
 		for m := range typ.Methods() {

@@ -121,12 +121,12 @@ func (s *Play) hold(ctx context.Context, tables []string) (_ *WriteHold, err err
 func (h *WriteHold) String() string { return strings.Join(h.tables, ", ") }
 
 // Waiting counts the connections of the play's implementation instances
-// that wait for the hold.
+// (open through its proxy, see [Activity]) that wait for the hold.
 func (h *WriteHold) Waiting(ctx context.Context) (int, error) {
 	var n int
 	err := h.play.run.admin.QueryRow(ctx, `SELECT count(DISTINCT l.pid) FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
-WHERE NOT l.granted AND l.relation = ANY($1::oid[]) AND a.usename = current_user AND starts_with(a.application_name, $2)`,
-		h.oids, h.play.AppNamePrefix()).Scan(&n)
+WHERE NOT l.granted AND l.relation = ANY($1::oid[]) AND a.usename = current_user AND a.pid = ANY($2::int4[])`,
+		h.oids, h.play.instancePIDs()).Scan(&n)
 	if err != nil {
 		return 0, fmt.Errorf("count the deliveries waiting for the hold on %s: %w", h, err)
 	}

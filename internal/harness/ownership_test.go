@@ -245,17 +245,6 @@ FROM pg_namespace WHERE nspname = $1`, play.Schema()).Scan(&comment, &mine)
 	}
 }
 
-// connectAs opens a connection as role r to the test server, named
-// applicationName, closed when the test ends.
-func connectAs(t *testing.T, r pgtest.Role, applicationName string) *pgx.Conn {
-	t.Helper()
-	dsn, err := harness.WithApplicationName(r.As(t, pgtest.DSN(t)), applicationName)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return connect(t, dsn)
-}
-
 // TestStartNeedsCreateOnTheDatabase: a role that may connect but not create
 // schemas gets one error at Start that names the missing grant, not a
 // failure in every play.

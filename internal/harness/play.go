@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -35,8 +36,12 @@ type Play struct {
 	hooks   *Hooks
 	clock   adapters.Clock
 	manual  *ManualClock // the clock, when the adapter accepts the harness's; it runs
-	proxy   *Proxy       // between instances and server, once UseProxy was called
-	dest    *Destination // the external destination, once OpenDestination started it; guarded by mu
+	// proxy stands between the instances and the server, made with the
+	// first instance's environment (see useProxy). Atomic, not under mu:
+	// Instance holds mu while it builds an instance, and the activity of
+	// the others must be readable meanwhile.
+	proxy atomic.Pointer[Proxy]
+	dest  *Destination // the external destination, once OpenDestination started it; guarded by mu
 
 	// faultsMu guards the faults the play armed, counted when it closes:
 	// every one in armed, the database-side ones in dbFaults too, to be
@@ -123,8 +128,10 @@ func (s *Play) Clock() (clock adapters.Clock, manual *ManualClock) { return s.cl
 // Schema is the play's schema.
 func (s *Play) Schema() string { return s.schema }
 
-// AppNamePrefix is the application_name prefix of the connections the play's
-// implementation instances open.
+// AppNamePrefix is the application_name prefix of the DSNs the play's
+// implementation instances are given: a courtesy to whoever reads
+// pg_stat_activity, never how the harness recognises an instance's
+// connections (see [ProxyClient]).
 func (s *Play) AppNamePrefix() string { return s.run.AppNamePrefix() + s.name + "-" }
 
 // Adapter is the adapter under test.
@@ -174,6 +181,11 @@ func (s *Play) Fired(ctx context.Context, f *faults.Fault) (int64, error) {
 	return f.Fired(ctx)
 }
 
+// AllEffects returns every effect in the play's ledger, of any event.
+func (s *Play) AllEffects(ctx context.Context) ([]ledger.Entry, error) {
+	return ledger.All(ctx, s.run.admin, s.schema)
+}
+
 // Effects returns the ledger's effects of ev.
 func (s *Play) Effects(ctx context.Context, ev adapters.Event) ([]ledger.Entry, error) {
 	return ledger.Entries(ctx, s.run.admin, s.schema, ev.Namespace, ev.ID)
@@ -188,11 +200,12 @@ func (s *Play) Env(n int) (adapters.Env, error) {
 
 // env is Env for a caller that holds s.mu.
 func (s *Play) env(n int) (adapters.Env, error) {
-	server, err := s.serverDSN()
+	through, err := s.instanceDSN(n)
 	if err != nil {
 		return adapters.Env{}, err
 	}
-	dsn, err := WithApplicationName(server, fmt.Sprintf("%sw%d", s.AppNamePrefix(), n))
+	// A courtesy: the implementation may name its connections as it likes.
+	dsn, err := WithApplicationName(through, fmt.Sprintf("%si%d", s.AppNamePrefix(), n))
 	if err != nil {
 		return adapters.Env{}, err
 	}
@@ -322,7 +335,9 @@ func (s *Play) Unacknowledged() string {
 			return ""
 		case a.Terminal():
 			refused++
-		case first == nil:
+		case first == nil || a.Started < first.Started:
+			// The history is in the order deliveries ended: the
+			// first error is the delivery that started first.
 			first = &s.history[i]
 		}
 	}
@@ -396,8 +411,8 @@ func (s *Play) Purge(ctx context.Context, n int, cutoff time.Time) (int64, error
 	return removed, nil
 }
 
-// Close closes the play's instances, kills any connection they left behind,
-// adds the firings of the faults the play armed to the run's counts (see
+// Close closes the play's instances, ends any connection they left behind
+// (see [Play.closeProxy]), adds the firings of the faults the play armed to the run's counts (see
 // [Run.FaultsFired]) and drops the play's schema, if it is still the
 // harness's (see [dropOwnSchema]).
 func (s *Play) Close(ctx context.Context) error {
@@ -418,15 +433,13 @@ func (s *Play) Close(ctx context.Context) error {
 	if err := s.closeDestination(); err != nil {
 		errs = append(errs, err)
 	}
-	if s.proxy != nil {
-		if err := s.proxy.proxy.Close(); err != nil {
-			errs = append(errs, fmt.Errorf("close the play's proxy: %w", err))
-		}
-	}
-	if _, err := backends.TerminateBackends(ctx, s.run.admin, s.AppNamePrefix()); err != nil {
+	if err := s.closeProxy(ctx); err != nil {
 		errs = append(errs, err)
 	}
 	if err := s.tally(ctx); err != nil {
+		errs = append(errs, err)
+	}
+	if err := s.noteEffects(ctx); err != nil {
 		errs = append(errs, err)
 	}
 	// Only a schema this play created, and only while it still carries the
@@ -455,3 +468,53 @@ func (s *Play) Close(ctx context.Context) error {
 // Started is when the play began: the attempts' Started and Ended are
 // offsets from it.
 func (s *Play) Started() time.Time { return s.started }
+
+// closeProxy ends the connections the play's instances left behind: it
+// closes the play's proxy, which cuts every connection through it, and
+// then terminates the backends of those connections that are still there
+// (one busy in a statement notices its client has gone only when the
+// statement ends), of the run's role only, and waits until they are gone.
+// The backends are pinned by pid and start time before the cut (see
+// [backends.Backends]), so that a pid the system gives to another backend
+// meanwhile is never terminated. A connection an instance opened around
+// the proxy is not the harness's to end. It also notes, for the run,
+// whether an instance ever connected through the proxy.
+func (s *Play) closeProxy(ctx context.Context) error {
+	proxy := s.proxy.Load()
+	if proxy == nil {
+		return nil
+	}
+	if proxy.proxy.Seen("").Opened > 0 {
+		s.run.reached.Store(true)
+	}
+	pinned, err := backends.Backends(ctx, s.run.admin, s.instancePIDs()...)
+	if err != nil {
+		return fmt.Errorf("close the play's proxy: %w", err)
+	}
+	if err := proxy.proxy.Close(); err != nil {
+		return fmt.Errorf("close the play's proxy: %w", err)
+	}
+	if _, err := backends.Terminate(ctx, s.run.admin, pinned...); err != nil {
+		return fmt.Errorf("end the backends the play's instances left: %w", err)
+	}
+	return nil
+}
+
+// noteEffects notes, for the run, whether the play's ledger holds an
+// effect (see [Run.EffectsApplied]), until one play's does.
+func (s *Play) noteEffects(ctx context.Context) error {
+	s.mu.Lock()
+	created := s.created
+	s.mu.Unlock()
+	if !created || s.run.applied.Load() {
+		return nil
+	}
+	var held bool
+	if err := s.run.admin.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM `+ledger.Table(s.schema)+`)`).Scan(&held); err != nil {
+		return fmt.Errorf("look for the play's effects: %w", err)
+	}
+	if held {
+		s.run.applied.Store(true)
+	}
+	return nil
+}

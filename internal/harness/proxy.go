@@ -3,76 +3,116 @@ package harness
 import (
 	"context"
 	"fmt"
-	"net"
-	"strconv"
-
-	"github.com/jackc/pgx/v5"
 
 	"github.com/harmless-dev/harmless/faults/pgproxy"
 	"github.com/harmless-dev/harmless/internal/backends"
+	"github.com/harmless-dev/harmless/internal/pgaddr"
 )
 
-// UseProxy puts a wire-protocol proxy (package faults/pgproxy) between the
-// play's implementation and the server: every instance built after the call
-// connects through it, so the harness can cut connections at protocol
-// points, whatever the implementation's language, and the implementation
-// keeps its address when the server comes back from a crash at another
-// one (see [Run.RestartServer]). It returns the proxy,
-// which the play closes at its end; the run counts the firings of the rules
-// armed on it (see [Run.FaultsFired]). Calling it again returns the same
-// proxy.
-func (s *Play) UseProxy(ctx context.Context) (*Proxy, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.proxy != nil {
-		return s.proxy, nil
+// Every play puts a wire-protocol proxy (package faults/pgproxy) between
+// its implementation instances and the server: instance n connects through
+// listeners of its own, one for each host of the server's DSN, in the
+// DSN's order, and a connection is instance n's because it came in on one
+// of them. So the harness can cut an instance's connections at protocol
+// points, whatever the implementation's language and whatever
+// application_name it gives its connections, and find their backends by
+// the pids the proxy saw, never by a name the implementation chose. On a
+// replicated formation, instance n has a listener per node and its DSN
+// stays multi-host, so that a client that tries the hosts in turn finds
+// the primary as it would without the proxy, and one that uses only the
+// first host reaches only that node.
+
+// ProxyClient is the name of instance n's client on the play's proxy, for
+// rules scoped to its connections (pgproxy.Scope{Client:
+// ProxyClient(n)}): "instance n".
+func ProxyClient(n int) string { return fmt.Sprintf("instance %d", n) }
+
+// Proxy returns the play's wire proxy (package faults/pgproxy), which
+// stands between every instance of the play and the server, so that the
+// harness can cut their connections at protocol points, and the instances
+// keep their addresses when the server comes back from a crash at another
+// one (see [Run.RestartServer]). The play closes it at its end; the run
+// counts the firings of the rules armed on it (see [Run.FaultsFired]).
+// Every call returns the same proxy.
+func (s *Play) Proxy() *Proxy { return s.useProxy() }
+
+// useProxy is the play's proxy, made on first use.
+func (s *Play) useProxy() *Proxy {
+	if p := s.proxy.Load(); p != nil {
+		return p
 	}
-	upstream, err := upstreamOf(s.run.server.DSN())
-	if err != nil {
-		return nil, err
+	p := &Proxy{proxy: pgproxy.New(), play: s}
+	if s.proxy.CompareAndSwap(nil, p) {
+		return p
 	}
-	proxy, err := pgproxy.New(upstream)
-	if err != nil {
-		return nil, fmt.Errorf("proxy to %s: %w", upstream, err)
-	}
-	s.proxy = &Proxy{proxy: proxy, play: s, upstream: upstream}
-	return s.proxy, nil
+	// Another caller made one first; this one has no listener yet.
+	_ = p.proxy.Close()
+	return s.proxy.Load()
 }
 
-// followServer points the play's proxy, if it has one, at the server at
+// followServer points the listeners of the play's proxy at the server at
 // dsn, for the connections opened from now on: after a restart, a
-// container's server is at a new host port, while the implementation keeps
-// the proxy's address.
+// container's server is at a new host port, while the instances keep the
+// listeners' addresses. A listener whose upstream is still one of the
+// server's hosts stays: a formation's nodes keep their ports, and only
+// the order of its DSN changes when the primary does.
 func (s *Play) followServer(dsn string) error {
-	s.mu.Lock()
-	proxy := s.proxy
-	s.mu.Unlock()
+	proxy := s.proxy.Load()
 	if proxy == nil {
 		return nil
 	}
-	upstream, err := upstreamOf(dsn)
+	addrs, err := serverAddrs(dsn)
 	if err != nil {
 		return err
 	}
-	return proxy.follow(upstream)
+	return proxy.follow(addrs)
 }
 
-// upstreamOf is the host:port a proxy reaches the server at dsn on.
-func upstreamOf(dsn string) (string, error) {
-	cfg, err := pgx.ParseConfig(dsn)
+// serverAddrs lists the address of every server dsn names, in order, as
+// pgx reads and dials it.
+func serverAddrs(dsn string) ([]string, error) {
+	addrs, err := pgaddr.Of(dsn)
 	if err != nil {
-		return "", fmt.Errorf("proxy: parse the server's DSN: %w", err)
+		return nil, fmt.Errorf("proxy: %w", err)
 	}
-	return net.JoinHostPort(cfg.Host, strconv.Itoa(int(cfg.Port))), nil
+	return addrs, nil
 }
 
-// serverDSN is the DSN instances connect with: the server's, or the
-// proxy's when the play uses one. The caller holds s.mu.
-func (s *Play) serverDSN() (string, error) {
-	if s.proxy == nil {
-		return s.run.server.DSN(), nil
+// instanceDSN is the DSN instance n connects with: the server's, through
+// listeners of instance n's own on the play's proxy.
+func (s *Play) instanceDSN(n int) (string, error) {
+	dsn, err := s.useProxy().proxy.DSN(ProxyClient(n), s.run.server.DSN())
+	if err != nil {
+		return "", fmt.Errorf("instance %d's DSN through the play's proxy: %w", n, err)
 	}
-	return s.proxy.proxy.DSN(s.run.server.DSN())
+	return dsn, nil
+}
+
+// instancePIDs are the pids of the server backends of the connections the
+// play's instances have open through its proxy now.
+func (s *Play) instancePIDs() []int {
+	proxy := s.proxy.Load()
+	if proxy == nil {
+		return nil
+	}
+	return proxy.proxy.Seen("").PIDs
+}
+
+// TerminateConnections terminates the server backends of the connections
+// the play's instances have open through its proxy, of the run's role
+// only, and waits until they are gone (see [backends.Terminate]). It
+// returns their pids. The instances see their connections die as in a
+// server-side kill (SQLSTATE 57P01), and reconnect as they do.
+func (s *Play) TerminateConnections(ctx context.Context) ([]int, error) {
+	pinned, err := backends.Backends(ctx, s.run.admin, s.instancePIDs()...)
+	if err != nil {
+		return nil, fmt.Errorf("terminate the connections of play %s: %w", s.name, err)
+	}
+	pids, err := backends.Terminate(ctx, s.run.admin, pinned...)
+	if err != nil {
+		return pids, fmt.Errorf("terminate the connections of play %s: %w", s.name, err)
+	}
+	return pids, nil
 }
 
 // WaitCut waits until the server backends of the connections fault cut are

@@ -53,6 +53,10 @@ type Run struct {
 
 	// acked is set at the run's first acknowledged delivery.
 	acked atomic.Bool
+	// reached is set when a play closes whose proxy saw an instance
+	// connect through it (see ConnectedThroughProxy), applied when a play
+	// closes whose ledger holds an effect (see EffectsApplied).
+	reached, applied atomic.Bool
 
 	mu    sync.Mutex
 	open  map[*Play]struct{} // the plays not closed yet
@@ -292,6 +296,31 @@ func (r *Run) NewPlayWith(ctx context.Context, adapter adapters.Adapter, opts Pl
 
 // acknowledged records an acknowledged delivery somewhere in the run.
 func (r *Run) acknowledged() { r.acked.Store(true) }
+
+// Acknowledged reports whether any delivery of the run was acknowledged.
+func (r *Run) Acknowledged() bool { return r.acked.Load() }
+
+// EffectsApplied reports whether the ledger of any play closed so far held
+// an effect: the implementation wrote to the database, through some
+// connection.
+func (r *Run) EffectsApplied() bool { return r.applied.Load() }
+
+// ConnectedThroughProxy reports whether an implementation instance of any
+// play, closed or open, ever connected through the listeners of its
+// play's proxy. An implementation that acknowledges deliveries without
+// ever doing so connects to the server some other way than the DSN it is
+// given says, and no fault of the proxy can reach it.
+func (r *Run) ConnectedThroughProxy() bool {
+	if r.reached.Load() {
+		return true
+	}
+	for _, s := range r.openPlays() {
+		if proxy := s.proxy.Load(); proxy != nil && proxy.proxy.Seen("").Opened > 0 {
+			return true
+		}
+	}
+	return false
+}
 
 // gaveUp records that a play's broker ran out of patience: while the run
 // has acknowledged nothing, the implementation is taken to acknowledge

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/harmless-dev/harmless/adapters"
+	"github.com/harmless-dev/harmless/adapters/reference"
 	"github.com/harmless-dev/harmless/internal/effect"
 	"github.com/harmless-dev/harmless/internal/harness"
 	"github.com/harmless-dev/harmless/internal/ledger"
@@ -111,7 +112,7 @@ func TestNewPlayGivesAFreshEnvironment(t *testing.T) {
 		t.Fatalf("delivery ended %s", a.Result())
 	}
 	l := built()[0]
-	if want := play.AppNamePrefix() + "w1"; l.appName != want {
+	if want := play.AppNamePrefix() + "i1"; l.appName != want {
 		t.Errorf("instance 1 connected as %q; want %q", l.appName, want)
 	}
 	effects, err := play.Effects(t.Context(), ev)
@@ -126,6 +127,12 @@ func TestNewPlayGivesAFreshEnvironment(t *testing.T) {
 	}
 }
 
+// TestPlayCloseDropsItsSchemaAndKillsOnlyItsConnections: closing a play
+// ends the connections its instances opened through the DSNs they were
+// given (through the play's proxy), idle or busy in a statement, whatever
+// they call themselves, and no other: not a connection that carries the
+// play's application_name prefix but came in some other way, nor one of
+// another role through the proxy.
 func TestPlayCloseDropsItsSchemaAndKillsOnlyItsConnections(t *testing.T) {
 	t.Parallel()
 	run := startRun(t, ampleTimeout)
@@ -136,6 +143,38 @@ func TestPlayCloseDropsItsSchemaAndKillsOnlyItsConnections(t *testing.T) {
 			t.Fatalf("delivery to instance %d ended %s", n, a.Result())
 		}
 	}
+	env, err := play.Env(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// sleeping runs a long statement on conn, as a stray goroutine of the
+	// implementation might, and returns its outcome when it ends.
+	sleeping := func(conn *pgx.Conn) <-chan error {
+		done := make(chan error, 1)
+		go func() {
+			_, err := conn.Exec(context.Background(), "SELECT pg_sleep(60)")
+			done <- err
+		}()
+		return done
+	}
+	// A connection through instance 1's DSN that renames itself, busy in a
+	// statement when the play closes.
+	stray := connect(t, env.DSN)
+	if _, err := stray.Exec(t.Context(), "SET application_name = 'my-service'"); err != nil {
+		t.Fatal(err)
+	}
+	strayDone := sleeping(stray)
+	// One of another role, through the same DSN, busy too: cut at the
+	// proxy when it closes, but not terminated.
+	otherRole := connect(t, pgtest.NewRole(t).As(t, env.DSN))
+	otherDone := sleeping(otherRole)
+	t.Cleanup(func() {
+		ctx, cancel := cleanupContext()
+		defer cancel()
+		_, _ = run.Admin().Exec(ctx, "SELECT pg_terminate_backend($1)", int32(otherRole.PgConn().PID()))
+		<-otherDone
+	})
+
 	base := pgtest.DSN(t)
 	tagged := func(name string) *pgx.Conn {
 		dsn, err := harness.WithApplicationName(base, name)
@@ -144,23 +183,28 @@ func TestPlayCloseDropsItsSchemaAndKillsOnlyItsConnections(t *testing.T) {
 		}
 		return connect(t, dsn)
 	}
-	// A connection carrying the play's prefix, as a stray goroutine of the
-	// implementation might open.
-	stray := tagged(play.AppNamePrefix() + "w9-stray")
-	// Bystanders: an unrelated connection, one named like another play
-	// whose name starts with this play's (s1 and s10), and one of another
-	// role that carries the play's prefix: anyone can choose an
-	// application_name, so it alone does not make a connection the run's.
+	// Bystanders, straight to the server: an unrelated connection, one
+	// named like the play's instances and one like another play whose name
+	// starts with this play's (s1 and s10). Anyone can choose an
+	// application_name, so it does not make a connection the run's.
 	bystanders := map[string]*pgx.Conn{
-		"unrelated":     tagged("bystander-" + randomHex(t, 4)),
-		"sibling play":  tagged(strings.TrimSuffix(play.AppNamePrefix(), "-") + "0-w1"),
-		"default named": connect(t, base),
-		"another role":  connectAs(t, pgtest.NewRole(t), play.AppNamePrefix()+"w8-another-role"),
+		"unrelated":             tagged("bystander-" + randomHex(t, 4)),
+		"named like the play's": tagged(play.AppNamePrefix() + "i9-stray"),
+		"sibling play":          tagged(strings.TrimSuffix(play.AppNamePrefix(), "-") + "0-i1"),
+		"default named":         connect(t, base),
 	}
 	victims := map[string]uint32{"stray": stray.PgConn().PID()}
 	for i, l := range built() {
 		victims[fmt.Sprintf("instance %d", i+1)] = l.pid()
 	}
+	eventually(t, 10*time.Second, "the two sleeps", func() bool {
+		var n int
+		if err := run.Admin().QueryRow(t.Context(), `SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'PgSleep' AND pid = ANY($1::int4[])`,
+			[]int32{int32(stray.PgConn().PID()), int32(otherRole.PgConn().PID())}).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n == 2
+	})
 
 	if err := play.Close(t.Context()); err != nil {
 		t.Fatalf("close: %v", err)
@@ -175,8 +219,11 @@ func TestPlayCloseDropsItsSchemaAndKillsOnlyItsConnections(t *testing.T) {
 			t.Errorf("%s's connection (pid %d) survived Close", what, pid)
 		}
 	}
-	if _, err := stray.Exec(t.Context(), "SELECT 1"); err == nil {
-		t.Errorf("the stray connection still answers after Close")
+	if err := <-strayDone; err == nil {
+		t.Errorf("the stray connection's statement ran to its end")
+	}
+	if !backendAlive(t, run.Admin(), otherRole.PgConn().PID()) {
+		t.Errorf("the backend of another role, busy in a statement, was terminated")
 	}
 	for what, conn := range bystanders {
 		if _, err := conn.Exec(t.Context(), "SELECT 1"); err != nil {
@@ -319,5 +366,45 @@ func TestPlayOptions(t *testing.T) {
 	}
 	if n := len(play.History(event("forgotten"))); n != 0 {
 		t.Errorf("NoHistory: the play kept %d attempts", n)
+	}
+}
+
+// TestConnectedThroughProxy: a run knows whether its instances ever
+// connected through their listeners; one that ignores the DSN's host and
+// port and connects straight to the server never does, though its
+// deliveries are acknowledged.
+func TestConnectedThroughProxy(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name    string
+		direct  bool
+		through bool
+	}{{"through the DSN", false, true}, {"around it", true, false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			run := startRun(t, ampleTimeout)
+			ref := reference.Adapter()
+			adapter := ref
+			adapter.New = func(ctx context.Context, env adapters.Env) (adapters.Implementation, error) {
+				if tc.direct {
+					env.DSN = pgtest.DSN(t)
+				}
+				return ref.New(ctx, env)
+			}
+			play := newPlay(t, run, adapter)
+			if a := play.Deliver(t.Context(), 1, event("1")); !a.Acked() {
+				t.Fatalf("the delivery ended %s", a.Result())
+			}
+			proxy := play.Proxy()
+			if seen := proxy.Seen(1); (seen.Opened > 0) != tc.through || (seen.Statements() > 0) != tc.through {
+				t.Errorf("the proxy saw %+v of instance 1; want connections and statements: %t", seen, tc.through)
+			}
+			if err := play.Close(t.Context()); err != nil {
+				t.Fatal(err)
+			}
+			if !run.Acknowledged() || !run.EffectsApplied() || run.ConnectedThroughProxy() != tc.through {
+				t.Errorf("acknowledged %t, effects applied %t, connected through the proxy %t; want true, true, %t",
+					run.Acknowledged(), run.EffectsApplied(), run.ConnectedThroughProxy(), tc.through)
+			}
+		})
 	}
 }

@@ -165,21 +165,21 @@ func TestHooksArmPanicsOnInvalidPlan(t *testing.T) {
 }
 
 func TestHooksConcurrentUse(t *testing.T) {
-	const workers, deliveries = 8, 200
+	const goroutines, deliveries = 8, 200
 	h := hooks.NewSet()
 	var wg sync.WaitGroup
-	armed := make([]*hooks.Fault, workers)
-	for w := range workers {
+	armed := make([]*hooks.Fault, goroutines)
+	for w := range goroutines {
 		wg.Go(func() {
 			id := fmt.Sprint(w)
 			armed[w] = h.Arm(hooks.Plan{Namespace: "ns", ID: id, Action: hooks.Error})
 			for attempt := 1; attempt <= deliveries; attempt++ {
-				// Every worker also delivers an event nobody planned for.
+				// Every goroutine also delivers an event nobody planned for.
 				if err := h.Effect(t.Context(), adapters.Delivery{Event: adapters.Event{Namespace: "ns", ID: "unplanned"}, Attempt: attempt}); err != nil {
 					t.Errorf("unplanned event: %v", err)
 				}
 				if err := h.Effect(t.Context(), adapters.Delivery{Event: adapters.Event{Namespace: "ns", ID: id}, Attempt: attempt}); !errors.Is(err, hooks.ErrInjected) {
-					t.Errorf("worker %d attempt %d: %v, want ErrInjected", w, attempt, err)
+					t.Errorf("goroutine %d attempt %d: %v, want ErrInjected", w, attempt, err)
 				}
 			}
 		})

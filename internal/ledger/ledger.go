@@ -70,6 +70,21 @@ func Entries(ctx context.Context, db DB, schema, namespace, id string) ([]Entry,
 FROM %s WHERE namespace = $1 AND event_id = $2 ORDER BY seq`, Table(schema)), []byte(namespace), []byte(id))
 }
 
+// Count returns how many effects of one event are committed. The harness
+// reads it right after each acknowledgement: an acknowledgement promises
+// the effect is committed, and a count of 0 then disproves it.
+func Count(ctx context.Context, db DB, schema, namespace, id string) (int, error) {
+	rows, err := db.Query(ctx, fmt.Sprintf(`SELECT count(*) FROM %s WHERE namespace = $1 AND event_id = $2`, Table(schema)), []byte(namespace), []byte(id))
+	if err != nil {
+		return 0, fmt.Errorf("count effects: %w", err)
+	}
+	n, err := pgx.CollectExactlyOneRow(rows, pgx.RowTo[int])
+	if err != nil {
+		return 0, fmt.Errorf("count effects: %w", err)
+	}
+	return n, nil
+}
+
 // All returns every committed effect in schema's ledger, oldest first.
 func All(ctx context.Context, db DB, schema string) ([]Entry, error) {
 	return query(ctx, db, fmt.Sprintf(`SELECT seq, namespace, event_id, payload_digest, attempt, recorded_at, backend_pid
