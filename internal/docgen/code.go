@@ -128,6 +128,13 @@ func catalogSource(defs []suite.Definition) []byte {
 		if len(f.Requires) > 0 {
 			fmt.Fprintf(&b, "Requires: %s,\n", requirements(f.Requires))
 		}
+		if len(f.Verifies) > 0 {
+			var names []string
+			for _, v := range f.Verifies {
+				names = append(names, q(v))
+			}
+			fmt.Fprintf(&b, "Verifies: []string{%s},\n", strings.Join(names, ", "))
+		}
 		if len(f.Variants) > 0 {
 			b.WriteString("Variants: []Variant{\n")
 			for _, v := range f.Variants {
@@ -144,6 +151,9 @@ func catalogSource(defs []suite.Definition) []byte {
 			fmt.Fprintf(&b, "{\nID: %s,\nFixture: %s,\nLevel: %s,\nDoc: %s,\nReason: %s,\n", q(r.ID), q(r.Fixture), level, q(r.Doc), q(r.Reason))
 			if r.Suspect != "" {
 				fmt.Fprintf(&b, "Suspect: %s,\n", q(r.Suspect))
+			}
+			if r.Changed != "" {
+				fmt.Fprintf(&b, "Changed: %s,\n", q(r.Changed))
 			}
 			b.WriteString("},\n")
 		}

@@ -10,6 +10,7 @@ package docgen
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 
@@ -43,6 +44,7 @@ func RulesPage() string {
 	b.WriteString("# Rules\n\n")
 	b.WriteString("<!-- Generated from package fixtures by `go generate ./...`. Do not edit. -->\n\n")
 	b.WriteString("Every rule has a stable id, a level and a reason. MUST rules decide certification: a run is CERTIFIED when every MUST rule ran and passed, PARTIAL when no rule failed but some MUST rules did not run (not-supported where the run was made, or left out by a filter), and NOT CERTIFIED when a rule failed. Each spec carries the Ginkgo labels `fixture:<fixture id>` and `rule:<rule id>`, so `--label-filter` selects either.\n\n")
+	b.WriteString("Every rule judges what an implementation does, seen from outside: its answers (Applied, Duplicate, Rejected, an error), each checked against the harness's ledger of effects the moment it is given, the effects in the ledger, the requests at the destination, the crashes of its processes. How it gets there (an error returned, a retry inside the delivery, the statements it sends, the names it gives its connections) never fails a rule: it decides only whether a play exercised what it claims to. A play whose fault did not fire proves nothing, and its rules are not-supported there unless its answers or its ledger are wrong anyway. [broker.md](broker.md#what-an-answer-promises) says what each answer promises. A rule whose meaning changed while its id stayed says so, under **Changed**.\n\n")
 	b.WriteString("Some fixtures, and some variants of a fixture, need something of the implementation or of the run (their needs are listed under them); `harmless list --adapter NAME` (or `--exec COMMAND`, with the database flags of certify) says before a run which rules will run and why the others cannot.\n\n")
 	b.WriteString("The quotations are from the pattern this harness checks, *Make duplicate delivery harmless*.\n\n")
 	b.WriteString("What a run creates and drops on a database you name, and the privileges it needs there: [safety.md](safety.md).\n\n")
@@ -68,6 +70,9 @@ func RulesPage() string {
 			fmt.Fprintf(&b, "- **Level:** %s\n- **Checks:** %s\n- **Why:** %s\n", r.Level, r.Doc, r.Reason)
 			if r.Suspect != "" {
 				fmt.Fprintf(&b, "- **A failure usually means:** %s.\n", r.Suspect)
+			}
+			if r.Changed != "" {
+				fmt.Fprintf(&b, "- **Changed:** %s\n", r.Changed)
 			}
 			b.WriteString("\n")
 		}
@@ -139,6 +144,15 @@ func MatrixTable() string {
 			fmt.Fprintf(&b, " %s |", matrixCell(e, f))
 		}
 		fmt.Fprintf(&b, " %s |\n", escape(e.Models))
+	}
+	var moved []string
+	for _, e := range builtin.Entries() {
+		for _, id := range slices.Sorted(maps.Keys(e.Moved)) {
+			moved = append(moved, fmt.Sprintf("- `%s`, `%s`: %s.", e.Adapter.Name, id, escape(e.Moved[id])))
+		}
+	}
+	if len(moved) > 0 {
+		b.WriteString("\nVerdicts that moved when a rule's meaning changed ([rules.md](rules.md) says how each rule changed):\n\n" + strings.Join(moved, "\n") + "\n")
 	}
 	return b.String()
 }

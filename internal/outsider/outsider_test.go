@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/harmless-dev/harmless/fixtures"
+	"github.com/harmless-dev/harmless/internal/catalogid"
 )
 
 // modulePath is the path of the temporary module the implementations are
@@ -91,7 +92,7 @@ func TestGoConsumersFromAnotherModule(t *testing.T) {
 				// server, where no failover is played: Go's test reports
 				// those not-applicable rules as skipped.
 				want := "pass"
-				if r.Fixture == fixtures.ExternalEffect || r.Fixture == "failover" {
+				if r.Fixture == catalogid.ExternalEffect || r.Fixture == "failover" {
 					want = "skip"
 				}
 				if got := p.rules[r.ID]; got != want {

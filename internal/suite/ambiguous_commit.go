@@ -21,20 +21,21 @@ type proxyCut struct {
 	tries   []harness.Attempt // first, then its redeliveries
 	effects []ledger.Entry
 	history []harness.Attempt
+	unaimed string // why the fault could not be aimed at the implementation, see notAimed
 }
 
-// cutDelivery arms rule on the play's proxy for worker 1's connections,
+// cutDelivery arms rule on the play's proxy for instance 1's connections,
 // delivers ev once, waits until the cut backends are gone, and redelivers ev
-// to the same worker until terminal, as a broker does after an error.
+// to the same instance until terminal, as a broker does after an error.
 func (s *state) cutDelivery(ctx context.Context, play *harness.Play, ev adapters.Event, at pgproxy.Point, n int) proxyCut {
-	proxy, err := play.UseProxy(ctx)
-	must(err)
-	// Build the worker first: whatever it does at construction is not part
+	proxy := play.Proxy()
+	// Build the instance first: whatever it does at construction is not part
 	// of the fault.
 	_, _ = play.Instance(ctx, 1)
 	c := proxyCut{ev: ev}
+	var err error
 	c.fault, err = proxy.Arm(pgproxy.Rule{
-		Scope:  pgproxy.Scope{ApplicationNamePrefix: play.AppNamePrefix() + "w1"},
+		Scope:  pgproxy.Scope{Client: harness.ProxyClient(1)},
 		At:     at,
 		N:      n,
 		Action: pgproxy.Cut,
@@ -48,6 +49,7 @@ func (s *state) cutDelivery(ctx context.Context, play *harness.Play, ev adapters
 	c.first = play.Deliver(ctx, 1, ev)
 	c.fired, err = c.fault.Fired(ctx)
 	must(err)
+	c.unaimed = notAimed(ctx, play, c.fault, 1)
 	must(play.WaitCut(ctx, c.fault), "wait for the cut backend to end")
 	c.tries = play.RedeliverUntilTerminal(ctx, 1, ev, []harness.Attempt{c.first})
 	c.effects, err = play.Effects(ctx, ev)
@@ -56,28 +58,39 @@ func (s *state) cutDelivery(ctx context.Context, play *harness.Play, ev adapters
 	return c
 }
 
-// check judges the cut: the fault must have fired, and the redelivery must
-// end with want and exactly one effect.
-func (c proxyCut) check(want adapters.Outcome) []string {
-	describe := harness.DescribeEvent(c.ev, c.effects, c.history)
-	if c.fired == 0 {
-		last := c.tries[len(c.tries)-1]
-		seen := fmt.Sprintf("attempt 1 ended %s without a statement that applies the effect reaching that point", c.first.Result())
-		if !last.Terminal() {
-			seen = fmt.Sprintf("no delivery of the event was acknowledged (the last of %d ended %s), and none applied the effect", len(c.tries), last.Result())
+// judge judges the cut by what the answers and the ledger show: the
+// event ends applied exactly once (see appliedOnce), and no delivery was
+// acknowledged while no effect of the event was committed. How the
+// implementation got there, whether the delivery that met the cut
+// returned an error or retried inside itself, is its own business. A cut
+// that did not fire exercised nothing: the play then fails the rule only
+// where the outcome is wrong anyway, and is otherwise not-supported.
+func (c proxyCut) judge() judgement {
+	var problems []string
+	if p := unbackedProblem(c.history); p != "" {
+		problems = append(problems, p)
+	}
+	problems = append(problems, appliedOnce(c.tries, c.effects)...)
+	describe := harness.DescribeEvent(c.ev, c.effects, c.history) + fmt.Sprintf("\nfault %s fired %s", c.fault, harness.Times(c.fired))
+	if len(problems) > 0 {
+		if c.fired == 0 {
+			problems = append([]string{fmt.Sprintf("the planned fault (%s) did not fire, and still:", c.fault)}, problems...)
 		}
-		return []string{fmt.Sprintf("the planned fault (%s) did not fire: %s\n%s", c.fault, seen, describe)}
+		problems[len(problems)-1] += "\n" + describe
+		return judgement{problems: problems, hint: answersHint(c.tries, c.history, len(c.effects))}
+	}
+	switch {
+	case c.unaimed != "":
+		return notSupported(c.unaimed)
+	case c.fired == 0:
+		return notSupported(fmt.Sprintf("inconclusive: the planned fault (%s) did not fire, so this play exercised no lost COMMIT answer: attempt %d answered %s and the ledger holds %s of the event",
+			c.fault, c.first.Delivery.Attempt, c.first.Result(), effectCount(len(c.effects))))
 	}
 	last := c.tries[len(c.tries)-1]
-	if len(c.tries) > 1 && last.Acked() && last.Outcome == want && len(c.effects) == 1 {
-		return nil
-	}
-	then := fmt.Sprintf("then the redelivery ended %s (expected %s)", last.Result(), want)
 	if len(c.tries) == 1 {
-		then = "so the broker redelivered nothing: the implementation said it had handled the event when it could not know whether its COMMIT had been applied"
+		return judgement{note: fmt.Sprintf("fault %s fired; the delivery that met it answered %s, with the one effect committed", c.fault, last.Result())}
 	}
-	return []string{fmt.Sprintf("fault %s fired; attempt 1 ended %s; %s, and the ledger holds %d effects (expected 1)\n%s",
-		c.fault, c.first.Result(), then, len(c.effects), describe)}
+	return judgement{note: fmt.Sprintf("fault %s fired; attempt %d answered %s, and the redelivery %s", c.fault, c.first.Delivery.Attempt, c.first.Result(), last.Result())}
 }
 
 // The ids of the fixture and its rules, written once, here: the
@@ -101,15 +114,17 @@ func ambiguousCommitDefinition() Definition {
 			Rules: []fixtures.Rule{
 				{
 					ID: ambiguousCommitRedeliveryDuplicate, Level: fixtures.Must,
-					Doc:     "After an ambiguous commit, the redelivery is Duplicate and the ledger holds exactly one effect.",
+					Doc:     "After an ambiguous commit (committed, its answer lost), the event ends with one effect and every answer fits it: none acknowledged without the effect, none Applied twice, and a redelivery recognises the event.",
 					Reason:  "The commonest real source of duplicates: the server committed, the acknowledgement never reached the consumer, the broker redelivers. The marker committed with the effect is what makes the redelivery harmless. " + seedTogeth,
 					Suspect: "the marker and the effect are committed in separate transactions, so a lost COMMIT answer leaves one without the other",
+					Changed: "since 0.2.0 the delivery that met the cut may answer Applied, having made sure its own COMMIT landed (a retry inside the delivery that reads back a claim token), and a redelivery may answer Applied when no delivery before it was acknowledged: before, the cut delivery had to return an error and the redelivery answer Duplicate.",
 				},
 				{
 					ID: ambiguousCommitLostCommitApplies, Level: fixtures.Must,
-					Doc:     "When the connection is cut before COMMIT reaches the server, the redelivery is Applied and the ledger holds exactly one effect.",
-					Reason:  seedFailure,
-					Suspect: "part of the work committed earlier, in a transaction of its own, so the retry finds a marker without its effect",
+					Doc:     "When the connection is cut before COMMIT reaches the server, the event ends applied exactly once: no delivery is acknowledged without its effect, and one, retrying inside itself or redelivered, applies it.",
+					Reason:  seedFailure + " A COMMIT whose answer was lost may not have happened: an implementation that takes it for a success acknowledges an event it never applied.",
+					Suspect: "part of the work committed earlier, in a transaction of its own, so the retry finds a marker without its effect; or an error at COMMIT taken for a success",
+					Changed: "since 0.2.0 the delivery that met the cut may be the one that answers Applied (a retry inside the delivery), and no acknowledgement may come while no effect is committed: before, the redelivery had to answer Applied.",
 				},
 			},
 		},
@@ -130,7 +145,8 @@ func (s *state) ambiguousCommit() {
 			rolledBack = s.cutDelivery(ctx, play, newEvent(ambiguousCommitID, "before-commit"), pgproxy.BeforeCommit, 0)
 		})
 
-		pn.rule(ambiguousCommitRedeliveryDuplicate, func() []string { return committed.check(adapters.Duplicate) })
-		pn.rule(ambiguousCommitLostCommitApplies, func() []string { return rolledBack.check(adapters.Applied) })
+		// Closures: the cuts are gathered after the rules are added.
+		pn.judgedRule(ambiguousCommitRedeliveryDuplicate, func() judgement { return committed.judge() })
+		pn.judgedRule(ambiguousCommitLostCommitApplies, func() judgement { return rolledBack.judge() })
 	})
 }

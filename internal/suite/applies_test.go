@@ -67,10 +67,10 @@ func TestCatalogueVariantsAreTheSuites(t *testing.T) {
 // failure-after-marker asks with an instance, once the run is set up.
 func TestFixturesAskWhenTheyKnow(t *testing.T) {
 	knownAt := map[string][]fixtures.Requirement{
-		fixtures.RetentionExpiry: {catalogid.NeedsRedeliveryWindow},
-		catalogid.CrashRecovery:  {catalogid.NeedsRedeliveryWindow, catalogid.NeedsOwnedServer, catalogid.NeedsSingleServer},
-		catalogid.Failover:       {catalogid.NeedsRedeliveryWindow, catalogid.NeedsOwnedServer, catalogid.NeedsFormation},
-		fixtures.ExternalEffect:  {catalogid.NeedsExternalEffects},
+		catalogid.RetentionExpiry: {catalogid.NeedsRedeliveryWindow},
+		catalogid.CrashRecovery:   {catalogid.NeedsRedeliveryWindow, catalogid.NeedsOwnedServer, catalogid.NeedsSingleServer},
+		catalogid.Failover:        {catalogid.NeedsRedeliveryWindow, catalogid.NeedsOwnedServer, catalogid.NeedsFormation},
+		catalogid.ExternalEffect:  {catalogid.NeedsExternalEffects},
 	}
 	for _, f := range fixtures.Catalog() {
 		reqs := slices.Clone(f.Requires)

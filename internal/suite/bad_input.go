@@ -2,6 +2,7 @@ package suite
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -150,23 +151,84 @@ func (s *state) badInput() {
 			must(err)
 		})
 
-		pn.noteRule(badInputExactlyOnceOrRejected, func() ([]string, string) {
+		pn.judgedRule(badInputExactlyOnceOrRejected, func() judgement {
 			var problems, handled []string
+			var failed []oddResult
 			for _, r := range results {
 				if r.issue != "" {
 					problems = append(problems, fmt.Sprintf("%s (%s): %s\n%s", r.odd.what, r.odd.ev, r.issue, r.delivered.describe()))
+					failed = append(failed, r)
 					continue
 				}
 				handled = append(handled, r.odd.what+": "+r.verdict)
 			}
-			return problems, strings.Join(handled, "; ")
+			if len(problems) == 0 {
+				return judgement{note: strings.Join(handled, "; ")}
+			}
+			return judgement{problems: problems, hint: oddHint(failed)}
 		})
-		pn.rule(badInputRunContinues, func() []string {
+		pn.judgedRule(badInputRunContinues, func() judgement {
 			last := next[len(next)-1]
 			if last.Acked() && last.Outcome == adapters.Applied && len(nextFx) == 1 {
-				return nil
+				return judgement{}
 			}
-			return []string{"after the odd events, an ordinary event was not applied once\n" + harness.DescribeEvent(after, nextFx, next)}
+			j := judgement{problems: []string{"after the odd events, an ordinary event was not applied once\n" + harness.DescribeEvent(after, nextFx, next)}}
+			for _, r := range results {
+				if r.hung() {
+					// Nothing failed with an error: the usual suspect,
+					// a connection broken by one, does not fit.
+					j.hint = "deliveries of odd events that got no answer may still hold the instance's connections or block its work, so that it cannot take an ordinary event"
+					break
+				}
+			}
+			return j
 		})
 	})
+}
+
+// oddHint guesses at why odd events were mishandled from how their
+// deliveries ended, each guess only where some delivery shows it: an
+// event applied twice, deliveries that got no answer, deliveries that
+// failed with an error a broker retries, an event refused only sometimes.
+func oddHint(failed []oddResult) string {
+	var twice, hung, erred, sometimes bool
+	for _, r := range failed {
+		d := r.delivered
+		twice = twice || len(d.effects) > 1
+		sometimes = sometimes || d.refusedSometimes()
+		hung = hung || r.hung()
+		for _, a := range d.attempts() {
+			erred = erred || a.Err != nil && !errors.Is(a.Err, adapters.ErrInvalidInput) && !errors.Is(a.Err, adapters.ErrPayloadConflict) && !unanswered(a)
+		}
+	}
+	var hints []string
+	if twice {
+		hints = append(hints, "the identity is changed on its way into the key (spliced into SQL text, encoded, or cut), so a redelivery of an odd event is not recognised")
+	}
+	if erred {
+		hints = append(hints, "limits of the database (index row size, NUL or invalid UTF-8 in a text column) surfacing as errors a broker retries, instead of a refusal wrapping ErrInvalidInput")
+	}
+	if hung {
+		hints = append(hints, "an odd event gets no answer within the delivery timeout: a statement or a wait that does not end on that input")
+	}
+	if sometimes {
+		hints = append(hints, "the identity is checked on some paths and not on others, so the same event is refused once and not the next time")
+	}
+	return strings.Join(hints, "; or ")
+}
+
+// hung reports whether a delivery of the odd event got no answer.
+func (r oddResult) hung() bool {
+	for _, a := range r.delivered.attempts() {
+		if unanswered(a) {
+			return true
+		}
+	}
+	return false
+}
+
+// unanswered reports whether a delivery got no answer within its
+// timeout: it hung, or it gave up at its deadline.
+func unanswered(a harness.Attempt) bool {
+	return errors.Is(a.Err, context.DeadlineExceeded) || errors.Is(a.Err, harness.ErrHung)
 }

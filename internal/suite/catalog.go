@@ -29,30 +29,46 @@ type Definition struct {
 // in words.
 type DocPage struct{ File, Title string }
 
-// registered is one fixture of the list: its definition and the method
-// that describes its plays in the tree.
+// registered is one fixture of the list: its definition, the method
+// that describes its plays in the tree and, when it has one, its guess at
+// the cause of a rule's failures from which of its plays passed and which
+// failed (see patternHint).
 type registered struct {
 	define   func() Definition
 	describe func(*state)
+	pattern  func(rule string, passedIn, failedIn []string) string
 }
 
 // fixtureList is the one list of the fixtures, in the order the suite
 // runs them and the catalogue lists them.
 func fixtureList() []registered {
 	return []registered{
-		{doubleDeliveryDefinition, (*state).doubleDelivery},
-		{concurrentDeliveryDefinition, (*state).concurrentDelivery},
-		{failureAfterMarkerDefinition, (*state).failureAfterMarker},
-		{conflictingPayloadDefinition, (*state).conflictingPayload},
-		{retentionExpiryDefinition, (*state).retentionExpiry},
-		{namespaceIsolationDefinition, (*state).namespaceIsolation},
-		{badInputDefinition, (*state).badInput},
-		{identityFidelityDefinition, (*state).identityFidelity},
-		{ambiguousCommitDefinition, (*state).ambiguousCommit},
-		{crashRecoveryDefinition, (*state).crashRecovery},
-		{externalEffectDefinition, (*state).externalEffect},
-		{failoverDefinition, (*state).failover},
+		{doubleDeliveryDefinition, (*state).doubleDelivery, nil},
+		{concurrentDeliveryDefinition, (*state).concurrentDelivery, nil},
+		{failureAfterMarkerDefinition, (*state).failureAfterMarker, nil},
+		{conflictingPayloadDefinition, (*state).conflictingPayload, conflictPattern},
+		{retentionExpiryDefinition, (*state).retentionExpiry, nil},
+		{namespaceIsolationDefinition, (*state).namespaceIsolation, nil},
+		{badInputDefinition, (*state).badInput, nil},
+		{identityFidelityDefinition, (*state).identityFidelity, nil},
+		{ambiguousCommitDefinition, (*state).ambiguousCommit, nil},
+		{crashRecoveryDefinition, (*state).crashRecovery, nil},
+		{externalEffectDefinition, (*state).externalEffect, nil},
+		{failoverDefinition, (*state).failover, nil},
 	}
+}
+
+// patternHint is the guess at the cause of a rule's failures that its
+// fixture reads from which of the rule's plays passed and which failed
+// (by where they are in the tree), "" when the fixture has none or the
+// plays show no pattern.
+func patternHint(r fixtures.Rule, passedIn, failedIn []string) string {
+	for _, f := range fixtureList() {
+		if f.pattern != nil && f.define().Fixture.ID == r.Fixture {
+			return f.pattern(r.ID, passedIn, failedIn)
+		}
+	}
+	return ""
 }
 
 // Definitions returns every fixture's definition, in catalogue order,

@@ -23,7 +23,7 @@ import (
 const claimantChildEnv = "HARMLESS_TEST_CLAIMANT"
 
 // lostEvent is what the failed-claimant rule says of a lost event.
-var lostEvent = expect{certificate.VerdictFail, "the event is lost: "}
+var lostEvent = expect{certificate.VerdictFail, "answered Duplicate while the ledger held no effect of the event"}
 
 // claimantCases are implementations whose contenders wait for the
 // claimant in ways the database does not all show, which must pass the

@@ -44,7 +44,7 @@ type crashCase struct {
 
 var (
 	pass        = expect{verdict: certificate.VerdictPass}
-	lostEffects = expect{certificate.VerdictFail, "has 0 effects (expected 1)"}
+	lostEffects = expect{certificate.VerdictFail, "was acknowledged while the ledger held no effect of it: "}
 	twoEffects  = expect{certificate.VerdictFail, "has 2 effects (expected 1)"}
 )
 
@@ -61,7 +61,7 @@ var crashCases = map[string]crashCase{
 	"unlogged": {
 		adapter: unloggedAdapter(),
 		want: map[string]expect{
-			catalogid.CrashRecoveryAppliedSurvives:     {certificate.VerdictFail, "its deduplication state did not survive the crash"},
+			catalogid.CrashRecoveryAppliedSurvives:     {certificate.VerdictFail, "after the restart the redelivery to instance 1 ended Applied (expected Duplicate)"},
 			catalogid.CrashRecoveryInFlightExactlyOnce: pass,
 		},
 	},

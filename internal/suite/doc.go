@@ -21,7 +21,7 @@
 //
 // Every play of a fixture (the fixture's own, or one variant's) gets a
 // fresh schema holding the harness's effect ledger and its fault points,
-// and builds instances of the implementation (two workers) through the
+// and builds instances of the implementation (two, most often) through the
 // adapter's factory; the rules of that play are its rules, each judging
 // what the play gathered, and they share the play's schema and instances
 // rather than getting their own. The harness delivers events as an

@@ -12,12 +12,12 @@ import (
 )
 
 // redeliveries is how often double-delivery redelivers after the first
-// delivery, alternating between two workers; then it redelivers once more
-// to a third worker (freshWorker), which has never seen the event, as a
-// worker started after a restart or to scale up.
+// delivery, alternating between two instances; then it redelivers once more
+// to a third instance (freshInstance), which has never seen the event, as an
+// instance started after a restart or to scale up.
 const (
-	redeliveries = 10
-	freshWorker  = 3
+	redeliveries  = 10
+	freshInstance = 3
 )
 
 // newEvent returns an event of the fixture with a payload that names it.
@@ -47,13 +47,14 @@ func doubleDeliveryDefinition() Definition {
 		Page: DocPage{File: "concurrency.md", Title: "duplicates, one after another and at once"},
 		Fixture: fixtures.Fixture{
 			ID:  doubleDeliveryID,
-			Doc: "Deliver an event once, then redeliver it ten times, one after another, alternating between two workers, and once more to a third worker that has never seen it.",
+			Doc: "Deliver an event once, then redeliver it ten times, one after another, alternating between two instances, and once more to a third instance that has never seen it.",
 			Rules: []fixtures.Rule{
 				{
 					ID: doubleDeliveryFirstApplied, Level: fixtures.Must,
-					Doc:     "The first delivery of a new event is acknowledged as Applied.",
+					Doc:     "The first delivery of a new event is acknowledged as Applied, with the event's effect committed when it answers.",
 					Reason:  "A run in which nothing is ever applied proves nothing; an implementation must apply new events. " + seedClaim,
 					Suspect: "the claim is never made, or the effect is skipped even when the claim succeeds",
+					Changed: "since 0.2.0 the Applied answer is checked against the ledger the moment it is given: an Applied with no effect committed fails the rule, where before only the answer was read.",
 				},
 				{
 					ID: doubleDeliveryRedeliveryDuplicate, Level: fixtures.Must,
@@ -77,7 +78,7 @@ func (s *state) doubleDelivery() {
 		var (
 			ev      = newEvent(doubleDeliveryID, "1")
 			first   []harness.Attempt
-			later   [][]harness.Attempt // the last to freshWorker
+			later   [][]harness.Attempt // the last to freshInstance
 			effects []ledger.Entry
 			all     []harness.Attempt
 			rows    int64 // the implementation's rows, at the end
@@ -95,11 +96,11 @@ func (s *state) doubleDelivery() {
 			first = play.DeliverUntilTerminal(ctx, 1, ev)
 			for i := range redeliveries + 1 {
 				pn.at("redelivery %d of %d", i+1, redeliveries+1)
-				worker := 2 - i%2 // alternate: worker 2, 1, 2, ..., then a fresh one
+				instance := 2 - i%2 // alternate: instance 2, 1, 2, ..., then a fresh one
 				if i == redeliveries {
-					worker = freshWorker
+					instance = freshInstance
 				}
-				later = append(later, play.DeliverUntilTerminal(ctx, worker, ev))
+				later = append(later, play.DeliverUntilTerminal(ctx, instance, ev))
 			}
 			var err error
 			effects, err = play.Effects(ctx, ev)
@@ -110,7 +111,11 @@ func (s *state) doubleDelivery() {
 
 		pn.rule(doubleDeliveryFirstApplied, func() []string {
 			last := first[len(first)-1]
-			if last.Acked() && last.Outcome == adapters.Applied {
+			switch {
+			case last.Unbacked():
+				return []string{fmt.Sprintf("the first delivery answered %s while the ledger held no effect of the event; Applied promises the effect committed\n%s",
+					last.Outcome, describe())}
+			case last.Acked() && last.Outcome == adapters.Applied:
 				return nil
 			}
 			return []string{fmt.Sprintf("the first delivery ended %s; expected Applied\n%s",
@@ -149,7 +154,7 @@ func (s *state) doubleDelivery() {
 // delivery. It returns the cause as a fact when the evidence rules out the
 // alternatives (the implementation keeps no row in the database at all, so
 // its claims can only be in its memory), else a hint, worded as one, to
-// follow the evidence in the message (a key that includes the worker would
+// follow the evidence in the message (a key that includes the instance would
 // look the same), else neither: when an instance that had never seen the
 // event answered Duplicate, the claim is shared, and the cause lies
 // elsewhere.
@@ -177,10 +182,10 @@ func unsharedClaim(first []harness.Attempt, later [][]harness.Attempt, rows int6
 	if len(other) == 0 {
 		return "", ""
 	}
-	pattern := fmt.Sprintf("each of %d instances applied the event once, the first delivery on worker %d and redeliveries %s on workers new to it, and every other redelivery, to a worker that had applied it, was Duplicate",
+	pattern := fmt.Sprintf("each of %d instances applied the event once, the first delivery on instance %d and redeliveries %s on instances new to it, and every other redelivery, to an instance that had applied it, was Duplicate",
 		len(seen), applied.Instance, strings.Join(other, ", "))
 	if rowsErr == nil && rows == 0 {
 		return "the claim is not shared between instances: " + pattern + ", and the implementation keeps no row in the database, so its claims live in each process's memory", ""
 	}
-	return "", "the claim is not shared between instances (a dedup set held in process memory, or a key that includes the worker): " + pattern
+	return "", "the claim is not shared between instances (a dedup set held in process memory, or a key that includes the instance): " + pattern
 }

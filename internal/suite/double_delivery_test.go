@@ -30,11 +30,11 @@ func TestUnsharedClaim(t *testing.T) {
 		want  string // a fragment of the observation, or "" for none
 	}{
 		{"in memory per instance", at(1, applied),
-			[][]harness.Attempt{at(2, applied), at(1, dup), at(2, dup), at(1, dup), at(3, applied)}, "redeliveries 1, 5 on workers new to it"},
+			[][]harness.Attempt{at(2, applied), at(1, dup), at(2, dup), at(1, dup), at(3, applied)}, "redeliveries 1, 5 on instances new to it"},
 		{"the other instance applies later", at(1, applied),
-			[][]harness.Attempt{at(1, dup), at(2, applied), at(2, dup)}, "redeliveries 2 on workers new to it"},
+			[][]harness.Attempt{at(1, dup), at(2, applied), at(2, dup)}, "redeliveries 2 on instances new to it"},
 		{"correct", at(1, applied), [][]harness.Attempt{at(2, dup), at(1, dup), at(3, dup)}, ""},
-		{"a fresh worker answers Duplicate", at(1, applied),
+		{"a fresh instance answers Duplicate", at(1, applied),
 			[][]harness.Attempt{at(2, applied), at(1, dup), at(2, dup), at(3, dup)}, ""},
 		{"no marker at all", at(1, applied), [][]harness.Attempt{at(2, applied), at(1, applied)}, ""},
 		{"the instance that applied applies again", at(1, applied), [][]harness.Attempt{at(1, applied), at(2, dup)}, ""},
@@ -56,7 +56,7 @@ func TestUnsharedClaim(t *testing.T) {
 				case c.want != "" && rows == 0 && cause == "":
 					t.Fatalf("with no row in the database, %q is only a hint; want it stated as the cause", hint)
 				case c.want != "" && rows > 0 && cause != "":
-					t.Fatalf("with %d rows in the database, %q is stated as the cause; a key that includes the worker would look the same", rows, cause)
+					t.Fatalf("with %d rows in the database, %q is stated as the cause; a key that includes the instance would look the same", rows, cause)
 				}
 			}
 		})

@@ -26,7 +26,7 @@ func failedRule(t *testing.T, id string, variants map[string][]string) certifica
 		t.Fatal(err)
 	}
 	var specs []*specRecord
-	for _, variant := range []string{"plain", "with a sleep after the claim"} {
+	for _, variant := range []string{"plain", "with a hold after the claim"} {
 		problems, ok := variants[variant]
 		if !ok {
 			continue
@@ -59,7 +59,7 @@ func roundProblems(kind string, n int) []string {
 			err = fmt.Sprintf("error: cannot handle id %q (quoted whole)", strings.Repeat("m", 1<<20))
 		}
 		problems = append(problems, fmt.Sprintf("round %d (%s, 16 contenders): event harmless.concurrent-delivery/%s applied 2 times (by attempt 1, 2); 16 deliveries:\n"+
-			"  Applied: 2, attempt 1 (worker 1), 2 (worker 2)\n  Duplicate: 13, attempt 3 (worker 1), and 12 more\n  %s: 1, attempt 16 (worker 2)\nno fault was planned", i, kind, id, err))
+			"  Applied: 2, attempt 1 (instance 1), 2 (instance 2)\n  Duplicate: 13, attempt 3 (instance 1), and 12 more\n  %s: 1, attempt 16 (instance 2)\nno fault was planned", i, kind, id, err))
 	}
 	return problems
 }
@@ -68,8 +68,8 @@ func roundProblems(kind string, n int) []string {
 // problem a check found, each line bounded, a long one cut in its middle.
 func TestCertificateKeepsEveryProblem(t *testing.T) {
 	r := failedRule(t, catalogid.ConcurrentDeliveryOneEffect, map[string][]string{
-		"plain":                        roundProblems("plain", 20),
-		"with a sleep after the claim": roundProblems("overlap", 10),
+		"plain":                       roundProblems("plain", 20),
+		"with a hold after the claim": roundProblems("overlap", 10),
 	})
 	data, err := json.Marshal(r)
 	if err != nil {
@@ -97,7 +97,7 @@ func TestCertificateKeepsEveryProblem(t *testing.T) {
 		}
 		if strings.Contains(line, "bytes left out") {
 			cut++
-			if !strings.HasPrefix(strings.TrimLeft(line, " "), "error: cannot handle id \"mmm") || !strings.HasSuffix(line, "mmm\" (quoted whole): 1, attempt 16 (worker 2)") {
+			if !strings.HasPrefix(strings.TrimLeft(line, " "), "error: cannot handle id \"mmm") || !strings.HasSuffix(line, "mmm\" (quoted whole): 1, attempt 16 (instance 2)") {
 				t.Errorf("a cut line lost its start or its end: %.100q … %q", line, line[max(0, len(line)-100):])
 			}
 		}
@@ -125,8 +125,8 @@ var moreProblems = regexp.MustCompile(`^- … and (\d+) more problems?; see the 
 func TestExcerptIsShort(t *testing.T) {
 	const hint = "see the JSON"
 	r := failedRule(t, catalogid.ConcurrentDeliveryOneEffect, map[string][]string{
-		"plain":                        roundProblems("plain", 20),
-		"with a sleep after the claim": roundProblems("overlap", 10),
+		"plain":                       roundProblems("plain", 20),
+		"with a hold after the claim": roundProblems("overlap", 10),
 	})
 	for _, maxLines := range []int{certificate.ExcerptLines, 12} {
 		ex := r.Excerpt(maxLines, hint)
@@ -146,7 +146,7 @@ func TestExcerptIsShort(t *testing.T) {
 				shown[strings.Fields(line)[3]]++
 			}
 		}
-		for _, want := range []string{"[concurrent-delivery / plain] MUST", "[concurrent-delivery / with a sleep after the claim] MUST", "- round 1 (plain,", "- round 1 (overlap,"} {
+		for _, want := range []string{"[concurrent-delivery / plain] MUST", "[concurrent-delivery / with a hold after the claim] MUST", "- round 1 (plain,", "- round 1 (overlap,"} {
 			if !strings.Contains(ex, want) {
 				t.Errorf("%d lines: the excerpt lacks %q:\n%s", maxLines, want, ex)
 			}

@@ -95,12 +95,12 @@ func (x *extPlay) untilTerminal(ctx context.Context, n int, ev adapters.Event) [
 
 // variants of the external-effect fixture.
 var extVariants = []extVariant{
-	{id: "redelivery", name: "redelivery, two workers and a conflicting copy", play: func(ctx context.Context, x *extPlay) {
+	{id: "redelivery", name: "redelivery, two instances and a conflicting copy", play: func(ctx context.Context, x *extPlay) {
 		a, b, c := x.event("redelivered"), x.event("concurrent"), x.event("conflicting")
 		x.pn.at("the redelivered event")
 		x.untilTerminal(ctx, 1, a)
 		x.play.Deliver(ctx, 2, a)
-		x.pn.at("two workers at once")
+		x.pn.at("two instances at once")
 		var wg sync.WaitGroup
 		got := make([]harness.Attempt, 2)
 		for i := range got {
@@ -251,16 +251,17 @@ func externalEffectDefinition() Definition {
 		Page: DocPage{File: "external-effects.md", Title: "external effects"},
 		Fixture: fixtures.Fixture{
 			ID:       externalEffectID,
+			Verifies: []string{"external_effects"},
 			Requires: []fixtures.Requirement{catalogid.NeedsExternalEffects},
 			Doc: "The harness runs an external destination for each play, an HTTP API on the loopback that honours idempotency keys as Stripe and the IETF Idempotency-Key draft do, and counts what it processed; the implementation sends each applied event's external effect there. " +
-				"Plays, each with fresh events: redelivery, two workers at once and a conflicting copy; the destination answering 500 then 503; the destination processing a request and dropping the connection before its answer; the destination down while events are delivered (refusing connections), then up again, and the events not acknowledged redelivered; a slow answer; the implementation stopped between its commit and its send (the destination holds the first request, the instance is aborted or closed without draining, the request is dropped unprocessed, a new instance starts on the same schema and the event is redelivered to it); and the database transaction failing at COMMIT after the external call was made, then redelivered. " +
+				"Plays, each with fresh events: redelivery, two instances at once and a conflicting copy; the destination answering 500 then 503; the destination processing a request and dropping the connection before its answer; the destination down while events are delivered (refusing connections), then up again, and the events not acknowledged redelivered; a slow answer; the implementation stopped between its commit and its send (the destination holds the first request, the instance is aborted or closed without draining, the request is dropped unprocessed, a new instance starts on the same schema and the event is redelivered to it); and the database transaction failing at COMMIT after the external call was made, then redelivered. " +
 				"After each play the harness drains every instance that implements adapters.Drainer, and waits until the destination has had no request for the implementation's send pace (its declared max send delay and a margin, else 5s) when an instance cannot be drained or a delay is declared, then judges from the destination's records and the ledger. An implementation that declares no external effects gets not-applicable: \"external effects: none declared\".",
 			Rules: []fixtures.Rule{
 				{
 					ID: externalEffectStableKey, Level: fixtures.Must,
-					Doc:     "Every request for one event carries the same idempotency key, across retries, redeliveries, workers and restarts; two different events never share a key.",
+					Doc:     "Every request for one event carries the same idempotency key, across retries, redeliveries, instances and restarts; two different events never share a key.",
 					Reason:  seedExtern + " A destination deduplicates by the key alone: a key that changes between attempts makes each retry a new effect, and a key shared by two events makes the second a replay of the first.",
-					Suspect: "the key is made per attempt (a random UUID, a timestamp, the broker's message id) instead of being derived from the event's identity, or derived from the id without the namespace",
+					Suspect: "the key is made per attempt (a random UUID drawn at each send, a timestamp, the broker's message id) instead of being drawn once per committed effect and stored with it, or derived from the identity; or it is derived from the id without the namespace",
 				},
 				{
 					ID: externalEffectExactlyOnceAtDestination, Level: fixtures.Must,
@@ -295,7 +296,7 @@ func (s *state) externalEffect() {
 				)
 				// Two instances at most built, and every event delivered
 				// until terminal and once more, by two deliveries per
-				// event of conflicts and workers at most; then one wait
+				// event of conflicts and instances at most; then one wait
 				// for a first send, and the drain of two instances at
 				// the implementation's pace.
 				waits := x.sendWait() + harness.DrainLimit(s.adapter.Declares, s.cfg.deliveryTimeout, 2) + slowAnswer + stopGrace

@@ -5,8 +5,8 @@ import (
 	"testing"
 
 	"github.com/harmless-dev/harmless/adapters"
-	"github.com/harmless-dev/harmless/fixtures"
 	"github.com/harmless-dev/harmless/internal/adapters/builtin"
+	"github.com/harmless-dev/harmless/internal/catalogid"
 	"github.com/harmless-dev/harmless/internal/pgtest"
 	"github.com/harmless-dev/harmless/suite/certificate"
 )
@@ -31,11 +31,11 @@ func TestExternalEffectChild(t *testing.T) {
 // rules out, and the children pass.
 func TestExternalEffect(t *testing.T) {
 	dsn := pgtest.DSN(t)
-	filter := runFixtures("TestExternalEffectChild", fixtures.ExternalEffect)
+	filter := runFixtures("TestExternalEffectChild", catalogid.ExternalEffect)
 	ours := func(cert certificate.Certificate) []certificate.RuleResult {
 		var rules []certificate.RuleResult
 		for _, r := range cert.Rules {
-			if r.Fixture == fixtures.ExternalEffect {
+			if r.Fixture == catalogid.ExternalEffect {
 				rules = append(rules, r)
 			}
 		}

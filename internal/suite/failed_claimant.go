@@ -57,7 +57,7 @@ var claimantVariants = []claimantVariant{
 func (s *state) failedClaimant(v claimantVariant) {
 	s.group(v.id, v.name, func() {
 		var plays []claimantResult
-		n := min(s.cfg.overlapRounds, claimantRounds)
+		n := min(s.cfg.concurrent.overlapRounds, claimantRounds)
 		// Two instances to build; every play of every round delivers the
 		// claimant and, at once, the contenders, then redelivers until a
 		// copy is acknowledged; a round is played up to overlapTries times.
@@ -68,7 +68,7 @@ func (s *state) failedClaimant(v claimantVariant) {
 				pn.at("round %d of %d (%d played)", round, n, round-1)
 				plays = append(plays, s.claimantRound(ctx, play, v, round)...)
 			}
-			s.cfg.logf("concurrent-delivery (%s): %d plays of %d rounds, %d deliveries each", v.name, len(plays), n, s.cfg.contenders)
+			s.cfg.logf("concurrent-delivery (%s): %d plays of %d rounds, %d deliveries each", v.name, len(plays), n, s.cfg.concurrent.contenders)
 		})
 
 		pn.judgedRule(concurrentDeliveryFailedClaimantNotLost, func() judgement {
@@ -103,12 +103,12 @@ type claimantWatch struct {
 // claimantResult is what one try of a failed-claimant round left behind: one event, its
 // claimant, its contenders and what the broker did next.
 type claimantResult struct {
-	label          string
-	ev             adapters.Event
-	where          string
-	claimantWorker int
-	claimant       harness.Attempt
-	contenders     []contender
+	label            string
+	ev               adapters.Event
+	where            string
+	claimantInstance int
+	claimant         harness.Attempt
+	contenders       []contender
 	// redelivered are the broker's redeliveries, made when no copy was
 	// acknowledged.
 	redelivered []harness.Attempt
@@ -155,7 +155,7 @@ func (s *state) playClaimant(ctx context.Context, play *harness.Play, v claimant
 		label += fmt.Sprintf(", try %d", try)
 	}
 	p := claimantResult{
-		label: fmt.Sprintf("%s (claimant failing %s, %d deliveries)", label, v.where, s.cfg.contenders),
+		label: fmt.Sprintf("%s (claimant failing %s, %d deliveries)", label, v.where, s.cfg.concurrent.contenders),
 		ev:    ev,
 		where: v.where,
 	}
@@ -167,25 +167,25 @@ func (s *state) playClaimant(ctx context.Context, play *harness.Play, v claimant
 	var err error
 	p.sleep, err = play.Arm(ctx, faults.Plan{Namespace: ev.Namespace, ID: ev.ID, Times: 1, Point: v.point, Action: faults.SleepThenRaise, Sleep: hold})
 	must(err)
-	// Build both workers first, so that construction is not part of the
+	// Build both instances first, so that construction is not part of the
 	// play. A factory failure shows up in the attempts.
-	for worker := 1; worker <= 2; worker++ {
-		_, _ = play.Instance(ctx, worker)
+	for instance := 1; instance <= 2; instance++ {
+		_, _ = play.Instance(ctx, instance)
 	}
 
 	// The first in the line-up is the claimant: attempt 1.
-	order, workers := s.lineUp(ev, s.cfg.contenders)
-	p.claimantWorker = workers[order[0]]
+	order, instances := s.lineUp(ev, s.cfg.concurrent.contenders)
+	p.claimantInstance = instances[order[0]]
 	claimantDone := make(chan harness.Attempt)
 	go func() {
 		defer s.recoverGather()
 		defer close(claimantDone)
-		p.claimant = play.Deliver(ctx, p.claimantWorker, ev)
+		p.claimant = play.Deliver(ctx, p.claimantInstance, ev)
 	}()
 	p.slept, err = s.awaitFired(ctx, play, p.sleep, claimantDone)
 	must(err)
 
-	race := s.releaseContenders(ctx, play, ev, order[1:], workers, p.slept == 0)
+	race := s.releaseContenders(ctx, play, ev, order[1:], instances, p.slept == 0)
 	if p.slept > 0 {
 		p.watch, err = watchContenders(ctx, play, len(order)-1, race.answeredSoFar, claimantDone, hold*3/4)
 		must(err)
@@ -203,7 +203,7 @@ func (s *state) playClaimant(ctx context.Context, play *harness.Play, v claimant
 	p.inconclusive, p.retry = p.overlapProblem()
 
 	if !p.acknowledged() && ctx.Err() == nil {
-		p.redelivered = play.RedeliverUntilTerminal(ctx, p.claimantWorker, ev, []harness.Attempt{p.claimant})[1:]
+		p.redelivered = play.RedeliverUntilTerminal(ctx, p.claimantInstance, ev, []harness.Attempt{p.claimant})[1:]
 	}
 	p.effects, err = play.Effects(ctx, ev)
 	must(err)
@@ -225,9 +225,9 @@ type contenderRace struct {
 }
 
 // releaseContenders delivers ev once to each of contenders, contender c to
-// worker workers[c], all released together. failing says whether the
+// instance instances[c], all released together. failing says whether the
 // claimant has failed already.
-func (s *state) releaseContenders(ctx context.Context, play *harness.Play, ev adapters.Event, contenders, workers []int, failing bool) *contenderRace {
+func (s *state) releaseContenders(ctx context.Context, play *harness.Play, ev adapters.Event, contenders, instances []int, failing bool) *contenderRace {
 	r := &contenderRace{results: make([]contender, len(contenders))}
 	r.failing.Store(failing)
 	var ready sync.WaitGroup
@@ -240,7 +240,7 @@ func (s *state) releaseContenders(ctx context.Context, play *harness.Play, ev ad
 			defer r.done.Done()
 			ready.Done()
 			<-release
-			a := play.Deliver(ctx, workers[c], ev)
+			a := play.Deliver(ctx, instances[c], ev)
 			r.results[i] = contender{attempt: a, whileHeld: !r.failing.Load()}
 			r.answered.Add(1)
 		}()
@@ -258,8 +258,8 @@ func (r *contenderRace) answeredSoFar() int { return int(r.answered.Load()) }
 func (p claimantResult) overlapProblem() (problem string, retry bool) {
 	switch {
 	case p.slept == 0:
-		return fmt.Sprintf("the claimant (attempt %d on worker %d) never reached the point where it was to fail (%s): it ended %s, and the others were delivered after it",
-			p.claimant.Delivery.Attempt, p.claimantWorker, p.sleep, p.claimant.Result()), false
+		return fmt.Sprintf("the claimant (attempt %d on instance %d) never reached the point where it was to fail (%s): it ended %s, and the others were delivered after it",
+			p.claimant.Delivery.Attempt, p.claimantInstance, p.sleep, p.claimant.Result()), false
 	case len(p.cancelled) == 0:
 		return fmt.Sprintf("the claimant was no longer sleeping when the harness came to fail it (%s): it failed at a moment the harness did not choose", p.watch.why), true
 	case p.watch.seen.LockWaits+p.watch.answered+p.watch.inFlight == 0:
@@ -386,7 +386,7 @@ func claimantHint(plays []claimantResult) string {
 		hints = append(hints, "deliveries that overlapped each applied the event, so the claim does not keep the others out: a check-then-insert without a unique constraint or a lock")
 	}
 	if stuck {
-		hints = append(hints, "no copy was acknowledged Duplicate, yet none applied the effect once the claimant failed: its claim outlives its rollback (a marker committed before the effect, or a lease that never runs out), and the redeliveries never get past it")
+		hints = append(hints, "no copy was acknowledged Duplicate, yet none applied the effect once the claimant's statement failed: its claim outlives the failure of its effect (a marker committed before the effect, or a lease that never runs out), and the redeliveries never get past it")
 	}
 	if len(hints) == 0 {
 		return "" // the usual suspect fits
@@ -410,20 +410,31 @@ func (p claimantResult) heldDuplicates() []harness.Attempt {
 	return out
 }
 
-// violation returns what the play shows wrong, with its evidence, or "".
+// violation returns what the play shows wrong, with its evidence, or "":
+// a copy acknowledged while no effect of the event was committed, and an
+// event that did not end with exactly one effect. It states what the
+// harness did to the claimant and how the claimant's delivery ended,
+// never what became of its claim, which the implementation decides (a
+// claim committed on its own stays when the effect fails).
 func (p claimantResult) violation() string {
-	var msg string
+	var parts []string
+	if u := unbackedProblem(p.history); u != "" {
+		parts = append(parts, u)
+	}
 	switch n := len(p.effects); {
 	case n == 1:
-		return ""
 	case n > 1:
-		msg = fmt.Sprintf("%s: the event has %d effects; expected exactly one", p.label, n)
-	case len(p.heldDuplicates()) > 0 && !p.claimant.Acked():
-		dups := p.heldDuplicates()
-		msg = fmt.Sprintf("%s: the event is lost: %s acknowledged as Duplicate while the claimant (attempt %d on worker %d) held the event; the claimant then failed %s and rolled back (%s); no delivery applied the effect, and a broker that has an acknowledgement for the message redelivers none of its copies",
-			p.label, contendersList(dups, len(p.contenders)), p.claimant.Delivery.Attempt, p.claimantWorker, p.where, p.claimant.Result())
+		parts = append(parts, fmt.Sprintf("the event has %d effects; expected exactly one", n))
 	default:
-		msg = fmt.Sprintf("%s: no delivery applied the effect; expected exactly one effect; %s", p.label, p.brokerStory())
+		parts = append(parts, "no delivery applied the effect; expected exactly one effect; "+p.brokerStory())
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	msg := p.label + ": " + strings.Join(parts, "; ")
+	if len(p.cancelled) > 0 {
+		msg += fmt.Sprintf("; the harness failed the claimant's statement %s (attempt %d on instance %d) while the others were in flight, and that delivery ended %s",
+			p.where, p.claimant.Delivery.Attempt, p.claimantInstance, p.claimant.Result())
 	}
 	return msg + "\n" + p.describe()
 }
@@ -432,20 +443,10 @@ func (p claimantResult) violation() string {
 func (p claimantResult) brokerStory() string {
 	for _, a := range p.history {
 		if a.Terminal() {
-			return fmt.Sprintf("the broker stopped redelivering when attempt %d on worker %d ended %s", a.Delivery.Attempt, a.Instance, a.Result())
+			return fmt.Sprintf("the broker stopped redelivering when attempt %d on instance %d ended %s", a.Delivery.Attempt, a.Instance, a.Result())
 		}
 	}
 	return fmt.Sprintf("no copy was acknowledged, even after %d redeliveries", len(p.redelivered))
-}
-
-// contendersList names the contenders that made attempts, e.g. "14 of 15
-// contenders (attempts 2, 3, 5, 6, 7, 8, 9, 10, and 6 more) were".
-func contendersList(attempts []harness.Attempt, of int) string {
-	verb := "were"
-	if len(attempts) == 1 {
-		verb = "was"
-	}
-	return fmt.Sprintf("%d of %d contenders (attempts %s) %s", len(attempts), of, harness.AttemptNumbers(attempts), verb)
 }
 
 // summary says, for a rule that held, what a play proved.

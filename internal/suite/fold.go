@@ -35,7 +35,7 @@ func (s *state) certificate() certificate.Certificate {
 		Started:      s.started,
 	}
 	s.mu.Lock()
-	cert.AsyncFailover = s.asyncFailover
+	cert.Reports = s.reports
 	s.mu.Unlock()
 	if !s.started.IsZero() {
 		cert.Duration = time.Since(s.started).Seconds()
@@ -44,8 +44,11 @@ func (s *state) certificate() certificate.Certificate {
 	if s.run != nil {
 		maps.Copy(cert.Faults, s.run.FaultsFired())
 	}
-	if s.setupErr != nil {
+	switch {
+	case s.setupErr != nil:
 		cert.Error = s.setupErr.Error()
+	case s.reachErr != nil:
+		cert.Error = s.reachErr.Error()
 	}
 	cert.Rules = ruleResults(fixtures.Rules(), s.order)
 	cert.Status = status(cert.Error, cert.Rules)
@@ -97,7 +100,8 @@ func masked(c certificate.Certificate, secrets *redact.Redactor) certificate.Cer
 }
 
 // status decides a certificate's overall verdict: not-certified when the
-// run could not start, else [certificate.StatusOf] its rules.
+// run could not start, or no fault could reach the implementation, else
+// [certificate.StatusOf] its rules.
 func status(setupErr string, rules []certificate.RuleResult) certificate.Status {
 	if setupErr != "" {
 		return certificate.StatusNotCertified

@@ -22,7 +22,7 @@ import (
 // evidence once, in its subtest's failure.
 func TestRunPrintsEvidenceOnce(t *testing.T) {
 	env := []string{"HARMLESS_DSN=" + pgtest.DSN(t), runChildEnv + "=" + checktheninsert.Name}
-	cert, output, _ := runTestChild(t, "TestRunChild", []string{runFixtures("TestRunChild", fixtures.ConflictingPayload)}, env, 1)
+	cert, output, _ := runTestChild(t, "TestRunChild", []string{runFixtures("TestRunChild", catalogid.ConflictingPayload)}, env, 1)
 	failed := 0
 	for _, r := range cert.Rules {
 		if r.Verdict != certificate.VerdictFail {
@@ -44,7 +44,7 @@ func TestRunPrintsEvidenceOnce(t *testing.T) {
 		}
 	}
 	if failed == 0 {
-		t.Fatalf("no rule of %s failed against %s; the verdict matrix says some must:\n%s", fixtures.ConflictingPayload, checktheninsert.Name, tail(output, 40))
+		t.Fatalf("no rule of %s failed against %s; the verdict matrix says some must:\n%s", catalogid.ConflictingPayload, checktheninsert.Name, tail(output, 40))
 	}
 	if t.Failed() {
 		t.Logf("the child's output:\n%s", tail(output, 120))

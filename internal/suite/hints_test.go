@@ -14,12 +14,13 @@ import (
 	"github.com/harmless-dev/harmless/internal/ledger"
 )
 
-// TestVariantHint: a conflicting copy handled right in sequence but not in
-// flight points to a race, and only then.
-func TestVariantHint(t *testing.T) {
-	seq := fixtures.ConflictingPayload + " / " + conflictSequentialVariant
-	inFlight := fixtures.ConflictingPayload + " / " + conflictInFlightVariant
-	first := fixtures.ConflictingPayload + " / conflicting copy first"
+// TestPatternHint: a conflicting copy handled right in sequence but not in
+// flight points to a race, and only then: the conflicting-payload
+// fixture's pattern, which the fold asks for.
+func TestPatternHint(t *testing.T) {
+	seq := catalogid.ConflictingPayload + " / " + conflictSequentialVariant
+	inFlight := catalogid.ConflictingPayload + " / " + conflictInFlightVariant
+	first := catalogid.ConflictingPayload + " / conflicting copy first"
 	for _, tc := range []struct {
 		name             string
 		rule             string
@@ -32,9 +33,13 @@ func TestVariantHint(t *testing.T) {
 		{"in flight failed but sequential did not run", catalogid.ConflictingPayloadConflictDetected, []string{first}, []string{inFlight}, false, true},
 		{"another fixture", catalogid.ConcurrentDeliveryOneEffect, []string{seq}, []string{inFlight}, false, true},
 	} {
-		got := variantHint(tc.rule, tc.passed, tc.failed)
+		r, err := fixtures.Lookup(tc.rule)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := patternHint(r, tc.passed, tc.failed)
 		if tc.wantRace && !strings.Contains(got, "race") || tc.wantNo && got != "" {
-			t.Errorf("%s: variantHint = %q", tc.name, got)
+			t.Errorf("%s: patternHint = %q", tc.name, got)
 		}
 	}
 }

@@ -141,7 +141,7 @@ func namespaceIsolationDefinition() Definition {
 		Page: DocPage{File: "identity.md", Title: "identities"},
 		Fixture: fixtures.Fixture{
 			ID:  namespaceIsolationID,
-			Doc: "Deliver the same id in two namespaces, and pairs of identities that one join of namespace and id into a single string would merge: for each separator (none, \"/\", \":\", \"|\", \".\", NUL, \"-\", \"_\", \"#\", \",\", \";\", a space, \"@\") and each order, such as (\"harmless:p5\", \"42\") and (\"harmless\", \"p5:42\"), or (\"harmlessp1\", \"42\") and (\"harmless\", \"p142\") for no separator; and two pairs with an empty namespace. Pairs are played eight at a time, the two events of a pair one after the other, on the two workers.",
+			Doc: "Deliver the same id in two namespaces, and pairs of identities that one join of namespace and id into a single string would merge: for each separator (none, \"/\", \":\", \"|\", \".\", NUL, \"-\", \"_\", \"#\", \",\", \";\", a space, \"@\") and each order, such as (\"harmless:p5\", \"42\") and (\"harmless\", \"p5:42\"), or (\"harmlessp1\", \"42\") and (\"harmless\", \"p142\") for no separator; and two pairs with an empty namespace. Pairs are played eight at a time, the two events of a pair one after the other, on the two instances.",
 			Rules: []fixtures.Rule{
 				{
 					ID: namespaceIsolationSameIDTwoNamespaces, Level: fixtures.Must,

@@ -18,17 +18,16 @@ type config struct {
 	deliveryTimeout time.Duration
 	// redeliveryPatience is the broker's (see WithRedeliveryPatience).
 	redeliveryPatience time.Duration
-	contenders         int
-	plainRounds        int
-	overlapRounds      int
-	overlapSleep       time.Duration
-	logf               func(format string, args ...any)
-	onCertificate      []func(certificate.Certificate)
-	onFixture          []func(FixtureProgress)
-	onSecret           []func(string)
-	seed               uint64
-	seedSet            bool
-	protocol           *certificate.Protocol
+	// concurrent is the concurrent-delivery fixture's tuning, which its
+	// file defines.
+	concurrent    concurrentTuning
+	logf          func(format string, args ...any)
+	onCertificate []func(certificate.Certificate)
+	onFixture     []func(FixtureProgress)
+	onSecret      []func(string)
+	seed          uint64
+	seedSet       bool
+	protocol      *certificate.Protocol
 	// budget, when set, replaces every play's budget: the harness's
 	// own tests use it to make a budget run out.
 	budget time.Duration
@@ -41,10 +40,7 @@ func newConfig(opts []Option) config {
 	c := config{
 		deliveryTimeout:    DefaultDeliveryTimeout,
 		redeliveryPatience: harness.DefaultRedeliveryPatience,
-		contenders:         DefaultContenders,
-		plainRounds:        DefaultPlainRounds,
-		overlapRounds:      DefaultOverlapRounds,
-		overlapSleep:       DefaultOverlapSleep,
+		concurrent:         defaultConcurrentTuning(),
 	}
 	for _, o := range opts {
 		o(&c)
@@ -55,13 +51,11 @@ func newConfig(opts []Option) config {
 	return c
 }
 
-// Defaults of the concurrent-delivery fixture.
-const (
-	DefaultContenders    = 16
-	DefaultPlainRounds   = 20
-	DefaultOverlapRounds = 10
-	DefaultOverlapSleep  = 250 * time.Millisecond
-)
+// DefaultOverlapSleep is how long a database-side sleep holds a delivery
+// past its claim in the plays that make deliveries overlap: the
+// concurrent-delivery fixture's overlapping rounds and the
+// conflicting-payload fixture's copy in flight.
+const DefaultOverlapSleep = 250 * time.Millisecond
 
 // WithDSN runs the suite against the database at dsn instead of provisioning
 // one. See package internal/provision for the order of choice without it.
@@ -105,16 +99,6 @@ func WithRedeliveryPatience(d time.Duration) Option {
 	return func(c *config) { c.redeliveryPatience = d }
 }
 
-// WithContenders sets how many deliveries of one event race in each
-// concurrent-delivery round.
-func WithContenders(n int) Option { return func(c *config) { c.contenders = n } }
-
-// WithRounds sets how many concurrent-delivery rounds run plainly and how
-// many with the database-side sleep that forces overlap.
-func WithRounds(plain, overlapping int) Option {
-	return func(c *config) { c.plainRounds, c.overlapRounds = plain, overlapping }
-}
-
 // WithLogf sends the suite's progress lines to logf.
 func WithLogf(logf func(format string, args ...any)) Option {
 	return func(c *config) { c.logf = logf; c.provision.Logf = logf }
@@ -148,7 +132,7 @@ func WithFixtureProgress(fn func(FixtureProgress)) Option {
 // WithSeed sets the seed of the suite's random choices, recorded in the
 // certificate so that a run can be repeated: the order in which the
 // concurrent-delivery fixture starts its contenders and which of the two
-// workers each one is delivered to. Without it the suite picks one at
+// instances each one is delivered to. Without it the suite picks one at
 // random; under [Register], Ginkgo's random seed (GinkgoRandomSeed, set
 // with -ginkgo.seed).
 func WithSeed(seed uint64) Option {

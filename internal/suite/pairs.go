@@ -45,10 +45,10 @@ func pairWork(n int, redeliver bool) work {
 
 // playPairs plays every pair (see playPair), pairParallelism at a time.
 func (s *state) playPairs(ctx context.Context, play *harness.Play, pairs []identityPair, redeliver bool) []pairResult {
-	// Build both workers first, so that construction is not part of any
+	// Build both instances first, so that construction is not part of any
 	// pair. A factory failure shows up in the attempts.
-	for worker := 1; worker <= 2; worker++ {
-		_, _ = play.Instance(ctx, worker)
+	for instance := 1; instance <= 2; instance++ {
+		_, _ = play.Instance(ctx, instance)
 	}
 	plays := make([]pairResult, len(pairs))
 	slots := make(chan struct{}, pairParallelism)
@@ -67,24 +67,24 @@ func (s *state) playPairs(ctx context.Context, play *harness.Play, pairs []ident
 	return plays
 }
 
-// playPair delivers the pair's first event to worker 1 and then its second
-// to worker 2, each until terminal, so that a merge is seen across workers.
-// With redeliver, it then delivers each again to the same worker, which
-// must recognise it: Duplicate for an event that was applied, a refusal
-// again for one that was refused (whether other workers see a claim is
-// double-delivery's business). A delivery that never became terminal is
-// not repeated: that event has failed already.
+// playPair delivers the pair's first event to instance 1 and then its
+// second to instance 2, each until terminal, so that a merge is seen across
+// instances. With redeliver, it then delivers each again to the same
+// instance, which must recognise it: Duplicate for an event that was
+// applied, a refusal again for one that was refused (whether other
+// instances see a claim is double-delivery's business). A delivery that
+// never became terminal is not repeated: that event has failed already.
 func (s *state) playPair(ctx context.Context, play *harness.Play, p identityPair, redeliver bool) pairResult {
 	r := pairResult{pair: p, a: delivered{ev: p.a}, b: delivered{ev: p.b}}
 	r.a.first = play.DeliverUntilTerminal(ctx, 1, p.a)
 	r.b.first = play.DeliverUntilTerminal(ctx, 2, p.b)
 	if redeliver {
 		for _, m := range []struct {
-			d      *delivered
-			worker int
+			d        *delivered
+			instance int
 		}{{&r.a, 1}, {&r.b, 2}} {
 			if last, _ := ended(m.d.first); last.Terminal() {
-				m.d.again = play.DeliverUntilTerminal(ctx, m.worker, m.d.ev)
+				m.d.again = play.DeliverUntilTerminal(ctx, m.instance, m.d.ev)
 			}
 		}
 	}
@@ -136,12 +136,12 @@ func (p pairResult) problem() string {
 // by their order too, since long ones print alike.
 func (p pairResult) issue(i int) string {
 	d, other := p.a, p.b
-	name, otherName, worker := "the first event", "the second event", 1
+	name, otherName, instance := "the first event", "the second event", 1
 	if i == 1 {
 		d, other = p.b, p.a
-		name, otherName, worker = otherName, name, 2
+		name, otherName, instance = otherName, name, 2
 	}
-	msg := fmt.Sprintf("%s, %s, delivered to worker %d: %s", name, d.ev, worker, d.summary())
+	msg := fmt.Sprintf("%s, %s, delivered to instance %d: %s", name, d.ev, instance, d.summary())
 	first, _ := ended(d.first)
 	lost := len(d.effects) == 0 && other.processedOnce()
 	switch {

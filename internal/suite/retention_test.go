@@ -2,6 +2,7 @@ package suite
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -11,7 +12,6 @@ import (
 
 	"github.com/harmless-dev/harmless/adapters"
 	"github.com/harmless-dev/harmless/adapters/reference"
-	"github.com/harmless-dev/harmless/fixtures"
 	"github.com/harmless-dev/harmless/internal/catalogid"
 	"github.com/harmless-dev/harmless/internal/pgtest"
 	"github.com/harmless-dev/harmless/suite/certificate"
@@ -30,6 +30,10 @@ type storeImpl struct {
 	pool   *pgxpool.Pool
 	store  *reference.Store
 	effect adapters.Effect
+	// drop, when set, is the schema of its own the Store keeps its
+	// markers in, dropped when an instance closes: a play closes its
+	// instances only when it ends.
+	drop string
 }
 
 func (c storeImpl) Deliver(ctx context.Context, d adapters.Delivery) (adapters.Outcome, error) {
@@ -38,8 +42,13 @@ func (c storeImpl) Deliver(ctx context.Context, d adapters.Delivery) (adapters.O
 	})
 }
 
-func (c storeImpl) Close(context.Context) error {
-	c.pool.Close()
+func (c storeImpl) Close(ctx context.Context) error {
+	defer c.pool.Close()
+	if c.drop != "" {
+		if _, err := c.pool.Exec(ctx, `DROP SCHEMA IF EXISTS `+c.drop+` CASCADE`); err != nil {
+			return fmt.Errorf("drop %s: %w", c.drop, err)
+		}
+	}
 	return nil
 }
 
@@ -72,6 +81,18 @@ const (
 // declares. Unless it accepts the harness's clock it reads the system
 // clock, as most applications do.
 func storeAdapter(name string, declares adapters.Declaration, p purging) adapters.Adapter {
+	return storeAdapterIn(name, declares, p, false)
+}
+
+// ownSchema is the schema of its own that an adapter of storeAdapterIn
+// keeps its markers in, for the play whose schema is play: outside the
+// play's schema, where the harness counts no row, and shared by the
+// play's instances, as a key-value store would be.
+func ownSchema(play string) string { return "own_" + play }
+
+// storeAdapterIn is storeAdapter, whose Store keeps its markers in a
+// schema of its own (see ownSchema) when own is set.
+func storeAdapterIn(name string, declares adapters.Declaration, p purging, own bool) adapters.Adapter {
 	return adapters.Adapter{
 		Name:     name,
 		Declares: declares,
@@ -81,6 +102,16 @@ func storeAdapter(name string, declares adapters.Declaration, p purging) adapter
 				return nil, err
 			}
 			cfg := reference.Config{Schema: env.Schema}
+			if own {
+				cfg.Schema = ownSchema(env.Schema)
+				// Two instances may set up at once.
+				create := `DO $own$ BEGIN CREATE SCHEMA IF NOT EXISTS ` + pgx.Identifier{cfg.Schema}.Sanitize() + `;
+EXCEPTION WHEN unique_violation OR duplicate_schema THEN NULL; END $own$`
+				if _, err := pool.Exec(ctx, create); err != nil {
+					pool.Close()
+					return nil, err
+				}
+			}
 			if declares.AcceptsClock {
 				cfg.Now = env.Clock.Now
 			}
@@ -90,6 +121,9 @@ func storeAdapter(name string, declares adapters.Declaration, p purging) adapter
 				return nil, err
 			}
 			impl := storeImpl{pool: pool, store: store, effect: env.Effect}
+			if own {
+				impl.drop = pgx.Identifier{cfg.Schema}.Sanitize()
+			}
 			switch p {
 			case purgeMissing:
 				return impl, nil
@@ -115,6 +149,26 @@ type retentionCase struct {
 	want    map[string]certificate.Verdict
 	// says is what the message of every rule that must not pass mentions.
 	says string
+	// noted maps rules that must say something whatever their verdict to
+	// what they must say.
+	noted map[string]string
+}
+
+// noTable is what the rules that count the implementation's rows say when
+// it keeps no table in the play's schema.
+const noTable = "keeps no table in the play's schema"
+
+// tableRules are the retention rules that count the implementation's
+// rows where it keeps them in the play's schema.
+var tableRules = []string{catalogid.RetentionExpiryKeptInsideWindow, catalogid.RetentionExpiryPurgedAfterWindow, catalogid.RetentionExpiryStateBounded}
+
+// saying maps each of ids to says.
+func saying(says string, ids ...string) map[string]string {
+	m := map[string]string{}
+	for _, id := range ids {
+		m[id] = says
+	}
+	return m
 }
 
 // retentionVerdicts gives every retention-expiry rule verdict v, except
@@ -160,6 +214,27 @@ var retentionCases = map[string]retentionCase{
 		want:    retentionVerdicts(certificate.VerdictNotSupported),
 		says:    "declares a window of 1h; real-time mode needs a window of at most 10s",
 	},
+	// The reference's design with its markers in a schema of its own,
+	// outside the play's, where the harness counts nothing: judged by its
+	// answers alone, it must pass, and say so.
+	"own-schema": {
+		adapter: storeAdapterIn("own-schema", reference.Adapter().Declares, purgeRight, true),
+		want:    retentionVerdicts(certificate.VerdictPass),
+		noted:   saying(noTable, tableRules...),
+	},
+	// The bugs of broken-early-purge and broken-no-purge there: caught by
+	// the answers alone.
+	"early-purge-own-schema": {
+		adapter: storeAdapterIn("early-purge-own-schema", reference.Adapter().Declares, purgeEarly, true),
+		want:    retentionVerdicts(certificate.VerdictPass, catalogid.RetentionExpiryKeptInsideWindow, catalogid.RetentionExpiryConcurrentPurgeSafe),
+		says:    "ended Applied",
+		noted:   saying(noTable, catalogid.RetentionExpiryKeptInsideWindow),
+	},
+	"no-purge-own-schema": {
+		adapter: storeAdapterIn("no-purge-own-schema", reference.Adapter().Declares, purgeNothing, true),
+		want:    retentionVerdicts(certificate.VerdictPass, catalogid.RetentionExpiryPurgedAfterWindow, catalogid.RetentionExpiryStateBounded),
+		says:    "still recognised",
+	},
 	"no-window": {
 		adapter: storeAdapter("no-window", realTime(0), purgeRight),
 		want:    retentionVerdicts(certificate.VerdictNotSupported),
@@ -189,7 +264,7 @@ func TestRetentionExpiry(t *testing.T) {
 	for name, c := range retentionCases {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			cert, output, elapsed := runTestChild(t, "TestRetentionChild", []string{runFixtures("TestRetentionChild", fixtures.RetentionExpiry)},
+			cert, output, elapsed := runTestChild(t, "TestRetentionChild", []string{runFixtures("TestRetentionChild", catalogid.RetentionExpiry)},
 				[]string{"HARMLESS_DSN=" + dsn, retentionChildEnv + "=" + name}, 0, 1)
 			t.Logf("the retention-expiry fixture against %s took %s (the child process %s)",
 				name, time.Duration(cert.Duration*float64(time.Second)).Round(time.Millisecond), elapsed.Round(time.Millisecond))
@@ -204,6 +279,8 @@ func TestRetentionExpiry(t *testing.T) {
 					t.Errorf("rule %s: verdict %s; want %s\n%s", r.ID, r.Verdict, want, r.Message)
 				case want != certificate.VerdictPass && !strings.Contains(r.Message, c.says):
 					t.Errorf("rule %s is %s without saying %q:\n%s", r.ID, r.Verdict, c.says, r.Message)
+				case !strings.Contains(r.Message, c.noted[r.ID]):
+					t.Errorf("rule %s is %s without saying %q:\n%s", r.ID, r.Verdict, c.noted[r.ID], r.Message)
 				}
 			}
 			if t.Failed() {

@@ -38,6 +38,9 @@ type state struct {
 	database string
 	kind     string
 	setupErr error
+	// reachErr, set as the run finishes, says that no fault on the wire
+	// could reach the implementation (see unreachable).
+	reachErr error
 	seed     uint64
 	// secrets are masked in everything the suite reports: its log lines,
 	// failure messages and the certificate.
@@ -69,9 +72,9 @@ type state struct {
 	// the plays closed.
 	crashes    []certificate.Crash
 	redelivery certificate.Redelivery
-	// asyncFailover is what the failover fixture's asynchronous variant
-	// saw, once it played.
-	asyncFailover *certificate.AsyncFailover
+	// reports are what the fixtures saw beside their verdicts (see
+	// certificate.Report), as their plays reported it.
+	reports []certificate.Report
 }
 
 // newState prepares a registration of adapter.
@@ -154,6 +157,9 @@ func (s *state) finish(ctx context.Context) error {
 	}
 	errs := s.closeErrs
 	if s.run != nil {
+		if !s.cancelled && s.interrupted == "" {
+			s.reachErr = unreachable(s.run)
+		}
 		cctx, cancel := s.cleanupContext(ctx)
 		defer cancel()
 		if err := s.run.Close(cctx); err != nil {
@@ -163,6 +169,9 @@ func (s *state) finish(ctx context.Context) error {
 	cert := s.certificate()
 	s.cert = &cert
 	s.deliver()
+	if s.reachErr != nil {
+		errs = append(errs, s.reachErr)
+	}
 	return errors.Join(errs...)
 }
 
@@ -171,6 +180,14 @@ func (s *state) deliver() {
 	for _, fn := range s.cfg.onCertificate {
 		fn(*s.cert)
 	}
+}
+
+// report keeps what a fixture saw beside its verdicts for the
+// certificate (see certificate.Report).
+func (s *state) report(r certificate.Report) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.reports = append(s.reports, r)
 }
 
 // FixtureProgress is one fixture's result, reported by
@@ -258,11 +275,10 @@ func (s *state) rand(stream string) *rand.Rand {
 var ErrSetup = errors.New("harmless could not start")
 
 func (c config) validate() error {
+	if err := c.concurrent.validate(); err != nil {
+		return err
+	}
 	switch {
-	case c.contenders < 2:
-		return fmt.Errorf("contenders must be at least 2, not %d", c.contenders)
-	case c.plainRounds < 1 || c.overlapRounds < 1:
-		return fmt.Errorf("rounds must be at least 1, not %d plain and %d overlapping", c.plainRounds, c.overlapRounds)
 	case c.deliveryTimeout <= 0:
 		return fmt.Errorf("delivery timeout must be positive, not %s", c.deliveryTimeout)
 	case c.redeliveryPatience <= 0:

@@ -41,9 +41,9 @@ func TestReference(t *testing.T) {
 	}
 	t.Logf("faults fired: %v", cert.Faults)
 	// Every way of injecting a fault fired; the overlapping rounds of
-	// concurrent-delivery alone fire a sleep each.
+	// concurrent-delivery alone fire a gate each.
 	for kind, least := range map[string]int64{
-		"db:raise@effect": 1, "db:raise@commit": 1, "db:terminate@effect": 1, "db:sleep@effect": suite.DefaultOverlapRounds,
+		"db:raise@effect": 1, "db:raise@commit": 1, "db:terminate@effect": 1, "db:gate@effect": suite.DefaultOverlapRounds, "db:sleep@effect": 1,
 		"hook:panic": 1, "hook:cancel": 1,
 		"proxy:cut@after-statement": 1, "proxy:cut@before-commit": 2, "proxy:cut@after-commit-complete": 1,
 	} {

@@ -184,7 +184,7 @@ func verdict(specs []*specRecord) (certificate.Verdict, string) {
 	switch {
 	case len(failed) > 0:
 		if len(judged) > 0 {
-			if h := hintLine(specs[0].rule, judged, variantHint(specs[0].rule.ID, passedIn, failedIn)); h != "" {
+			if h := hintLine(specs[0].rule, judged, patternHint(specs[0].rule, passedIn, failedIn)); h != "" {
 				failed = append(failed, h)
 			}
 		}
@@ -199,26 +199,4 @@ func verdict(specs []*specRecord) (certificate.Verdict, string) {
 		notes = append(notes, "partly not supported: "+strings.Join(notSupported, "\n"))
 	}
 	return certificate.VerdictPass, failuremsg.BoundLines(strings.Join(notes, "\n"))
-}
-
-// variantHint is a guess at the cause of a rule's violations read from
-// which of its plays passed and which failed, "" when they show no
-// pattern: a conflicting copy handled right when it comes after the
-// first delivery but not while the first is in flight points to a race,
-// not to a missing comparison.
-func variantHint(rule string, passedIn, failedIn []string) string {
-	if !strings.HasPrefix(rule, conflictingPayloadID+".") || len(failedIn) == 0 {
-		return ""
-	}
-	for _, w := range failedIn {
-		if !strings.HasSuffix(w, conflictInFlightVariant) {
-			return ""
-		}
-	}
-	for _, w := range passedIn {
-		if strings.HasSuffix(w, conflictSequentialVariant) {
-			return "a race between looking for the claim and making it: the conflicting copy was told apart when it came after the first delivery (the sequential play passed), but not while the first was in flight, as with a check-then-insert without a unique constraint or a lock"
-		}
-	}
-	return ""
 }

@@ -3,6 +3,7 @@ package verdictmatrix
 import (
 	"context"
 	"os"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -93,8 +94,8 @@ func TestVerdictMatrixOnAFormation(t *testing.T) {
 					t.Errorf("no %s in the certificate's faults %v: the failover fixture did not fail the formation over as planned", kind, r.cert.Faults)
 				}
 			}
-			if r.cert.AsyncFailover == nil {
-				t.Error("the certificate has no async_failover report: the asynchronous variant did not play")
+			if !slices.ContainsFunc(r.cert.Reports, func(rep certificate.Report) bool { return rep.Title == "async-replication" }) {
+				t.Error("the certificate has no async-replication report: the asynchronous variant did not play")
 			}
 			if a.fixture == "" && (r.cert.Status != certificate.StatusCertified || r.code != exitCertified) {
 				t.Errorf("status %s, exit code %d; want certified, 0", r.cert.Status, r.code)

@@ -5,4 +5,4 @@
 package version
 
 // Harness is the harness's version.
-const Harness = "0.1.0"
+const Harness = "0.2.0"

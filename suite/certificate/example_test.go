@@ -146,34 +146,33 @@ func ExampleVerify() {
 	// redelivery window proved: 0s
 }
 
-// A deployment review reads what a failover would lose with asynchronous
-// replication, from a certificate of `harmless certify --provision ha`:
-// information about the database's configuration, which decides no
-// verdict. A team that replicates asynchronously on purpose weighs it; one
-// whose implementation is certified and whose database replicates
-// synchronously can expect no loss.
-func ExampleAsyncFailover() {
+// A report is information a fixture gives beside its verdicts, never a
+// verdict: the failover fixture's asynchronous variant reports what a
+// failover lost with asynchronous replication, from a certificate of
+// `harmless certify --provision ha`. A team that replicates
+// asynchronously on purpose weighs it; one whose implementation is
+// certified and whose database replicates synchronously can expect no
+// loss.
+func ExampleReport() {
 	data := []byte(`{
 	  "adapter": "my-consumer", "status": "certified", "certified": true, "database_kind": "ha",
-	  "async_failover": {
-	    "failover": "hard kill of node1 :6101; node2 :6102 primary after 2.9s, timeline 3 -> 4",
-	    "lag_bytes": 2408, "during_stall": 8, "acknowledged": 16,
-	    "acknowledged_lost": 8, "lost": ["harmless.failover/lagging-1"], "applied_again": 8,
-	    "note": "asynchronous replication: ..."
-	  }}`)
+	  "reports": [{
+	    "fixture": "failover", "title": "async-replication",
+	    "note": "asynchronous replication: ...",
+	    "facts": {"lag_bytes": 2408, "acknowledged": 16, "acknowledged_lost": 8,
+	      "lost": ["harmless.failover/lagging-1"], "applied_again": 8}
+	  }]}`)
 	var cert certificate.Certificate
 	if err := json.Unmarshal(data, &cert); err != nil {
 		fmt.Println(err)
 		return
 	}
-	if a := cert.AsyncFailover; a != nil {
-		fmt.Printf("with asynchronous replication a failover lost %d of %d acknowledged events (standby %d bytes behind); %d applied again when redelivered, first seen %s\n",
-			a.AcknowledgedLost, a.Acknowledged, a.LagBytes, a.AppliedAgain, a.Lost[0])
-		fmt.Println("failover:", a.Failover)
-		fmt.Println("during the stall:", a.DuringStall, a.Note != "")
+	for _, r := range cert.Reports {
+		if r.Title == "async-replication" {
+			fmt.Printf("from %s: a failover lost %v of %v acknowledged events (standby %v bytes behind); %v applied again when redelivered\n",
+				r.Fixture, r.Facts["acknowledged_lost"], r.Facts["acknowledged"], r.Facts["lag_bytes"], r.Facts["applied_again"])
+		}
 	}
 	// Output:
-	// with asynchronous replication a failover lost 8 of 16 acknowledged events (standby 2408 bytes behind); 8 applied again when redelivered, first seen harmless.failover/lagging-1
-	// failover: hard kill of node1 :6101; node2 :6102 primary after 2.9s, timeline 3 -> 4
-	// during the stall: 8 true
+	// from failover: a failover lost 8 of 16 acknowledged events (standby 2408 bytes behind); 8 applied again when redelivered
 }

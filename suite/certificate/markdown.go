@@ -90,8 +90,8 @@ func (c Certificate) WriteMarkdown(w io.Writer) error {
 			}
 		}
 	}
-	if a := c.AsyncFailover; a != nil {
-		fmt.Fprintf(&b, "\n### Asynchronous replication (information, not a verdict)\n\n%s\n", mdCell(a.Note))
+	for _, r := range c.Reports {
+		fmt.Fprintf(&b, "\n### %s, from %s (information, not a verdict)\n\n%s\n", mdCell(r.Title), mdCell(r.Fixture), mdCell(r.Note))
 	}
 	if _, err := io.WriteString(w, b.String()); err != nil {
 		return fmt.Errorf("write Markdown summary: %w", err)

@@ -90,24 +90,14 @@ type Certificate struct {
 	// Declared is what the adapter declares it can do.
 	Declared adapters.Declaration `json:"declared"`
 	// Verified is the part of Declared that the run proved: a capability
-	// holds the declared value only when every rule that tests it passed,
-	// and the zero value otherwise:
-	//
-	//   - ConflictPolicy, when every rule of the conflicting-payload
-	//     fixture passed;
-	//   - RedeliveryWindow, when every rule of the retention-expiry
-	//     fixture passed (an adapter that declares no window gets
-	//     not-supported there, so never a verified window);
-	//   - AcceptsClock, when the adapter declares it and every rule of the
-	//     retention-expiry fixture passed: those rules then ran on the
-	//     harness's manual clock, which the implementation had to follow;
-	//   - ExternalEffects, when every rule of the external-effect fixture
-	//     passed (an adapter that declares none gets not-applicable there,
-	//     so never a verified strategy).
-	//
-	// A rule that was skipped, not-supported, not-applicable or failed
-	// verifies nothing.
-	// [Verify] decides it.
+	// holds the declared value only when every rule of a fixture that
+	// verifies it passed, and the zero value otherwise. Each fixture of the
+	// catalogue names what it verifies (fixtures.Fixture.Verifies;
+	// `harmless list --json` shows it): conflicting-payload the conflict
+	// policy, retention-expiry the redelivery window and whether the
+	// implementation follows the harness's clock, external-effect the
+	// external effects. A rule that was skipped, not-supported,
+	// not-applicable or failed verifies nothing. [Verify] decides it.
 	Verified adapters.Declaration `json:"verified"`
 	// Seed is the seed of the run's random choices: the same seed repeats
 	// them (suite.WithSeed, harmless certify --seed).
@@ -142,13 +132,9 @@ type Certificate struct {
 	// Redelivery says how patient the broker the harness played was, and
 	// had to be.
 	Redelivery Redelivery `json:"redelivery"`
-	// AsyncFailover is what the failover fixture's asynchronous variant
-	// saw, on a run on a replicated formation (--provision ha): what a
-	// deployment replicating asynchronously loses on a failover. It is
-	// information about the database's configuration, not a verdict on
-	// the implementation, and decides nothing; absent when the variant
-	// did not play.
-	AsyncFailover *AsyncFailover `json:"async_failover,omitempty"`
+	// Reports are what fixtures saw beside their rules' verdicts:
+	// information about the deployment, never a verdict (see [Report]).
+	Reports []Report `json:"reports,omitempty"`
 	// Started and Duration time the run.
 	Started  time.Time `json:"started_at"`
 	Duration float64   `json:"duration_s"`
@@ -167,34 +153,22 @@ type Redelivery struct {
 	GaveUp int `json:"gave_up"`
 }
 
-// AsyncFailover is what a failover lost with asynchronous replication:
-// the failover fixture kills the primary while its standby lags, and
-// counts the acknowledged events the new primary has no effect of. With
-// synchronous replication, as the HA engine sets it up, the count is 0
-// for a correct implementation.
-type AsyncFailover struct {
-	// Failover is the evidence of the failover: which node was primary
-	// before and after, and the timelines.
-	Failover string `json:"failover"`
-	// LagBytes is how far the standby was behind the primary, in bytes of
-	// WAL, when the primary was killed.
-	LagBytes int64 `json:"lag_bytes"`
-	// DuringStall is how many deliveries were made while the standby
-	// lagged.
-	DuringStall int `json:"during_stall"`
-	// Acknowledged is how many deliveries were acknowledged before the
-	// failover, during the stall or before it.
-	Acknowledged int `json:"acknowledged"`
-	// AcknowledgedLost is how many of them the failover lost: their
-	// events have no effect on the new primary. Lost names them.
-	AcknowledgedLost int      `json:"acknowledged_lost"`
-	Lost             []string `json:"lost,omitempty"`
-	// AppliedAgain is how many of the lost events were applied again when
-	// redelivered: each was applied twice, in the eyes of anything that
-	// saw the first (a message, a payment sent from the lost commit).
-	AppliedAgain int `json:"applied_again"`
-	// Note says the same in words.
+// Report is what a fixture saw beside its rules' verdicts: information
+// about the deployment the implementation runs on, which decides no
+// verdict and never changes the status. The failover fixture's
+// asynchronous variant, for one, reports what a failover lost with
+// asynchronous replication (Title "async-replication"; docs/reports.md
+// lists its facts).
+type Report struct {
+	// Fixture is the id of the fixture that reports.
+	Fixture string `json:"fixture"`
+	// Title names the report in a word or two, e.g. "async-replication".
+	Title string `json:"title"`
+	// Note says what was seen, in words, as the terminal prints it.
 	Note string `json:"note"`
+	// Facts are the figures behind the note, by name: numbers, strings
+	// and lists of strings, as the fixture's page in docs/ describes them.
+	Facts map[string]any `json:"facts,omitempty"`
 }
 
 // Crash is the crashes of one instance of the implementation in one play.
@@ -202,7 +176,7 @@ type Crash struct {
 	// Play names the play, e.g. "failure-after-marker / the connection
 	// killed at the effect".
 	Play string `json:"play"`
-	// Instance is the instance (worker) number, from 1.
+	// Instance is the instance's number, from 1.
 	Instance int `json:"instance"`
 	// Count is how many times its processes crashed.
 	Count int `json:"count"`
@@ -305,15 +279,13 @@ func StatusOf(rules []RuleResult) Status {
 }
 
 // Verify returns the part of declared that rules prove, as
-// Certificate.Verified states it: the conflict policy when every rule of
-// the conflicting-payload fixture passed; the redelivery window and
-// whether the implementation accepts the harness's clock when every rule
-// of the retention-expiry fixture passed; the external effects when every
-// rule of external-effect passed. The max send delay is never verified: it
-// is how long the harness waited for sends, which no rule tests. A fixture
-// none of whose rules is in rules proves nothing. The suite uses it to
-// build a certificate; so can a tool that merges the rules of several
-// filtered runs.
+// Certificate.Verified states it: each part that a fixture of the
+// catalogue verifies (fixtures.Fixture.Verifies) when every rule of that
+// fixture passed. The max send delay is never verified: it is how long
+// the harness waited for sends, which no rule tests. A fixture none of
+// whose rules is in rules proves nothing. The suite uses it to build a
+// certificate; so can a tool that merges the rules of several filtered
+// runs.
 func Verify(declared adapters.Declaration, rules []RuleResult) adapters.Declaration {
 	passed := func(fixture string) bool {
 		n := 0
@@ -329,15 +301,22 @@ func Verify(declared adapters.Declaration, rules []RuleResult) adapters.Declarat
 		return n > 0
 	}
 	var v adapters.Declaration
-	if passed(fixtures.ConflictingPayload) {
-		v.ConflictPolicy = declared.ConflictPolicy
-	}
-	if passed(fixtures.RetentionExpiry) {
-		v.RedeliveryWindow = declared.RedeliveryWindow
-		v.AcceptsClock = declared.AcceptsClock
-	}
-	if passed(fixtures.ExternalEffect) {
-		v.ExternalEffects = declared.ExternalEffects
+	for _, f := range fixtures.Catalog() {
+		if !passed(f.ID) {
+			continue
+		}
+		for _, part := range f.Verifies {
+			switch part {
+			case "conflict_policy":
+				v.ConflictPolicy = declared.ConflictPolicy
+			case "redelivery_window_s":
+				v.RedeliveryWindow = declared.RedeliveryWindow
+			case "accepts_clock":
+				v.AcceptsClock = declared.AcceptsClock
+			case "external_effects":
+				v.ExternalEffects = declared.ExternalEffects
+			}
+		}
 	}
 	return v
 }

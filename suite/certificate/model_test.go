@@ -50,12 +50,37 @@ func TestVerify(t *testing.T) {
 	// and no clock, is verified.
 	notSupported := map[string]Verdict{}
 	for _, r := range fixtures.Rules() {
-		if r.Fixture == fixtures.RetentionExpiry {
+		if r.Fixture == catalogid.RetentionExpiry {
 			notSupported[r.ID] = VerdictNotSupported
 		}
 	}
 	if got := Verify(adapters.Declaration{ConflictPolicy: adapters.RejectConflicts, AcceptsClock: true}, ruleVerdicts(VerdictPass, notSupported)); got != (adapters.Declaration{ConflictPolicy: adapters.RejectConflicts}) {
 		t.Errorf("retention not-supported: verified %+v; want the conflict policy only", got)
+	}
+}
+
+// TestEveryVerifiedPartIsKnown: each part of a declaration that a fixture
+// of the catalogue says it verifies is one Verify copies, so that no
+// fixture's claim is silently dropped.
+func TestEveryVerifiedPartIsKnown(t *testing.T) {
+	all := adapters.Declaration{ConflictPolicy: adapters.RejectConflicts, RedeliveryWindow: 24 * time.Hour, AcceptsClock: true, ExternalEffects: adapters.Outbox}
+	for _, f := range fixtures.Catalog() {
+		var only []RuleResult
+		for _, r := range ruleVerdicts(VerdictPass, nil) {
+			if r.Fixture == f.ID {
+				only = append(only, r)
+			}
+		}
+		v := Verify(all, only)
+		set := 0
+		for _, isSet := range []bool{v.ConflictPolicy != "", v.RedeliveryWindow != 0, v.AcceptsClock, v.ExternalEffects != ""} {
+			if isSet {
+				set++
+			}
+		}
+		if set != len(f.Verifies) {
+			t.Errorf("fixture %s verifies %q, of which Verify set %d parts: %+v", f.ID, f.Verifies, set, v)
+		}
 	}
 }
 

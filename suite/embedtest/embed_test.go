@@ -51,7 +51,7 @@ var _ = Describe("the embedding suite's own specs", func() {
 
 // filter keeps the run short: one fixture both adapters pass, one the
 // broken adapter fails, and the suite's own spec.
-var filter = "fixture:" + catalogid.DoubleDelivery + " || fixture:" + fixtures.ConflictingPayload + " || own"
+var filter = "fixture:" + catalogid.DoubleDelivery + " || fixture:" + catalogid.ConflictingPayload + " || own"
 
 // failRecorder is the testing.T of RunSpecs: the suite must fail, since one
 // adapter is broken, and that must not fail this test.
@@ -95,7 +95,7 @@ func TestEmbeddedInASuiteWithItsOwnSetup(t *testing.T) {
 	}
 	for _, r := range ref.Rules {
 		want := certificate.VerdictSkipped
-		if r.Fixture == catalogid.DoubleDelivery || r.Fixture == fixtures.ConflictingPayload {
+		if r.Fixture == catalogid.DoubleDelivery || r.Fixture == catalogid.ConflictingPayload {
 			want = certificate.VerdictPass
 		}
 		if r.Verdict != want {
@@ -112,13 +112,13 @@ func TestEmbeddedInASuiteWithItsOwnSetup(t *testing.T) {
 		switch {
 		case r.Fixture == catalogid.DoubleDelivery && r.Verdict != certificate.VerdictPass:
 			t.Errorf("%s, rule %s: %s (%s); want pass", checktheninsert.Name, r.ID, r.Verdict, r.Message)
-		case r.Fixture == fixtures.ConflictingPayload && r.Verdict == certificate.VerdictFail && r.Level == fixtures.Must:
+		case r.Fixture == catalogid.ConflictingPayload && r.Verdict == certificate.VerdictFail && r.Level == fixtures.Must:
 			failedMust++
-		case r.Fixture != catalogid.DoubleDelivery && r.Fixture != fixtures.ConflictingPayload && r.Verdict != certificate.VerdictSkipped:
+		case r.Fixture != catalogid.DoubleDelivery && r.Fixture != catalogid.ConflictingPayload && r.Verdict != certificate.VerdictSkipped:
 			t.Errorf("%s, rule %s: %s; want skipped, the filter left it out", checktheninsert.Name, r.ID, r.Verdict)
 		}
 	}
 	if failedMust == 0 {
-		t.Errorf("%s: no MUST rule of %s failed; the verdict matrix says it must", checktheninsert.Name, fixtures.ConflictingPayload)
+		t.Errorf("%s: no MUST rule of %s failed; the verdict matrix says it must", checktheninsert.Name, catalogid.ConflictingPayload)
 	}
 }

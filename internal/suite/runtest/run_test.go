@@ -94,7 +94,7 @@ func TestCertifyTwice(t *testing.T) {
 	var wg sync.WaitGroup
 	wg.Go(func() { ref, refErr = suite.Certify(ctx, reference.Adapter(), dsn, only(catalogid.DoubleDelivery)) })
 	wg.Go(func() {
-		broken, brokenErr = suite.Certify(ctx, checktheninsert.Adapter(), dsn, only(fixtures.ConflictingPayload))
+		broken, brokenErr = suite.Certify(ctx, checktheninsert.Adapter(), dsn, only(catalogid.ConflictingPayload))
 	})
 	wg.Wait()
 	if refErr != nil || brokenErr != nil {
@@ -104,7 +104,7 @@ func TestCertifyTwice(t *testing.T) {
 		cert    certificate.Certificate
 		fixture string
 		status  certificate.Status
-	}{{ref, catalogid.DoubleDelivery, certificate.StatusPartial}, {broken, fixtures.ConflictingPayload, certificate.StatusNotCertified}} {
+	}{{ref, catalogid.DoubleDelivery, certificate.StatusPartial}, {broken, catalogid.ConflictingPayload, certificate.StatusNotCertified}} {
 		t.Logf("%s: %s, %s", c.cert.Adapter, c.cert.Status, c.cert.Summary())
 		if c.cert.Status != c.status {
 			t.Errorf("%s: status %s; want %s", c.cert.Adapter, c.cert.Status, c.status)
