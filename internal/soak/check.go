@@ -63,11 +63,11 @@ func ParseEventID(s string) (uint32, bool) {
 // rec is one delivery as the checker holds it: an Op without its event
 // (the event's list says which) and with its small fields packed, 32 bytes.
 type rec struct {
-	invoke, ret     int64
-	next            uint32 // the event's previous recorded op, index+1; 0 ends
-	err             uint32
-	worker, attempt uint16
-	bits            uint8
+	invoke, ret       int64
+	next              uint32 // the event's previous recorded op, index+1; 0 ends
+	err               uint32
+	instance, attempt uint16
+	bits              uint8
 }
 
 // Layout of rec.bits.
@@ -93,13 +93,13 @@ func pack(op Op) rec {
 	}
 	return rec{
 		invoke: int64(op.Invoke), ret: int64(op.Return),
-		err: op.Err, worker: op.Worker, attempt: op.Attempt, bits: b,
+		err: op.Err, instance: op.Instance, attempt: op.Attempt, bits: b,
 	}
 }
 
 func (r rec) op(event uint32) Op {
 	op := Op{
-		Event: event, Worker: r.worker, Attempt: r.attempt,
+		Event: event, Instance: r.instance, Attempt: r.attempt,
 		Status:  Status(r.bits>>statusShift) & 3,
 		Outcome: adapters.Outcome(r.bits>>outcomeShift) & 3,
 		Refusal: Refusal(r.bits>>refusalShift) & 3,
@@ -550,7 +550,7 @@ func sortOps(ops []Op) {
 
 func (c *Checker) delivery(op Op) Delivery {
 	d := Delivery{
-		Attempt: int(op.Attempt), Worker: int(op.Worker),
+		Attempt: int(op.Attempt), Instance: int(op.Instance),
 		Payload: op.Variant.String(), Status: op.Status.String(),
 		Error: c.errs[op.Err], Hung: op.Hung,
 		Invoke: op.Invoke, Return: op.Return,
@@ -591,8 +591,8 @@ func (s modelState) String() string {
 
 // modelInput is one delivery's call; modelOutput its completion.
 type modelInput struct {
-	Attempt, Worker uint16
-	Variant         Variant
+	Attempt, Instance uint16
+	Variant           Variant
 }
 
 type modelOutput struct {
@@ -671,7 +671,7 @@ func eventModel() porcupine.NondeterministicModel {
 		Hash: func(state any) uint64 { return uint64(state.(modelState)) + 1 },
 		DescribeOperation: func(input, output any) string {
 			in := input.(modelInput)
-			return fmt.Sprintf("attempt %d w%d %s -> %s", in.Attempt, in.Worker, in.Variant, output.(modelOutput))
+			return fmt.Sprintf("attempt %d i%d %s -> %s", in.Attempt, in.Instance, in.Variant, output.(modelOutput))
 		},
 		DescribeState: func(state any) string { return state.(modelState).String() },
 		DescribeOperationMetadata: func(info any) string {
@@ -684,7 +684,7 @@ func eventModel() porcupine.NondeterministicModel {
 }
 
 func input(op Op) modelInput {
-	return modelInput{Attempt: op.Attempt, Worker: op.Worker, Variant: op.Variant & 1}
+	return modelInput{Attempt: op.Attempt, Instance: op.Instance, Variant: op.Variant & 1}
 }
 
 func output(op Op) modelOutput {
@@ -707,7 +707,7 @@ func appendOperations(h []porcupine.Operation, ops []Op, errs []string) []porcup
 			ret = math.MaxInt64
 		}
 		h[i] = porcupine.Operation{
-			ClientId: max(int(op.Worker)-1, 0), // porcupine's lanes are from 0
+			ClientId: max(int(op.Instance)-1, 0), // porcupine's lanes are from 0
 			Input:    input(op),
 			Call:     int64(op.Invoke),
 			Output:   output(op),
@@ -792,10 +792,10 @@ func (c *Checker) visualize(model porcupine.Model, ops []Op) string {
 	return b.String()
 }
 
-// Explanations: one clause per kind of anomaly, naming attempts, workers and
+// Explanations: one clause per kind of anomaly, naming attempts, instances and
 // times, so a reader can find the deliveries in the history.
 
-func who(op Op) string { return fmt.Sprintf("attempt %d (worker %d)", op.Attempt, op.Worker) }
+func who(op Op) string { return fmt.Sprintf("attempt %d (instance %d)", op.Attempt, op.Instance) }
 
 func at(d time.Duration) string { return fmt.Sprintf("%.3fs", d.Seconds()) }
 

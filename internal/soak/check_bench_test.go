@@ -16,7 +16,7 @@ import (
 
 // syntheticHistory is a clean, realistic soak: about 1.35 deliveries per
 // event, 30% of events delivered twice (a third of those concurrently to
-// another worker), 2% with a first delivery of unknown outcome (that applied
+// another instance), 2% with a first delivery of unknown outcome (that applied
 // the effect half the time) redelivered, 1% with a conflicting copy after
 // the original was acknowledged.
 type syntheticHistory struct {
@@ -29,21 +29,21 @@ func synthesize(events int, seed uint64) syntheticHistory {
 	r := rand.New(rand.NewPCG(seed, 1))
 	h := syntheticHistory{ops: make([]Op, 0, events*14/10)}
 	timeout := errors.New("deliver: context deadline exceeded")
-	const workers = 4
+	const instances = 4
 	lat := func() time.Duration { return time.Duration(500+r.IntN(4500)) * time.Microsecond }
 	for i := range events {
 		e := uint32(i)
 		t := time.Duration(i) * 250 * time.Microsecond
-		w := uint16(1 + r.IntN(workers))
-		other := uint16(1 + (int(w)+r.IntN(workers-1))%workers)
-		first := Op{Event: e, Worker: w, Attempt: 1, Status: OK, Outcome: adapters.Applied, Invoke: t, Return: t + lat()}
+		w := uint16(1 + r.IntN(instances))
+		other := uint16(1 + (int(w)+r.IntN(instances-1))%instances)
+		first := Op{Event: e, Instance: w, Attempt: 1, Status: OK, Outcome: adapters.Applied, Invoke: t, Return: t + lat()}
 		applier := uint16(1)
 		next := uint16(2)
 		if r.Float64() < 0.02 {
 			first.Status, first.Outcome = Info, 0
 			h.ops = append(h.ops, first)
 			h.errs = append(h.errs, timeout)
-			re := Op{Event: e, Worker: other, Attempt: 2, Status: OK, Outcome: adapters.Applied,
+			re := Op{Event: e, Instance: other, Attempt: 2, Status: OK, Outcome: adapters.Applied,
 				Invoke: first.Return + time.Millisecond, Return: first.Return + time.Millisecond + lat()}
 			if r.IntN(2) == 0 {
 				re.Outcome = adapters.Duplicate
@@ -60,7 +60,7 @@ func synthesize(events int, seed uint64) syntheticHistory {
 		}
 		h.effects = append(h.effects, Op{Event: e, Attempt: applier})
 		if r.Float64() < 0.3 {
-			dup := Op{Event: e, Worker: other, Attempt: next, Status: OK, Outcome: adapters.Duplicate}
+			dup := Op{Event: e, Instance: other, Attempt: next, Status: OK, Outcome: adapters.Duplicate}
 			if r.IntN(3) == 0 {
 				// Concurrent: invoked while the first was running,
 				// answered Duplicate once it had claimed the event.
@@ -75,7 +75,7 @@ func synthesize(events int, seed uint64) syntheticHistory {
 			next++
 		}
 		if r.Float64() < 0.01 {
-			c := Op{Event: e, Worker: w, Attempt: next, Variant: Conflicting, Status: OK, Outcome: adapters.Rejected,
+			c := Op{Event: e, Instance: w, Attempt: next, Variant: Conflicting, Status: OK, Outcome: adapters.Rejected,
 				Invoke: first.Return + 2*time.Second}
 			c.Return = c.Invoke + lat()
 			h.ops = append(h.ops, c)

@@ -17,10 +17,10 @@ import (
 
 const msec = time.Millisecond
 
-// d builds one delivery of event 0: attempt a by worker w, invoked at from
+// d builds one delivery of event 0: attempt a by instance w, invoked at from
 // and returned at to (milliseconds).
 func d(a, w int, v Variant, s Status, o adapters.Outcome, from, to int) Op {
-	return Op{Attempt: uint16(a), Worker: uint16(w), Variant: v, Status: s, Outcome: o,
+	return Op{Attempt: uint16(a), Instance: uint16(w), Variant: v, Status: s, Outcome: o,
 		Invoke: time.Duration(from) * msec, Return: time.Duration(to) * msec}
 }
 
@@ -112,10 +112,10 @@ func TestCheckerWrong(t *testing.T) {
 		ops     []Op
 		explain string
 	}{
-		{"duplicate before any applied", []Op{duplicate(1, 1, 0, 10), applied(2, 2, 20, 30)}, "attempt 2 (worker 2) answered Applied at 0.030s, after attempt 1 (worker 1) had returned Duplicate at 0.010s"},
+		{"duplicate before any applied", []Op{duplicate(1, 1, 0, 10), applied(2, 2, 20, 30)}, "attempt 2 (instance 2) answered Applied at 0.030s, after attempt 1 (instance 1) had returned Duplicate at 0.010s"},
 		{"duplicate alone", []Op{duplicate(1, 1, 0, 10), refused(2, 2, Original, RefusedInvalid, 0, 30)}, "before any delivery that could have applied the event had been invoked"},
-		{"applied twice in sequence", []Op{applied(1, 1, 0, 10), applied(3, 2, 20, 30)}, "attempt 3 (worker 2) answered Applied at 0.030s, after attempt 1 (worker 1) had returned Applied at 0.010s; the ledger holds 1 effect (attempt 1, original)"},
-		{"applied after duplicate returned", []Op{info(1, 1, 0, 10), duplicate(2, 2, 20, 30), applied(3, 1, 40, 50)}, "attempt 3 (worker 1) answered Applied at 0.050s, after attempt 2 (worker 2) had returned Duplicate at 0.030s"},
+		{"applied twice in sequence", []Op{applied(1, 1, 0, 10), applied(3, 2, 20, 30)}, "attempt 3 (instance 2) answered Applied at 0.030s, after attempt 1 (instance 1) had returned Applied at 0.010s; the ledger holds 1 effect (attempt 1, original)"},
+		{"applied after duplicate returned", []Op{info(1, 1, 0, 10), duplicate(2, 2, 20, 30), applied(3, 1, 40, 50)}, "attempt 3 (instance 1) answered Applied at 0.050s, after attempt 2 (instance 2) had returned Duplicate at 0.030s"},
 		{"rejected original", []Op{applied(1, 1, 0, 10), d(2, 2, Original, OK, adapters.Rejected, 20, 30)}, "though no delivery of the other payload"},
 	}
 	for _, tc := range cases {
@@ -128,7 +128,7 @@ func TestCheckerWrong(t *testing.T) {
 			if !says(a.Explanation, tc.explain) {
 				t.Errorf("explanation %q lacks %q", a.Explanation, tc.explain)
 			}
-			if !strings.Contains(a.Visualization, "<html") || !strings.Contains(a.Visualization, `attempt 1 w1 original -\u003e`) {
+			if !strings.Contains(a.Visualization, "<html") || !strings.Contains(a.Visualization, `attempt 1 i1 original -\u003e`) {
 				t.Errorf("no visualization of the event's deliveries")
 			}
 			if a.ID != "e0" || a.Namespace != "ns-" || len(a.History) != len(tc.ops) {
@@ -149,7 +149,7 @@ func TestCheckerLost(t *testing.T) {
 		if tot.Lost != 1 || tot.Wrong != 0 || !slices.Equal(kinds(as), []string{"lost"}) {
 			t.Fatalf("want lost only, got %+v: %+v", tot, as)
 		}
-		if want := "attempt 1 (worker 1) answered Applied at 0.010s, yet the ledger holds no effect"; !says(as[0].Explanation, want) {
+		if want := "attempt 1 (instance 1) answered Applied at 0.010s, yet the ledger holds no effect"; !says(as[0].Explanation, want) {
 			t.Errorf("explanation %q lacks %q", as[0].Explanation, want)
 		}
 		if as[0].Visualization != "" {
@@ -166,7 +166,7 @@ func TestCheckerLost(t *testing.T) {
 		if tot.UnknownNotApplied != 1 {
 			t.Errorf("unknown not applied %d, want 1", tot.UnknownNotApplied)
 		}
-		if want := "after attempt 1 (worker 1) had ended unknown at 0.010s without applying anything"; !says(as[0].Explanation, want) {
+		if want := "after attempt 1 (instance 1) had ended unknown at 0.010s without applying anything"; !says(as[0].Explanation, want) {
 			t.Errorf("explanation %q lacks %q", as[0].Explanation, want)
 		}
 	})
@@ -236,7 +236,7 @@ func TestCheckerConflictApplied(t *testing.T) {
 	if tot.ConflictsApplied != 1 || tot.Duplicated != 0 || !slices.Equal(kinds(as), []string{"conflict-applied"}) {
 		t.Fatalf("want conflict-applied only, got %+v: %+v", tot, as)
 	}
-	if want := "by attempt 2 (worker 2), which answered Duplicate at 0.030s"; !says(as[0].Explanation, want) {
+	if want := "by attempt 2 (instance 2), which answered Duplicate at 0.030s"; !says(as[0].Explanation, want) {
 		t.Errorf("explanation %q lacks %q", as[0].Explanation, want)
 	}
 	if as[0].Effects[0].Payload != "conflicting copy" {
@@ -292,10 +292,10 @@ func TestCheckerErrorInterning(t *testing.T) {
 }
 
 func TestCheckerConcurrentRecord(t *testing.T) {
-	const workers, per = 8, 2000
+	const instances, per = 8, 2000
 	c := NewChecker("")
 	var wg sync.WaitGroup
-	for w := range workers {
+	for w := range instances {
 		wg.Go(func() {
 			for i := range per {
 				e := uint32(w*per + i)
@@ -314,14 +314,14 @@ func TestCheckerConcurrentRecord(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	if got, want := c.Suspicious(), workers*per/10; got != want {
+	if got, want := c.Suspicious(), instances*per/10; got != want {
 		t.Fatalf("suspicious %d, want %d", got, want)
 	}
-	for e := range uint32(workers * per) {
+	for e := range uint32(instances * per) {
 		c.Effect(e, 1, Original)
 	}
 	tot, as, _ := c.Check(context.Background())
-	if tot.Events != workers*per || tot.Deliveries != 2*workers*per || tot.Wrong != workers*per/10 || len(as) != tot.Wrong {
+	if tot.Events != instances*per || tot.Deliveries != 2*instances*per || tot.Wrong != instances*per/10 || len(as) != tot.Wrong {
 		t.Fatalf("totals %+v, %d anomalies", tot, len(as))
 	}
 	for i := 1; i < len(as); i++ {

@@ -8,12 +8,12 @@ type Config struct {
 	// generated. With both zero the soak runs for DefaultDuration.
 	Duration time.Duration `json:"duration_ns"`
 	Events   int           `json:"events"`
-	// Workers is the number of implementation instances, at least two,
+	// Instances is the number of implementation instances, at least two,
 	// each delivering one event at a time with its own connections.
-	Workers int `json:"workers"`
+	Instances int `json:"instances"`
 	// Duplicates is the share of events delivered more than once beyond
 	// the redeliveries of failed deliveries: at once, later, or
-	// concurrently to another worker.
+	// concurrently to another instance.
 	Duplicates float64 `json:"duplicates"`
 	// Conflicts is the share of events that also get a conflicting copy
 	// (same identity, another payload), once the original was acknowledged.
@@ -42,7 +42,7 @@ type Config struct {
 // Defaults of the command's flags.
 const (
 	DefaultDuration   = 60 * time.Second
-	DefaultWorkers    = 4
+	DefaultInstances  = 4
 	DefaultDuplicates = 0.3
 	DefaultConflicts  = 0.01
 	// DefaultNoAckTimeout is far longer than a correct implementation goes

@@ -58,7 +58,7 @@ func soakOn(t *testing.T, ctx context.Context, adapter adapters.Adapter, popts p
 func TestACrashingChildIsRestartedAndCounted(t *testing.T) {
 	const crashAt = 40
 	rep, err := soakChild(t, execchild.CrashAtNth, []string{execchild.EnvCrashAt + "=" + strconv.Itoa(crashAt)},
-		soak.Config{Duration: 3 * time.Second, Workers: 2, Duplicates: soak.DefaultDuplicates})
+		soak.Config{Duration: 3 * time.Second, Instances: 2, Duplicates: soak.DefaultDuplicates})
 	if err != nil {
 		t.Fatalf("a child that crashes every %d deliveries and is restarted: %v", crashAt, err)
 	}
@@ -92,7 +92,7 @@ func TestAChildThatAlwaysCrashesEndsWithNoAck(t *testing.T) {
 	const timeout = 2 * time.Second
 	// A patience shorter than the timeout: events whose redeliveries ran
 	// out of it are unsettled too, not lost.
-	cfg := soak.Config{Duration: 2 * time.Minute, Workers: 2, NoAckTimeout: timeout, RedeliveryPatience: 500 * time.Millisecond}
+	cfg := soak.Config{Duration: 2 * time.Minute, Instances: 2, NoAckTimeout: timeout, RedeliveryPatience: 500 * time.Millisecond}
 	start := time.Now()
 	rep, err := soakChild(t, execchild.CrashOnDeliver, nil, cfg)
 	took := time.Since(start)
@@ -140,7 +140,7 @@ func TestAServerCrashIsNotANoAck(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
 	defer cancel()
 	rep, err := soakOn(t, ctx, adapter, provision.Options{Only: provision.KindCluster, Logf: t.Logf},
-		soak.Config{Duration: 4 * time.Second, Workers: 2, Nemeses: []string{soak.NemesisCrash}, NoAckTimeout: 300 * time.Millisecond})
+		soak.Config{Duration: 4 * time.Second, Instances: 2, Nemeses: []string{soak.NemesisCrash}, NoAckTimeout: 300 * time.Millisecond})
 	if err != nil {
 		t.Fatalf("the reference under server crashes: %v", err)
 	}
@@ -181,7 +181,10 @@ func TestAPanicIsACrash(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
 	defer cancel()
 	rep, err := soakOn(t, ctx, adapter, provision.Options{DSN: pgtest.DSN(t), Only: provision.KindDSN},
-		soak.Config{Events: 500, Workers: 2})
+		// Enough events that each of the two instances, which take
+		// deliveries from one queue, gets many times 25 of them however
+		// unevenly a loaded machine schedules them.
+		soak.Config{Events: 2000, Instances: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -229,7 +232,7 @@ func TestPoisonEventsAreLostNotNoAck(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
 	defer cancel()
 	rep, err := soakOn(t, ctx, adapter, provision.Options{DSN: pgtest.DSN(t), Only: provision.KindDSN},
-		soak.Config{Events: 300, Workers: 2, NoAckTimeout: 100 * time.Millisecond, RedeliveryPatience: 2 * time.Second})
+		soak.Config{Events: 300, Instances: 2, NoAckTimeout: 100 * time.Millisecond, RedeliveryPatience: 2 * time.Second})
 	if err != nil {
 		t.Fatalf("a soak of an implementation failing two events for good: %v", err)
 	}

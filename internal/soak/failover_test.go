@@ -66,7 +66,7 @@ func TestReferenceSoaksCleanThroughFailovers(t *testing.T) {
 	const failovers = 2
 	stop := make(chan struct{})
 	var stopped bool
-	cfg := soak.Config{Duration: 3 * time.Minute, Workers: 2, Duplicates: soak.DefaultDuplicates, Conflicts: soak.DefaultConflicts,
+	cfg := soak.Config{Duration: 3 * time.Minute, Instances: 2, Duplicates: soak.DefaultDuplicates, Conflicts: soak.DefaultConflicts,
 		Nemeses: []string{soak.NemesisFailover}, Seed: time.Now().UnixNano(), DeliveryTimeout: harness.DefaultDeliveryTimeout}
 	rep, err := soak.Run(ctx, run, adapter, cfg, soak.Options{Stop: stop, Progress: func(p soak.Progress) {
 		if p.Faults >= failovers && !stopped {

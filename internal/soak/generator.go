@@ -22,7 +22,7 @@ const (
 	// atOnce: again as soon as the first delivery ended, as a broker does
 	// after an ack that was lost.
 	atOnce
-	// concurrently: twice at the same moment, to two workers, as after a
+	// concurrently: twice at the same moment, to two instances, as after a
 	// rebalance.
 	concurrently
 	// later: again after a while, as a broker does after an ack timeout.

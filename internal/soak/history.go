@@ -69,8 +69,8 @@ const (
 type Op struct {
 	// Event is the event's index in the generated stream, from 0.
 	Event uint32
-	// Worker is the implementation instance that handled it, from 1.
-	Worker uint16
+	// Instance is the implementation instance that handled it, from 1.
+	Instance uint16
 	// Attempt is the harness's delivery number for the event (the
 	// ledger records it with the effect), from 1.
 	Attempt uint16

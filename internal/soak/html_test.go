@@ -74,7 +74,7 @@ func testReport(t *testing.T) Report {
 	r := Report{
 		Adapter: nastyAdapter,
 		Config: Config{
-			Duration: 40 * time.Second, Workers: 4, Duplicates: 0.3, Conflicts: 0.01,
+			Duration: 40 * time.Second, Instances: 4, Duplicates: 0.3, Conflicts: 0.01,
 			Nemeses: []string{"kill", "db-sleep", "failover", nastyKind}, Seed: 424242, DeliveryTimeout: 5 * time.Second,
 		},
 		Started:     time.Date(2026, 11, 30, 20, 0, 0, 0, time.UTC),
@@ -89,7 +89,7 @@ func testReport(t *testing.T) Report {
 		Latency:    Latency{P50: 3200 * time.Microsecond, P95: 21 * time.Millisecond, P99: 480 * time.Millisecond, Max: 5 * time.Second},
 		Faults: []FaultWindow{
 			{Kind: "db-sleep", Detail: "pg_sleep(3) in every transaction", Start: 10 * time.Second, End: 16 * time.Second},
-			{Kind: "kill", Detail: "killed worker 2", Start: 22 * time.Second, End: 22*time.Second + 50*time.Millisecond},
+			{Kind: "kill", Detail: "killed instance 2", Start: 22 * time.Second, End: 22*time.Second + 50*time.Millisecond},
 			{Kind: "failover", Detail: failoverDetail, Start: 24 * time.Second, End: 29 * time.Second},
 			{Kind: "db-sleep", Detail: "pg_sleep(1)", Start: 30 * time.Second, End: 33 * time.Second},
 			{Kind: nastyKind, Detail: "could not", Start: 35 * time.Second, End: 35 * time.Second, Err: nastyError},
@@ -128,15 +128,15 @@ func testReport(t *testing.T) Report {
 			Effects:       []EffectRecord{{Attempt: 1, Payload: "original"}, {Attempt: 3, Payload: "original"}},
 			AtDestination: &dest,
 			History: []Delivery{
-				{Attempt: 1, Worker: 1, Payload: "original", Status: "ok", Outcome: "applied", Invoke: 11 * time.Second, Return: 11*time.Second + 40*time.Millisecond},
-				{Attempt: 2, Worker: 3, Payload: "original", Status: "info", Error: nastyError, Hung: true, Invoke: 12 * time.Second, Return: 17 * time.Second},
-				{Attempt: 3, Worker: 2, Payload: "original", Status: "ok", Outcome: "applied", Invoke: 18 * time.Second, Return: 18*time.Second + 5*time.Millisecond},
+				{Attempt: 1, Instance: 1, Payload: "original", Status: "ok", Outcome: "applied", Invoke: 11 * time.Second, Return: 11*time.Second + 40*time.Millisecond},
+				{Attempt: 2, Instance: 3, Payload: "original", Status: "info", Error: nastyError, Hung: true, Invoke: 12 * time.Second, Return: 17 * time.Second},
+				{Attempt: 3, Instance: 2, Payload: "original", Status: "ok", Outcome: "applied", Invoke: 18 * time.Second, Return: 18*time.Second + 5*time.Millisecond},
 			},
 			Visualization: wrongVisualization(t),
 		},
 		{
 			ID: "evt-lost-9", Kinds: []string{"lost"}, Explanation: "acknowledged applied, but the ledger holds no effect",
-			History: []Delivery{{Attempt: 1, Worker: 4, Payload: "original", Status: "ok", Outcome: "applied", Invoke: 31 * time.Second, Return: 32 * time.Second}},
+			History: []Delivery{{Attempt: 1, Instance: 4, Payload: "original", Status: "ok", Outcome: "applied", Invoke: 31 * time.Second, Return: 32 * time.Second}},
 		},
 	}
 	return r

@@ -13,7 +13,6 @@ import (
 	"github.com/harmless-dev/harmless/adapters"
 	"github.com/harmless-dev/harmless/faults"
 	"github.com/harmless-dev/harmless/faults/pgproxy"
-	"github.com/harmless-dev/harmless/internal/backends"
 	"github.com/harmless-dev/harmless/internal/harness"
 	"github.com/harmless-dev/harmless/internal/provision"
 )
@@ -226,7 +225,7 @@ func (n *nemesis) inject(ctx context.Context, kind string, hold time.Duration) (
 	s := n.s
 	switch kind {
 	case NemesisKill:
-		pids, err := backends.TerminateBackends(ctx, s.run.Admin(), s.play.AppNamePrefix())
+		pids, err := s.play.TerminateConnections(ctx)
 		return fmt.Sprintf("terminated %d connections of the implementation", len(pids)), err
 
 	case NemesisCutBeforeCommit, NemesisCutAfterCommit:
@@ -315,7 +314,7 @@ func (n *nemesis) inject(ctx context.Context, kind string, hold time.Duration) (
 		if !ok {
 			return "nothing old enough to purge yet", nil
 		}
-		removed, err := s.play.Purge(ctx, 1+n.rng.IntN(s.cfg.Workers), cutoff)
+		removed, err := s.play.Purge(ctx, 1+n.rng.IntN(s.cfg.Instances), cutoff)
 		return fmt.Sprintf("purged %d rows claimed before %s", removed, cutoff.Format("15:04:05.000")), err
 
 	case NemesisDestination:

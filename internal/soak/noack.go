@@ -59,7 +59,8 @@ func (e *NoAckError) Error() string {
 }
 
 // ackWatch is what the no-ack watchdog knows of the deliveries since the
-// last answer. The workers update it as each delivery ends.
+// last answer. The instances' delivery loops update it as each delivery
+// ends.
 type ackWatch struct {
 	mu       sync.Mutex
 	since    time.Time // the last answer, or the start or the end of the last fault
@@ -113,7 +114,7 @@ func (s *soaker) noAckTimeout() time.Duration {
 // watchAcks ends the soak with a NoAckError once no delivery was answered
 // for the no-ack timeout while deliveries ended with an unknown outcome,
 // among them the first deliveries of as many new events as there are
-// workers. Failed redeliveries alone are no evidence that the
+// instances. Failed redeliveries alone are no evidence that the
 // implementation is dead: one that fails some events for good (a poison
 // message) and answers every other still fails those alone for the whole
 // settling phase, and they are judged lost, as they should be; a dead
@@ -152,7 +153,7 @@ func (s *soaker) watchAcks(ctx context.Context, done <-chan struct{}) func() {
 				if !since.Equal(period) {
 					period, crashesBefore = since, s.crashCount()
 				}
-				if fresh < s.cfg.Workers || now.Sub(since) < limit {
+				if fresh < s.cfg.Instances || now.Sub(since) < limit {
 					continue
 				}
 				crashes := s.crashes()
@@ -208,7 +209,7 @@ func (s *soaker) crashCount() int {
 	return n
 }
 
-// panicked notes that a delivery by worker n panicked, crash describing it.
+// panicked notes that a delivery by instance n panicked, crash describing it.
 func (s *soaker) panicked(n int, crash string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()

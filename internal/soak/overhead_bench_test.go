@@ -20,13 +20,13 @@ import (
 // run on one server, the reference's instances are called directly by 8
 // goroutines (the baseline: the implementation alone, on the same schema,
 // ledger and fault triggers), then the same number of events goes through
-// harmless soak with 8 workers and no nemesis. It reports both throughputs
+// harmless soak with 8 instances and no nemesis. It reports both throughputs
 // and the soak's share of the baseline (goal: 0.9 or more; the pgbench
 // comparison in ci/bench-soak.sh measures the Go client as well).
 //
 //	go test ./internal/soak -run '^$' -bench SoakOverhead -benchtime 20000x
 func BenchmarkSoakOverhead(b *testing.B) {
-	const workers = 8
+	const instances = 8
 	adapter, err := builtin.Lookup("reference")
 	if err != nil {
 		b.Fatal(err)
@@ -39,8 +39,8 @@ func BenchmarkSoakOverhead(b *testing.B) {
 	defer run.Close(context.WithoutCancel(ctx))
 	events := max(b.N, 1000)
 
-	direct := directThroughput(b, run, adapter, workers, events)
-	rep, err := soak.Run(ctx, run, adapter, soak.Config{Events: events, Workers: workers, Seed: 1,
+	direct := directThroughput(b, run, adapter, instances, events)
+	rep, err := soak.Run(ctx, run, adapter, soak.Config{Events: events, Instances: instances, Seed: 1,
 		DeliveryTimeout: harness.DefaultDeliveryTimeout}, soak.Options{})
 	if err != nil {
 		b.Fatal(err)
@@ -51,20 +51,20 @@ func BenchmarkSoakOverhead(b *testing.B) {
 	b.ReportMetric(direct, "direct/s")
 	b.ReportMetric(rep.Throughput, "soak/s")
 	b.ReportMetric(rep.Throughput/direct, "soak/direct")
-	b.Logf("%d events, %d workers: the implementation alone %.0f/s, through the soak %.0f/s, ratio %.2f",
-		events, workers, direct, rep.Throughput, rep.Throughput/direct)
+	b.Logf("%d events, %d instances: the implementation alone %.0f/s, through the soak %.0f/s, ratio %.2f",
+		events, instances, direct, rep.Throughput, rep.Throughput/direct)
 }
 
-// directThroughput delivers events distinct events to workers instances of
-// adapter, called directly, and returns the deliveries per second.
-func directThroughput(b *testing.B, run *harness.Run, adapter adapters.Adapter, workers, events int) float64 {
+// directThroughput delivers events distinct events to that many instances
+// of adapter, called directly, and returns the deliveries per second.
+func directThroughput(b *testing.B, run *harness.Run, adapter adapters.Adapter, instances, events int) float64 {
 	ctx := b.Context()
 	play, err := run.NewPlayWith(ctx, adapter, harness.PlayOptions{NoHistory: true, SystemClock: true})
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer play.Close(context.WithoutCancel(ctx))
-	impls := make([]adapters.Implementation, workers)
+	impls := make([]adapters.Implementation, instances)
 	for n := range impls {
 		if impls[n], err = play.Instance(ctx, n+1); err != nil {
 			b.Fatal(err)

@@ -75,7 +75,7 @@ func (r Report) CrashCount() int {
 // soak: the shape of a certificate's crashes (suite/certificate.Crash), the
 // soak being one play.
 type Crash struct {
-	// Instance is the instance (worker) number, from 1.
+	// Instance is the instance number, from 1.
 	Instance int `json:"instance"`
 	// Count is how many times its processes crashed.
 	Count int `json:"count"`
@@ -193,15 +193,15 @@ type EffectRecord struct {
 
 // Delivery is one delivery as a report spells it.
 type Delivery struct {
-	Attempt int           `json:"attempt"`
-	Worker  int           `json:"worker"`
-	Payload string        `json:"payload"` // original or conflicting copy
-	Status  string        `json:"status"`  // ok, fail, info
-	Outcome string        `json:"outcome,omitempty"`
-	Error   string        `json:"error,omitempty"`
-	Hung    bool          `json:"hung,omitempty"`
-	Invoke  time.Duration `json:"invoke_ns"`
-	Return  time.Duration `json:"return_ns"`
+	Attempt  int           `json:"attempt"`
+	Instance int           `json:"instance"`
+	Payload  string        `json:"payload"` // original or conflicting copy
+	Status   string        `json:"status"`  // ok, fail, info
+	Outcome  string        `json:"outcome,omitempty"`
+	Error    string        `json:"error,omitempty"`
+	Hung     bool          `json:"hung,omitempty"`
+	Invoke   time.Duration `json:"invoke_ns"`
+	Return   time.Duration `json:"return_ns"`
 }
 
 // Unknown is one delivery whose outcome was unknown, resolved by the

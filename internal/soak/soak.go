@@ -120,8 +120,8 @@ func Run(ctx context.Context, run *harness.Run, adapter adapters.Adapter, cfg Co
 
 func (c Config) validate() error {
 	switch {
-	case c.Workers < 2:
-		return fmt.Errorf("a soak needs at least 2 workers, not %d", c.Workers)
+	case c.Instances < 2:
+		return fmt.Errorf("a soak needs at least 2 instances, not %d", c.Instances)
 	case c.Duration < 0 || c.Events < 0:
 		return errors.New("the duration and the number of events must not be negative")
 	case c.Duplicates < 0 || c.Duplicates > 1 || c.Conflicts < 0 || c.Conflicts > 1:
@@ -158,7 +158,7 @@ type soaker struct {
 	settling    bool
 	phase       string
 	concurrent  map[uint32]bool // upcoming events the nemesis wants delivered concurrently
-	// panics counts, per worker, the deliveries that panicked (the play
+	// panics counts, per instance, the deliveries that panicked (the play
 	// keeps no history, where Play.CrashesOf would find them), with the
 	// first.
 	panics  map[int]*Crash
@@ -227,9 +227,9 @@ func (s *soaker) soak(ctx context.Context) (Report, error) {
 	}
 
 	queue := make(chan job)
-	var workers sync.WaitGroup
-	for n := 1; n <= s.cfg.Workers; n++ {
-		workers.Go(func() { s.work(ctx, n, queue) })
+	var deliverers sync.WaitGroup
+	for n := 1; n <= s.cfg.Instances; n++ {
+		deliverers.Go(func() { s.work(ctx, n, queue) })
 	}
 	progressDone := make(chan struct{})
 	stopProgress := s.reportProgress(progressDone)
@@ -272,7 +272,7 @@ func (s *soaker) soak(ctx context.Context) (Report, error) {
 	s.dispatch(settleCtx, queue, false, nil)
 	cancelSettle()
 	close(queue)
-	workers.Wait()
+	deliverers.Wait()
 	close(watchDone)
 	stopWatch()
 	rep.Crashes = s.crashes()
@@ -336,13 +336,7 @@ func (s *soaker) setup(ctx context.Context) error {
 	for _, n := range s.cfg.Nemeses {
 		switch n {
 		case NemesisCutBeforeCommit, NemesisCutAfterCommit:
-			if s.proxy == nil {
-				p, err := s.play.UseProxy(ctx)
-				if err != nil {
-					return err
-				}
-				s.proxy = p
-			}
+			s.proxy = s.play.Proxy()
 		case NemesisDestination:
 			d, err := s.play.OpenDestination(ctx)
 			if err != nil {
@@ -356,7 +350,7 @@ func (s *soaker) setup(ctx context.Context) error {
 			}
 		}
 	}
-	for n := 1; n <= s.cfg.Workers; n++ {
+	for n := 1; n <= s.cfg.Instances; n++ {
 		if _, err := s.play.Instance(ctx, n); err != nil {
 			return err
 		}
@@ -379,10 +373,10 @@ func (s *soaker) setPhase(p string) {
 	s.mu.Unlock()
 }
 
-// dispatch hands jobs to the workers: delayed jobs when due, else, while
-// generating, new events. Generating ends when the load's deadline, its
-// number of events or Stop is reached; without generating it returns once
-// no job is left, or when ctx ends.
+// dispatch hands jobs to the instances' delivery loops (see work): delayed
+// jobs when due, else, while generating, new events. Generating ends when
+// the load's deadline, its number of events or Stop is reached; without
+// generating it returns once no job is left, or when ctx ends.
 func (s *soaker) dispatch(ctx context.Context, queue chan<- job, generating bool, deadline <-chan time.Time) {
 	send := func(j job) bool {
 		select {
@@ -497,7 +491,7 @@ func (s *soaker) signal() {
 }
 
 // upcoming returns k events not generated yet, for faults planned on their
-// first delivery; with concurrent, each is delivered to two workers at
+// first delivery; with concurrent, each is delivered to two instances at
 // once. They are a quarter of a second ahead at the rate events are
 // generated, so that planning the fault (a round trip to the server) ends
 // before they are delivered, however fast the implementation is.
@@ -539,7 +533,8 @@ func (s *soaker) purgeCutoff() (time.Time, bool) {
 	return s.start.Add(oldest), true
 }
 
-// work is worker n: it delivers jobs until the queue closes.
+// work is instance n's delivery loop: it delivers jobs to instance n until
+// the queue closes.
 func (s *soaker) work(ctx context.Context, n int, queue <-chan job) {
 	for j := range queue {
 		ev := s.gen.event(j.event, j.variant)
@@ -559,7 +554,7 @@ func (s *soaker) work(ctx context.Context, n int, queue <-chan job) {
 // record adds the attempt to the history and the timeline; first says it
 // was its event's first delivery.
 func (s *soaker) record(n int, j job, a harness.Attempt, first bool) Op {
-	op := Op{Event: j.event, Worker: uint16(n), Attempt: uint16(min(a.Delivery.Attempt, 1<<16-1)), Variant: j.variant,
+	op := Op{Event: j.event, Instance: uint16(n), Attempt: uint16(min(a.Delivery.Attempt, 1<<16-1)), Variant: j.variant,
 		Invoke: a.Started, Return: a.Ended}
 	switch {
 	case a.Err == nil:

@@ -37,7 +37,7 @@ func soakFor(t *testing.T, name string, d time.Duration, nemeses ...string) soak
 			t.Error(err)
 		}
 	}()
-	cfg := soak.Config{Duration: d, Workers: 4, Duplicates: soak.DefaultDuplicates, Conflicts: soak.DefaultConflicts,
+	cfg := soak.Config{Duration: d, Instances: 4, Duplicates: soak.DefaultDuplicates, Conflicts: soak.DefaultConflicts,
 		Nemeses: nemeses, Seed: time.Now().UnixNano(), DeliveryTimeout: harness.DefaultDeliveryTimeout}
 	rep, err := soak.Run(ctx, run, adapter, cfg, soak.Options{})
 	if err != nil {
@@ -79,7 +79,7 @@ func TestReferenceSoaksClean(t *testing.T) {
 	}
 }
 
-// Check-then-insert applies an event twice when two workers get it at
+// Check-then-insert applies an event twice when two instances get it at
 // once; the soak delivers duplicates concurrently and widens the window
 // with database-side sleeps.
 func TestCheckThenInsertSoakDuplicates(t *testing.T) {
@@ -98,25 +98,25 @@ func TestMarkerFirstSoakLoses(t *testing.T) {
 	}
 }
 
-// An in-memory claim is per worker: a duplicate handed to another worker
+// An in-memory claim is per instance: a duplicate handed to another instance
 // is applied again.
-func TestInMemorySoakDuplicatesAcrossWorkers(t *testing.T) {
+func TestInMemorySoakDuplicatesAcrossInstances(t *testing.T) {
 	rep := soakFor(t, "broken-in-memory", 3*time.Second)
 	if rep.Totals.Duplicated == 0 {
 		t.Errorf("broken-in-memory: no event duplicated: %+v", rep.Totals)
 	}
 	var across bool
 	for _, a := range rep.Anomalies {
-		workers := map[int]bool{}
+		instances := map[int]bool{}
 		for _, d := range a.History {
 			if d.Outcome == "Applied" {
-				workers[d.Worker] = true
+				instances[d.Instance] = true
 			}
 		}
-		across = across || len(workers) > 1
+		across = across || len(instances) > 1
 	}
 	if !across {
-		t.Error("no anomaly shows an event applied by two workers")
+		t.Error("no anomaly shows an event applied by two instances")
 	}
 }
 
@@ -135,7 +135,7 @@ func TestStopEndsTheLoadAndReportsWhatRan(t *testing.T) {
 	defer run.Close(context.WithoutCancel(ctx))
 	stop := make(chan struct{})
 	var once bool
-	cfg := soak.Config{Duration: time.Hour, Workers: 2, Duplicates: 0.3, Conflicts: 0.05,
+	cfg := soak.Config{Duration: time.Hour, Instances: 2, Duplicates: 0.3, Conflicts: 0.05,
 		Nemeses: []string{soak.NemesisKill}, Seed: 1, DeliveryTimeout: harness.DefaultDeliveryTimeout}
 	rep, err := soak.Run(ctx, run, adapter, cfg, soak.Options{Stop: stop, Progress: func(p soak.Progress) {
 		if p.Acked > 100 && !once {
@@ -169,7 +169,7 @@ func TestNoEventIsNoVerdict(t *testing.T) {
 	defer run.Close(context.WithoutCancel(ctx))
 	stop := make(chan struct{})
 	close(stop)
-	rep, err := soak.Run(ctx, run, adapter, soak.Config{Duration: time.Hour, Workers: 2, Seed: 1,
+	rep, err := soak.Run(ctx, run, adapter, soak.Config{Duration: time.Hour, Instances: 2, Seed: 1,
 		DeliveryTimeout: harness.DefaultDeliveryTimeout}, soak.Options{Stop: stop})
 	if err == nil || rep.Verdict != "" {
 		t.Errorf("a soak that delivered %d events: verdict %q, error %v; want an error and no verdict", rep.Totals.Events, rep.Verdict, err)
