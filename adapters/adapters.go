@@ -227,12 +227,17 @@ func seconds(name string, s float64) (time.Duration, error) {
 // Every play of a fixture (the deliveries that one or more of its rules
 // judge) gets fresh Envs with a schema of its own, so implementations never
 // share state between plays or runs; the instances of one play share it,
-// as two workers of one service share a database.
+// as two replicas of one service share a database.
 type Env struct {
-	// DSN connects to the database under test. It carries an
-	// application_name that tags the connection as this run's, so the harness
-	// can find (and kill) exactly the connections it owns: those with the
-	// tag and the DSN's role (see docs/safety.md). Use it unchanged.
+	// DSN connects to the database under test. Its hosts are listeners of
+	// this instance's own on the harness's wire proxy: a connection is the
+	// instance's because it comes in there, which is how the harness's
+	// faults reach it and how the harness finds (and kills) exactly the
+	// connections it owns, those with the DSN's role (see docs/faults.md and
+	// docs/safety.md). Connect with its hosts and ports, in order; a
+	// connection made elsewhere is out of the faults' reach. Its
+	// application_name is a courtesy: replace it with your own, or set one
+	// after connecting, as you please.
 	//
 	// On a replicated formation (--provision ha, the failover fixture) it
 	// names every node, the primary first, and asks for a writable session:
@@ -252,7 +257,7 @@ type Env struct {
 	// AcceptsClock must read the time only from it.
 	Clock Clock
 	// Instance numbers the instances built for one play, from 1: two
-	// instances stand for two workers of the same service.
+	// instances stand for two replicas of the same service.
 	Instance int
 	// Logf, when not nil, writes a diagnostic line to the run's log (where
 	// suite.WithLogf sends it; harmless certify -v prints it).

@@ -70,7 +70,7 @@ func NewRequest(ev adapters.Event) Request {
 }
 
 // Key derives an idempotency key from ev's identity alone: the same event
-// gets the same key on every retry, redelivery, worker and restart, and two
+// gets the same key on every retry, redelivery, instance and restart, and two
 // events never share one (the namespace's length is part of what is
 // hashed, so no namespace/id split collides with another). Any key with
 // those two properties will do; this one is a safe default.

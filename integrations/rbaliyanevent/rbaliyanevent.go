@@ -95,8 +95,7 @@ type delivery struct {
 	applied *bool
 }
 
-// Implementation is one instance (one worker): its *sql.DB, store and
-// handler.
+// Implementation is one instance: its *sql.DB, store and handler.
 type Implementation struct {
 	db      *sql.DB
 	store   *idempotency.PostgresStore

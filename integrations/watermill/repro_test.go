@@ -41,10 +41,10 @@ func reproDB(t *testing.T) (*pgxpool.Pool, string) {
 	return pool, schema
 }
 
-// consumer is one worker as watermill's docs wire it: its own Deduplicator
-// (default repository) whose Middleware wraps a handler that inserts the
-// effect in a transaction of its own. fail, when set, makes the handler's
-// transaction fail after its insert.
+// consumer is one instance of a service as watermill's docs wire it: its
+// own Deduplicator (default repository) whose Middleware wraps a handler
+// that inserts the effect in a transaction of its own. fail, when set,
+// makes the handler's transaction fail after its insert.
 type consumer struct {
 	calls   int
 	fail    bool
@@ -89,14 +89,14 @@ func effects(t *testing.T, pool *pgxpool.Pool, schema, key string) int {
 	return n
 }
 
-// TestReproDoubleDeliveryAcrossWorkers: the default repository is an
-// in-memory map per Deduplicator, so a redelivery to a second worker is new
+// TestReproDoubleDeliveryAcrossInstances: the default repository is an
+// in-memory map per Deduplicator, so a redelivery to a second instance is new
 // to it and applies the effect again (double-delivery, concurrent-delivery,
 // conflicting-payload.no-second-effect).
 //
 // Reproduces: double-delivery.redelivery-duplicate, double-delivery.one-effect, concurrent-delivery.one-effect, concurrent-delivery.one-applied, conflicting-payload.no-second-effect
-// Cause: the default repository is an in-memory map per Deduplicator, so each worker applies the event once
-func TestReproDoubleDeliveryAcrossWorkers(t *testing.T) {
+// Cause: the default repository is an in-memory map per Deduplicator, so each instance applies the event once
+func TestReproDoubleDeliveryAcrossInstances(t *testing.T) {
 	pool, schema := reproDB(t)
 	w1, w2 := newConsumer(pool, schema), newConsumer(pool, schema)
 	for i, w := range []*consumer{w1, w2, w1, w2} {
@@ -105,21 +105,24 @@ func TestReproDoubleDeliveryAcrossWorkers(t *testing.T) {
 		}
 	}
 	if w1.calls != 1 || w2.calls != 1 {
-		t.Fatalf("handler calls: worker 1 %d, worker 2 %d; want 1 each (each worker drops only its own repeats)", w1.calls, w2.calls)
+		t.Fatalf("handler calls: instance 1 %d, instance 2 %d; want 1 each (each instance drops only its own repeats)", w1.calls, w2.calls)
 	}
 	if n := effects(t, pool, schema, "orders/42"); n != 2 {
-		t.Fatalf("effects = %d, want 2: one event applied once per worker", n)
+		t.Fatalf("effects = %d, want 2: one event applied once per instance", n)
 	}
 }
 
 // TestReproFailedHandlerLosesEvent: the Deduplicator records the key in its
 // repository before it calls the handler and never removes it when the
 // handler fails, so the redelivery after a rolled-back transaction is
-// dropped as a duplicate and the event is never applied
-// (failure-after-marker.retry-applies, ambiguous-commit.lost-commit-applies).
+// dropped as a duplicate, acknowledged with no effect committed, and the
+// event is never applied (failure-after-marker.not-acknowledged and
+// retry-applies, ambiguous-commit.lost-commit-applies); a copy delivered
+// while the handler still runs is dropped the same way
+// (concurrent-delivery.failed-claimant-not-lost).
 //
-// Reproduces: failure-after-marker.retry-applies, ambiguous-commit.lost-commit-applies, crash-recovery.in-flight-exactly-once
-// Cause: the key is recorded before the handler runs and kept when the handler fails (an error, a cut connection, a crashed server), so the redelivery is dropped and the event is lost
+// Reproduces: failure-after-marker.not-acknowledged, failure-after-marker.retry-applies, ambiguous-commit.lost-commit-applies, crash-recovery.in-flight-exactly-once, concurrent-delivery.failed-claimant-not-lost
+// Cause: the key is recorded before the handler runs and kept when the handler fails (an error, a cut connection, a crashed server), so a redelivery, or a copy delivered while the handler runs, is dropped as a duplicate with no effect committed, and the event is lost
 func TestReproFailedHandlerLosesEvent(t *testing.T) {
 	pool, schema := reproDB(t)
 	w := newConsumer(pool, schema)

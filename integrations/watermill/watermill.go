@@ -1,7 +1,7 @@
 // Package watermill certifies watermill's middleware.Deduplicator
 // (github.com/ThreeDotsLabs/watermill v1.5.1) as an idempotent consumer,
 // wired as its godoc and its own test (deduplicator_test.go) wire it: a
-// Deduplicator per worker whose Middleware wraps the handler, with the
+// Deduplicator per instance whose Middleware wraps the handler, with the
 // default repository (NewMapExpiringKeyRepository, one minute) and a
 // KeyFactory that reads the event's identity from the message's metadata.
 // The handler applies the effect in a pgx transaction of its own.
@@ -35,7 +35,7 @@ const (
 	AttemptField   = "delivery_attempt"
 )
 
-// maxConns keeps each worker's pool small: the in-memory deduplicator lets
+// maxConns keeps each instance's pool small: the in-memory deduplicator lets
 // one delivery per key through, so few transactions run at once.
 const maxConns = 4
 
@@ -44,7 +44,7 @@ const maxConns = 4
 // clean-up run on time.Now and offer no purge by cutoff (no window, no
 // Purger, no clock), and it makes no external effect.
 func Adapter() adapters.Adapter {
-	return adapters.Adapter{Name: Name, New: newWorker}
+	return adapters.Adapter{Name: Name, New: newInstance}
 }
 
 // Key is the deduplication key of an event: the namespace's length, the
@@ -66,7 +66,7 @@ func NewMessage(d adapters.Delivery) *message.Message {
 	return msg
 }
 
-// NewDeduplicator returns a worker's Deduplicator as the godoc describes
+// NewDeduplicator returns an instance's Deduplicator as the godoc describes
 // it: the key from metadata (NewMessageHasherFromMetadataField), the
 // default repository (left nil, so Middleware installs
 // NewMapExpiringKeyRepository(time.Minute)) and the default timeout.
@@ -74,7 +74,7 @@ func NewDeduplicator() *middleware.Deduplicator {
 	return &middleware.Deduplicator{KeyFactory: middleware.NewMessageHasherFromMetadataField(KeyField)}
 }
 
-type worker struct {
+type instance struct {
 	pool    *pgxpool.Pool
 	effect  adapters.Effect
 	handler message.HandlerFunc
@@ -85,7 +85,7 @@ type worker struct {
 // the middleware returns nil, nil in both cases.
 type ranKey struct{}
 
-func newWorker(ctx context.Context, env adapters.Env) (adapters.Implementation, error) {
+func newInstance(ctx context.Context, env adapters.Env) (adapters.Implementation, error) {
 	cfg, err := pgxpool.ParseConfig(env.DSN)
 	if err != nil {
 		return nil, fmt.Errorf("watermill: parse dsn: %w", err)
@@ -95,16 +95,16 @@ func newWorker(ctx context.Context, env adapters.Env) (adapters.Implementation, 
 	if err != nil {
 		return nil, fmt.Errorf("watermill: open pool: %w", err)
 	}
-	w := &worker{pool: pool, effect: env.Effect}
-	// One Deduplicator per worker, wrapping the handler once, as
+	in := &instance{pool: pool, effect: env.Effect}
+	// One Deduplicator per instance, wrapping the handler once, as
 	// router.AddMiddleware(d.Middleware) would.
-	w.handler = NewDeduplicator().Middleware(w.handle)
-	return w, nil
+	in.handler = NewDeduplicator().Middleware(in.handle)
+	return in, nil
 }
 
-// handle is the worker's handler: it applies the effect in its own
+// handle is the instance's handler: it applies the effect in its own
 // transaction.
-func (w *worker) handle(msg *message.Message) ([]*message.Message, error) {
+func (in *instance) handle(msg *message.Message) ([]*message.Message, error) {
 	ctx := msg.Context()
 	attempt, err := strconv.Atoi(msg.Metadata.Get(AttemptField))
 	if err != nil {
@@ -114,7 +114,7 @@ func (w *worker) handle(msg *message.Message) ([]*message.Message, error) {
 		Event:   adapters.Event{Namespace: msg.Metadata.Get(NamespaceField), ID: msg.Metadata.Get(IDField), Payload: msg.Payload},
 		Attempt: attempt,
 	}
-	err = pgx.BeginFunc(ctx, w.pool, func(tx pgx.Tx) error { return w.effect.Apply(ctx, tx, d) })
+	err = pgx.BeginFunc(ctx, in.pool, func(tx pgx.Tx) error { return in.effect.Apply(ctx, tx, d) })
 	if err != nil {
 		return nil, fmt.Errorf("watermill: apply %s: %w", d.Event, err)
 	}
@@ -127,11 +127,11 @@ func (w *worker) handle(msg *message.Message) ([]*message.Message, error) {
 // Deliver builds the message and calls the wrapped handler, as the router
 // would for a message from the broker: Applied when the handler committed,
 // Duplicate when the Deduplicator dropped the message.
-func (w *worker) Deliver(ctx context.Context, d adapters.Delivery) (adapters.Outcome, error) {
+func (in *instance) Deliver(ctx context.Context, d adapters.Delivery) (adapters.Outcome, error) {
 	var ran bool
 	msg := NewMessage(d)
 	msg.SetContext(context.WithValue(ctx, ranKey{}, &ran))
-	if _, err := w.handler(msg); err != nil {
+	if _, err := in.handler(msg); err != nil {
 		return 0, err
 	}
 	if ran {
@@ -142,8 +142,8 @@ func (w *worker) Deliver(ctx context.Context, d adapters.Delivery) (adapters.Out
 
 // Close closes the pool. The default repository's clean-up goroutine runs
 // on context.Background and has no way to be stopped: it outlives the
-// worker.
-func (w *worker) Close(context.Context) error {
-	w.pool.Close()
+// instance.
+func (in *instance) Close(context.Context) error {
+	in.pool.Close()
 	return nil
 }

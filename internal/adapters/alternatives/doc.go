@@ -47,7 +47,7 @@
 //     UPDATE), then the effect and done = true in one transaction guarded
 //     by the lease's owner. A live lease is an error for the broker to
 //     redeliver; a failed delivery's lease is waited out, as a crashed
-//     worker's would be. Costs: two transactions per event, and a second of
+//     consumer's would be. Costs: two transactions per event, and a second of
 //     patience after any failure.
 //   - alt-polling (package polling): the same two steps, but a delivery
 //     that finds the event claimed polls the row every 20 ms until it is
@@ -55,6 +55,16 @@
 //     second (then takes it over); it neither blocks on a lock nor errors.
 //     Costs: a SELECT per poller every 20 ms, a second stuck after a failed
 //     claimant.
+//   - alt-retry-token (package retrytoken): the reference pattern run by a
+//     retry helper inside the delivery, which runs the whole transaction
+//     again on a lost connection, 57P01-57P03, 40001 or 40P01, as
+//     transaction functions with retry loops do. Each delivery stores a
+//     random claim token in its marker; a retry that finds the event
+//     claimed answers Applied when the token is its own (its earlier
+//     COMMIT landed though its answer was lost), else Duplicate. A
+//     delivery that meets a fault may so answer Applied, with its effect
+//     committed: the harness judges the answer, not whether an error came
+//     back. Costs: a token per marker, and a delivery held for its retries.
 //   - alt-slow-relay (package slowrelay): the reference's claim with an
 //     outbox whose relay polls every 3 s, is never woken by a commit,
 //     retries a failed send only at its next poll, and offers no Drain.

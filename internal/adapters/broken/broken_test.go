@@ -39,6 +39,7 @@ const (
 	markerFirst     = "broken-marker-first"
 	noNamespace     = "broken-no-namespace"
 	noPurge         = "broken-no-purge"
+	rebuildPurge    = "broken-rebuild-purge"
 	singleHost      = "broken-single-host"
 	sqlSplice       = "broken-sql-splice"
 	truncatedKey    = "broken-truncated-key"
@@ -50,7 +51,7 @@ const (
 	sendInTx          = "broken-send-in-tx"
 )
 
-var names = []string{asyncCommit, busyIsDuplicate, cachedClaims, caseFolded, checkThenInsert, earlyPurge, effectFirst, ignorePayload, inMemory, lossyKey, markerFirst, noNamespace, noPurge, singleHost, sqlSplice, truncatedKey,
+var names = []string{asyncCommit, busyIsDuplicate, cachedClaims, caseFolded, checkThenInsert, earlyPurge, effectFirst, ignorePayload, inMemory, lossyKey, markerFirst, noNamespace, noPurge, rebuildPurge, singleHost, sqlSplice, truncatedKey,
 	outboxDeleteFirst, randomKey, sendAfterCommit, sendInTx}
 
 // external is what the adapters whose bug lies at the external boundary
@@ -117,7 +118,7 @@ func newWorld(t *testing.T, name string) *world {
 	return &world{t: t, adapter: adapter, schema: schema, instances: map[int]adapters.Implementation{}}
 }
 
-// instance returns worker n, building it on first use.
+// instance returns instance n, building it on first use.
 func (w *world) instance(n int) adapters.Implementation {
 	w.t.Helper()
 	if impl, ok := w.instances[n]; ok {
@@ -131,7 +132,7 @@ func (w *world) instance(n int) adapters.Implementation {
 	return impl
 }
 
-// open builds worker n, to be closed when the test ends.
+// open builds instance n, to be closed when the test ends.
 func (w *world) open(n int) (adapters.Implementation, error) {
 	w.t.Helper()
 	hook := func(ctx context.Context, d adapters.Delivery) error {
@@ -167,18 +168,18 @@ func (w *world) open(n int) (adapters.Implementation, error) {
 	return impl, nil
 }
 
-// deliver delivers ev to worker n as attempt.
+// deliver delivers ev to instance n as attempt.
 func (w *world) deliver(n int, ev adapters.Event, attempt int) (adapters.Outcome, error) {
 	w.t.Helper()
 	return w.instance(n).Deliver(w.t.Context(), adapters.Delivery{Event: ev, Attempt: attempt})
 }
 
-// expect delivers ev to worker n as attempt and fails unless it is
+// expect delivers ev to instance n as attempt and fails unless it is
 // acknowledged with want.
 func (w *world) expect(n int, ev adapters.Event, attempt int, want adapters.Outcome) {
 	w.t.Helper()
 	if got, err := w.deliver(n, ev, attempt); err != nil || got != want {
-		w.t.Fatalf("%s: attempt %d of %s %q on worker %d = %v, %v; want %v", w.adapter.Name, attempt, ev, ev.Payload, n, got, err, want)
+		w.t.Fatalf("%s: attempt %d of %s %q on instance %d = %v, %v; want %v", w.adapter.Name, attempt, ev, ev.Payload, n, got, err, want)
 	}
 }
 
@@ -194,7 +195,7 @@ func (w *world) effects(ev adapters.Event, want int) {
 	}
 }
 
-// purge purges worker n with cutoff and fails unless it removed want.
+// purge purges instance n with cutoff and fails unless it removed want.
 func (w *world) purge(n int, cutoff time.Time, want int64) {
 	w.t.Helper()
 	purger, ok := w.instance(n).(adapters.Purger)
@@ -230,8 +231,8 @@ type result struct {
 	err     error
 }
 
-// interleave runs attempt 1 of ev on worker 1, pausing it inside its effect
-// until attempt 2 on worker 1 has returned: the interleaving a race between
+// interleave runs attempt 1 of ev on instance 1, pausing it inside its effect
+// until attempt 2 on instance 1 has returned: the interleaving a race between
 // two deliveries produces. It fails unless they are acknowledged with first
 // and second.
 func (w *world) interleave(ev adapters.Event, first, second adapters.Outcome) {
@@ -242,8 +243,8 @@ func (w *world) interleave(ev adapters.Event, first, second adapters.Outcome) {
 	}
 }
 
-// race runs attempt 1 of ev on worker 1, pausing it inside its effect,
-// after its claim, until attempt 2 on worker 1 has returned; attempt 1's
+// race runs attempt 1 of ev on instance 1, pausing it inside its effect,
+// after its claim, until attempt 2 on instance 1 has returned; attempt 1's
 // effect then fails with fail, or succeeds when fail is nil. It returns
 // what came of each attempt.
 func (w *world) race(ev adapters.Event, fail error) (first, second result) {
@@ -293,9 +294,9 @@ func TestEveryBrokenAdapterIsBuiltInAndDeclaresWhatTheReferenceDoes(t *testing.T
 	}
 }
 
-// TestOneWorkerInSequenceIsHandledLikeTheReference checks what every broken
-// adapter gets right: one worker, one delivery at a time, no failures.
-func TestOneWorkerInSequenceIsHandledLikeTheReference(t *testing.T) {
+// TestOneInstanceInSequenceIsHandledLikeTheReference checks what every broken
+// adapter gets right: one instance, one delivery at a time, no failures.
+func TestOneInstanceInSequenceIsHandledLikeTheReference(t *testing.T) {
 	for _, name := range names {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
@@ -460,24 +461,21 @@ func TestBugs(t *testing.T) {
 			w.expect(1, ev, 2, adapters.Duplicate)
 			w.expect(1, event(ev.Namespace, ev.ID, "another payload"), 3, adapters.Rejected)
 			w.effects(ev, 0)
-			// A worker that never saw the event asks the database, which
+			// An instance that never saw the event asks the database, which
 			// no longer has it: the reference's answer.
 			w.expect(2, ev, 4, adapters.Applied)
 			w.effects(ev, 1)
 		}},
 		{singleHost, "once its first host is gone, every delivery fails, while the reference follows the DSN to the second", func(w *world) {
 			server := address(w.t, pgtest.DSN(w.t))
-			proxy, err := pgproxy.New(server)
-			if err != nil {
-				w.t.Fatal(err)
-			}
+			proxy := pgproxy.New()
 			w.t.Cleanup(func() { _ = proxy.Close() })
-			viaProxy, err := proxy.DSN(pgtest.DSN(w.t))
+			viaProxy, err := proxy.DSN("primary", pgtest.DSN(w.t))
 			if err != nil {
 				w.t.Fatal(err)
 			}
 			// The proxy is the primary, the server itself the other host.
-			w.dsn = withHosts(w.t, viaProxy, proxy.Addr(), server)
+			w.dsn = withHosts(w.t, viaProxy, proxy.Listeners("primary")[0].Addr(), server)
 			ref := w.sibling(reference.Name)
 			w.expect(1, ev, 1, adapters.Applied)
 			ref.expect(1, ev, 1, adapters.Applied)
@@ -498,11 +496,14 @@ func TestBugs(t *testing.T) {
 			ref.untilAcknowledged(1, later, adapters.Applied)
 			ref.effects(later, 1)
 		}},
-		{inMemory, "a second worker applies the event again", func(w *world) {
+		{inMemory, "a second instance applies the event again", func(w *world) {
 			w.expect(1, ev, 1, adapters.Applied)
 			w.expect(1, ev, 2, adapters.Duplicate)
 			w.expect(2, ev, 3, adapters.Applied)
 			w.effects(ev, 2)
+		}},
+		{rebuildPurge, "a claim committed while Purge copies the table is lost when it swaps", func(w *world) {
+			w.showLostClaim()
 		}},
 	} {
 		t.Run(bug.adapter, func(t *testing.T) {
@@ -514,7 +515,7 @@ func TestBugs(t *testing.T) {
 }
 
 // TestInMemoryIsOtherwiseCorrect checks the in-memory adapter's claims
-// within one worker: in progress, released after a panic, purged.
+// within one instance: in progress, released after a panic, purged.
 func TestInMemoryIsOtherwiseCorrect(t *testing.T) {
 	ev := event("orders", "1", "x")
 	t.Run("an in-progress claim is a Duplicate", func(t *testing.T) {
@@ -544,4 +545,98 @@ func TestInMemoryIsOtherwiseCorrect(t *testing.T) {
 		w.expect(1, ev, 2, adapters.Applied)
 		w.effects(ev, 2)
 	})
+}
+
+// showLostClaim shows broken-rebuild-purge's bug without any timing: a
+// delivery claims an event and stays open inside its effect while a purge
+// starts; the purge's copy cannot see the uncommitted marker, and its DROP
+// TABLE waits for the delivery's lock, which pg_stat_activity shows. The
+// delivery then commits, the purge drops the table its marker is in, and
+// a redelivery of the event is applied again.
+func (w *world) showLostClaim() {
+	w.t.Helper()
+	app := "rebuild-" + w.schema // within the 63 bytes PostgreSQL keeps of a name
+	w.dsn = pgtest.NamedDSN(w.t, app)
+	kept, lost := event("orders", "kept", "x"), event("orders", "lost", "x")
+	w.expect(1, kept, 1, adapters.Applied)
+	w.instance(2)
+	claimed, commit := make(chan struct{}), make(chan struct{})
+	w.inTx = func(ctx context.Context, _ pgx.Tx, d adapters.Delivery) error {
+		if d.ID != lost.ID || d.Attempt != 1 {
+			return nil
+		}
+		close(claimed)
+		select {
+		case <-commit:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	delivered := make(chan result, 1)
+	go func() {
+		outcome, err := w.instances[1].Deliver(w.t.Context(), adapters.Delivery{Event: lost, Attempt: 1})
+		delivered <- result{outcome, err}
+	}()
+	<-claimed
+	purged := make(chan error, 1)
+	go func() {
+		_, err := w.instances[2].(adapters.Purger).Purge(w.t.Context(), time.Now().Add(-time.Hour))
+		purged <- err
+	}()
+	// The purge has copied the table once its DROP waits for the open
+	// delivery's lock.
+	watch := pgtest.Pool(w.t)
+	poll := time.NewTicker(5 * time.Millisecond)
+	defer poll.Stop()
+	for waiting := false; !waiting; {
+		select {
+		case err := <-purged:
+			close(commit)
+			w.t.Fatalf("the purge ended (%v) before it waited for the open delivery", err)
+		case <-poll.C:
+		case <-w.t.Context().Done():
+			return
+		}
+		err := watch.QueryRow(w.t.Context(), `SELECT count(*) > 0 FROM pg_stat_activity
+WHERE application_name = $1 AND wait_event_type = 'Lock' AND query LIKE 'DROP TABLE %'`, app).Scan(&waiting)
+		if err != nil {
+			close(commit)
+			w.t.Fatal(err)
+		}
+	}
+	close(commit)
+	if r := <-delivered; r.err != nil || r.outcome != adapters.Applied {
+		w.t.Fatalf("attempt 1 of %s = %v, %v; want Applied", lost, r.outcome, r.err)
+	}
+	if err := <-purged; err != nil {
+		w.t.Fatalf("Purge: %v", err)
+	}
+	w.expect(2, kept, 2, adapters.Duplicate)
+	w.expect(2, lost, 2, adapters.Applied)
+	w.effects(lost, 2)
+}
+
+// TestRebuildPurgeIsOtherwiseCorrect checks broken-rebuild-purge's purge
+// with no delivery running: it keeps the markers claimed at or after the
+// cutoff and removes the others, again and again, and deliveries go on as
+// the reference's.
+func TestRebuildPurgeIsOtherwiseCorrect(t *testing.T) {
+	w := newWorld(t, rebuildPurge)
+	old, recent := event("orders", "old", "x"), event("orders", "recent", "x")
+	clock := harness.NewManualClock(time.Date(2031, 5, 6, 12, 0, 0, 0, time.UTC))
+	w.clock = clock
+	w.expect(1, old, 1, adapters.Applied)
+	clock.Set(clock.Now().Add(time.Hour))
+	w.expect(1, recent, 1, adapters.Applied)
+	for range 3 {
+		w.purge(1, clock.Now().Add(-time.Hour), 0)
+	}
+	w.purge(2, clock.Now().Add(-time.Minute), 1)
+	w.purge(1, clock.Now().Add(-time.Minute), 0)
+	w.expect(2, recent, 2, adapters.Duplicate)
+	w.expect(1, event("orders", "recent", "y"), 3, adapters.Rejected)
+	w.expect(1, old, 2, adapters.Applied)
+	w.effects(recent, 1)
+	w.effects(old, 2)
 }

@@ -25,14 +25,18 @@
 // | broken-check-then-insert | checktheninsert | SELECT then INSERT, no unique constraint on the marker          |
 // | broken-early-purge       | earlypurge      | Purge removes markers still inside the declared window          |
 // | broken-effect-first      | effectfirst     | effect committed, then the marker in a second transaction       |
+// | broken-gives-up          | givesup         | an inbox: marker committed, effect tried 5 times, then abandoned |
 // | broken-ignore-payload    | ignorepayload   | a claimed identity is always Duplicate; payloads never compared |
-// | broken-in-memory         | inmemory        | the dedup set is a map in each worker's memory                  |
+// | broken-in-memory         | inmemory        | the dedup set is a map in each instance's memory                |
 // | broken-lossy-key         | lossykey        | the marker keyed by the identity in JSON (invalid UTF-8 lost)   |
 // | broken-marker-first      | markerfirst     | marker committed, then the effect in a second transaction       |
 // | broken-no-namespace      | nonamespace     | the marker is keyed by the event id alone                       |
 // | broken-no-purge          | nopurge         | a window is declared, but Purge removes nothing                 |
 // | broken-outbox-delete-first | outboxdeletefirst | the relay deletes the outbox row and commits, then sends |
 // | broken-random-key        | randomkey       | an outbox relay making a new idempotency key for every send     |
+// | broken-rebuild-purge     | rebuildpurge    | Purge copies the kept markers to a new table, drops the old one and renames |
+// | broken-retry-no-token    | retrynotoken    | a retry helper taking a COMMIT whose answer was lost for a success |
+// | broken-retry-swallows    | retryswallows   | a retry helper acknowledging a transaction that failed for good |
 // | broken-send-after-commit | sendaftercommit | the external call after COMMIT with no outbox                   |
 // | broken-send-in-tx        | sendintx        | the external call inside the transaction, a fresh key per attempt |
 // | broken-single-host       | singlehost      | only the first host of a multi-host DSN, target_session_attrs ignored |

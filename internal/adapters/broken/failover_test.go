@@ -44,7 +44,7 @@ func (w *world) sibling(name string) *world {
 	return s
 }
 
-// untilAcknowledged delivers ev to worker n, as the broker would, until a
+// untilAcknowledged delivers ev to instance n, as the broker would, until a
 // delivery is acknowledged, at most five times, and fails unless it is
 // acknowledged with want. A first error is allowed: a connection the pool
 // held to a server that went away fails once.
@@ -58,11 +58,11 @@ func (w *world) untilAcknowledged(n int, ev adapters.Event, want adapters.Outcom
 			continue
 		}
 		if got != want {
-			w.t.Fatalf("%s: attempt %d of %s on worker %d = %v; want %v", w.adapter.Name, attempt, ev, n, got, want)
+			w.t.Fatalf("%s: attempt %d of %s on instance %d = %v; want %v", w.adapter.Name, attempt, ev, n, got, want)
 		}
 		return
 	}
-	w.t.Fatalf("%s: %s never acknowledged on worker %d: %v", w.adapter.Name, ev, n, errs)
+	w.t.Fatalf("%s: %s never acknowledged on instance %d: %v", w.adapter.Name, ev, n, errs)
 }
 
 // address is the host:port of dsn's (first) server. It skips the test when
@@ -179,8 +179,8 @@ func TestSingleHostConnectsOnlyToTheFirstHost(t *testing.T) {
 
 // TestCachedClaimsExpireAsTheirMarkers: broken-cached-claims's cache
 // answers no longer than the markers are kept, so that retention-expiry
-// passes: Purge forgets the claims it purged, and a claim another worker
-// cached expires with the window, whichever worker purged.
+// passes: Purge forgets the claims it purged, and a claim another instance
+// cached expires with the window, whichever instance purged.
 func TestCachedClaimsExpireAsTheirMarkers(t *testing.T) {
 	ev := event("orders", "1", "x")
 	t.Run("Purge forgets the claims it purged", func(t *testing.T) {
@@ -192,14 +192,14 @@ func TestCachedClaimsExpireAsTheirMarkers(t *testing.T) {
 		w.expect(1, ev, 3, adapters.Applied)
 		w.effects(ev, 2)
 	})
-	t.Run("a claim another worker cached expires with the window", func(t *testing.T) {
+	t.Run("a claim another instance cached expires with the window", func(t *testing.T) {
 		w := newWorld(t, cachedClaims)
 		t0 := time.Now()
 		clock := harness.NewManualClock(t0)
 		w.clock = clock
 		window, eps := reference.Adapter().Declares.RedeliveryWindow, time.Millisecond
 		w.expect(1, ev, 1, adapters.Applied)
-		w.expect(2, ev, 2, adapters.Duplicate) // worker 2 caches the claim
+		w.expect(2, ev, 2, adapters.Duplicate) // instance 2 caches the claim
 		clock.Set(t0.Add(window - eps))
 		w.purge(1, clock.Now().Add(-window), 0)
 		w.expect(2, ev, 3, adapters.Duplicate)

@@ -7,7 +7,7 @@
 //
 // The request goes out after the claim succeeded and before COMMIT, with
 // [external.Key] of the identity: the same key on every attempt, by every
-// worker, after every restart.
+// instance, after every restart.
 //
 //   - If the send fails (5xx, a dropped connection, the destination down),
 //     the transaction rolls back, marker and database effect with it, and

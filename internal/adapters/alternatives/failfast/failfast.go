@@ -39,7 +39,7 @@
 //     instead of a lock wait: sixteen copies of one event held by a slow
 //     claimant are fifteen errors, redelivered after the broker's backoff. A
 //     broker that gives up after a few quick retries dead-letters an event
-//     that another worker was still processing.
+//     that another instance was still processing.
 //   - lock_timeout applies to every lock the session takes, not only the
 //     claim's: a migration holding the table, or any lock the effect needs,
 //     fails deliveries for as long as it is held (they are retried, never

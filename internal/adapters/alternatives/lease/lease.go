@@ -24,7 +24,7 @@
 //     effect included, and returns an error wrapping [ErrLeaseLost].
 //
 // A failed second transaction does not give the lease back: the next
-// delivery waits until it expires, as it must for a worker that crashed
+// delivery waits until it expires, as it must for a consumer that crashed
 // holding one. Every time (claimed_at, lease_until, the takeover's now)
 // comes from [adapters.Env.Clock], so the lease expires on the harness's
 // clock.

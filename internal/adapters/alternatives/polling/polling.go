@@ -28,7 +28,7 @@
 //
 // A failed second transaction leaves the claim as it is: the pollers, and
 // the broker's redelivery, take it over once it is stale, as they must for
-// a worker that crashed holding it. Every time comes from
+// a consumer that crashed holding it. Every time comes from
 // [adapters.Env.Clock].
 //
 // # Why it is correct

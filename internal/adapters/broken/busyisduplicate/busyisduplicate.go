@@ -5,17 +5,17 @@
 //
 // # The real-world bug
 //
-// A worker that finds an event busy, because another worker's transaction
-// holds its claim, does not want to block: it sets a short lock_timeout
-// (or uses NOWAIT, pg_try_advisory_xact_lock, or SELECT ... FOR UPDATE
-// SKIP LOCKED on a marker row) and reads "busy" as "someone else is
+// A consumer that finds an event busy, because another instance's
+// transaction holds its claim, does not want to block: it sets a short
+// lock_timeout (or uses NOWAIT, pg_try_advisory_xact_lock, or SELECT ...
+// FOR UPDATE SKIP LOCKED on a marker row) and reads "busy" as "someone else is
 // handling it, so it is handled": it acknowledges the delivery as a
-// duplicate. That holds only if the other worker commits. The claim it
+// duplicate. That holds only if the other instance commits. The claim it
 // found was not yet a fact: when the claimant then fails (its effect
 // errors, its COMMIT fails, its connection or the server dies), the claim
 // rolls back with it. The broker has an acknowledgement for the message
-// from the busy worker, so it redelivers nothing, and the event is lost:
-// no worker applied it, every copy was acknowledged.
+// from the busy instance, so it redelivers nothing, and the event is lost:
+// no instance applied it, every copy was acknowledged.
 //
 // Anything else that holds a lock the claim needs looks just as busy: a
 // migration that locks the table, say, has every delivery meanwhile

@@ -6,7 +6,7 @@
 // # The real-world bug
 //
 // A "fast path" in front of the inbox table: most redeliveries are of
-// events a worker has just processed, so it remembers the identities it has
+// events an instance has just processed, so it remembers the identities it has
 // seen committed (an LRU or a map with a TTL in process memory, a Redis set
 // with an expiry written after the COMMIT) and answers a redelivery found
 // there at once, without a transaction. That is right as long as the
@@ -55,7 +55,7 @@
 // catch needs a redelivery to an instance that cached the event (the one
 // that applied it, or one that found it Duplicate), not a restarted one
 // nor one that never saw it: the fixture redelivers a lost event to the
-// worker that applied it.
+// instance that applied it.
 //
 // The rules it must fail are its entry in the registry of built-in
 // adapters (package internal/adapters/builtin), which the verdict matrix

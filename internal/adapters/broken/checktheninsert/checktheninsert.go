@@ -10,7 +10,7 @@
 // constraint on the event's identity (often one that has a plain index, or a
 // surrogate primary key, and so looks keyed). It passes every sequential
 // test. Under READ COMMITTED, which is PostgreSQL's default, a transaction
-// does not see another's uncommitted marker, so two workers handed the same
+// does not see another's uncommitted marker, so two instances handed the same
 // event at once both find nothing, both insert a marker and both apply the
 // effect. The anchors list it first among the broken variants seen in the
 // wild.

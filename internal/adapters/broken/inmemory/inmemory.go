@@ -6,9 +6,9 @@
 // A "seen" set in process memory: a map, an LRU cache, a library's
 // in-memory store (watermill's Deduplicator ships one as its default). It
 // works on a developer's machine with one consumer. In production there are
-// several workers, and a broker hands a redelivery to whichever worker is
-// free; each worker knows only the events it processed itself, and a restart
-// forgets everything.
+// several instances, and a broker hands a redelivery to whichever instance
+// is free; each instance knows only the events it processed itself, and a
+// restart forgets everything.
 //
 // # What goes wrong
 //
@@ -19,7 +19,7 @@
 // committed in a transaction, and it is marked done. Any failure, a panic
 // included, removes the entry so the redelivery can apply. Purge removes the
 // done entries claimed before the cutoff. Within one instance all of that is
-// correct. But a second instance, another worker, has its own map: a
+// correct. But a second instance has its own map: a
 // redelivery to it, or a concurrent delivery to both, applies the event
 // again.
 //

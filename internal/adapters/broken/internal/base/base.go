@@ -89,7 +89,7 @@ func AdapterWith[T adapters.Implementation](name, columns string, configure func
 // [Instance] with some of its methods replaced.
 func Wrap[T ~struct{ *Instance }](i *Instance) T { return T{i} }
 
-// Instance is one worker of a broken adapter. It is safe for concurrent use.
+// Instance is one instance of a broken adapter. It is safe for concurrent use.
 // Embedding it gives an implementation Close, the reference's Purge and the
 // reference pattern as Deliver; each broken adapter overrides what its bug
 // changes.
