@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -80,13 +81,15 @@ func TestCatchRate(t *testing.T) {
 	}
 }
 
-var catchRateAdapters = flag.String("catch-rate-adapters", "", "run TestCatchRates for these broken adapters, comma-separated (with -catch-rate-runs)")
+var catchRateAdapters = flag.String("catch-rate-adapters", "", "run TestCatchRates for these broken adapters, comma-separated (with -catch-rate-runs); NAME:N runs NAME N times instead")
 
 // TestCatchRates measures, for each broken adapter named by
 // -catch-rate-adapters, in how many of -catch-rate-runs certify runs of the
 // rules its registry entry says it must fail it failed each of them; each
-// must be caught in every run. Like TestCatchRate it is not part of
-// the default test run:
+// must be caught in every run. An adapter named NAME:N is run N times
+// instead, so that one command measures side by side adapters whose runs
+// cost very different times. Like TestCatchRate it is not part of the
+// default test run:
 //
 //	go test ./cmd/harmless -run TestCatchRates -catch-rate-runs 20 -catch-rate-adapters broken-lossy-key,broken-case-folded
 //
@@ -99,6 +102,14 @@ func TestCatchRates(t *testing.T) {
 	bin := binary(t)
 	dsn := pgtest.DSN(t)
 	for _, adapter := range strings.Split(*catchRateAdapters, ",") {
+		runs := *catchRateRuns
+		if name, n, ok := strings.Cut(adapter, ":"); ok {
+			var err error
+			if runs, err = strconv.Atoi(n); err != nil || runs <= 0 {
+				t.Fatalf("-catch-rate-adapters: %q: want NAME:N with N a positive number of runs", adapter)
+			}
+			adapter = name
+		}
 		t.Run(adapter, func(t *testing.T) {
 			// Side by side: a run mostly waits on the broker's model, and
 			// each has a schema (or a formation) of its own.
@@ -124,7 +135,7 @@ func TestCatchRates(t *testing.T) {
 				args = append(args, "--dsn", dsn)
 			}
 			caught := map[string]int{}
-			for i := range *catchRateRuns {
+			for i := range runs {
 				path := filepath.Join(t.TempDir(), fmt.Sprintf("%d.json", i))
 				runCertify(t, bin, nil, append(args, "--json", path)...)
 				data, err := os.ReadFile(path)
@@ -142,9 +153,9 @@ func TestCatchRates(t *testing.T) {
 				}
 			}
 			for _, id := range entry.Fails {
-				t.Logf("%s caught by %s in %d/%d runs", adapter, id, caught[id], *catchRateRuns)
-				if caught[id] != *catchRateRuns {
-					t.Errorf("rule %s caught %s in %d of %d runs; the registry says it must catch it every time", id, adapter, caught[id], *catchRateRuns)
+				t.Logf("%s caught by %s in %d/%d runs", adapter, id, caught[id], runs)
+				if caught[id] != runs {
+					t.Errorf("rule %s caught %s in %d of %d runs; the registry says it must catch it every time", id, adapter, caught[id], runs)
 				}
 			}
 		})

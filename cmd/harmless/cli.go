@@ -561,6 +561,16 @@ func (m *masker) finish(f certifyFlags, r certified) int {
 		fmt.Fprintf(stderr, "harmless certify: %v\n", r.err)
 	}
 	if cert.Error != "" && cert.Status != certificate.StatusInterrupted {
+		// A run that played, but whose faults could not reach the
+		// implementation, has verdicts and reports to show for it: the
+		// error is the environment's, exit 2 as for a run that could not
+		// start.
+		if errors.Is(r.err, suite.ErrUnreachable) {
+			r.out.result(cert)
+			if err := writeReports(f, cert, os.Getenv); err != nil {
+				fmt.Fprintf(stderr, "harmless certify: %v\n", err)
+			}
+		}
 		fmt.Fprintf(stderr, "harmless certify: %s\n", cert.Error)
 		return exitUsage
 	}

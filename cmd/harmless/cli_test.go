@@ -50,7 +50,9 @@ func TestUsageErrorsExit2(t *testing.T) {
 		{"list: bad provision", []string{"list", "--adapter", "reference", "--provision", "cloud"}, "--provision must be dsn, container, cluster or ha"},
 		{"list: stray argument", []string{"list", "--adapter", "reference", "extra"}, "unexpected arguments: extra"},
 		{"soak: no adapter", []string{"soak"}, "--adapter NAME or --exec COMMAND is required"},
-		{"soak: one worker", []string{"soak", "--adapter", "reference", "--workers", "1"}, "--workers must be at least 2"},
+		{"soak: one instance", []string{"soak", "--adapter", "reference", "--instances", "1"}, "--instances must be at least 2"},
+		{"soak: one instance, by the deprecated name", []string{"soak", "--adapter", "reference", "--workers", "1"}, "--workers must be at least 2"},
+		{"soak: the deprecated name beside the new one", []string{"soak", "--adapter", "reference", "--workers", "3", "--instances", "3"}, "--workers is the old name of --instances"},
 		{"soak: duplicates above one", []string{"soak", "--adapter", "reference", "--duplicates", "1.5"}, "--duplicates is a share between 0 and 1"},
 		{"soak: negative duration", []string{"soak", "--adapter", "reference", "--duration", "-1s"}, "--duration must not be negative"},
 		{"soak: unknown nemesis", []string{"soak", "--adapter", "reference", "--nemesis", "kill,flood"}, "--nemesis flood: no such nemesis (known: kill, "},
@@ -208,8 +210,8 @@ func TestCertify(t *testing.T) {
 			}
 		}
 		checkJUnit(t, junit, cert)
-		if cert.Faults["proxy:cut@before-commit"] == 0 || cert.Faults["db:sleep@effect"] < int64(suite.DefaultOverlapRounds) {
-			t.Errorf("faults fired: %v; want the cuts and sleeps the fixtures plan", cert.Faults)
+		if cert.Faults["proxy:cut@before-commit"] == 0 || cert.Faults["db:gate@effect"] < int64(suite.DefaultOverlapRounds) {
+			t.Errorf("faults fired: %v; want the cuts and holds the fixtures plan", cert.Faults)
 		}
 	})
 

@@ -3,13 +3,16 @@ package main
 import (
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"go.yaml.in/yaml/v3"
 
 	"github.com/harmless-dev/harmless/adapters"
@@ -19,6 +22,7 @@ import (
 	"github.com/harmless-dev/harmless/internal/adaptertest"
 	"github.com/harmless-dev/harmless/internal/applicability"
 	"github.com/harmless-dev/harmless/internal/catalogid"
+	"github.com/harmless-dev/harmless/internal/connstr"
 	"github.com/harmless-dev/harmless/internal/destination"
 	"github.com/harmless-dev/harmless/internal/execchild"
 	"github.com/harmless-dev/harmless/internal/harness"
@@ -464,6 +468,78 @@ func outboxSurvivesAKillBetweenCommitAndSend(t *testing.T, command string) {
 		}
 	}
 	t.Logf("the destination saw %d requests", len(dest.Requests()))
+}
+
+// TestNodeExampleTriesTheHostsInOrder gives the Node.js example a DSN of
+// two hosts with target_session_attrs=read-write, as on a replicated
+// formation, whose first host refuses connections: node-postgres reads
+// one host only, and the example, configured from setup's connection,
+// tries them in order and applies an event on the second, with the
+// DSN's application_name. With no host that answers, setup fails, and
+// says why. (.ci/run plays the failover fixture with it on a real
+// formation.)
+func TestNodeExampleTriesTheHostsInOrder(t *testing.T) {
+	command := needNodePg(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	adapter, _, err := harmlessexec.Probe(ctx, harmlessexec.Config{Command: command})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := pgx.ParseConfig(pgtest.DSN(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	refusing := func() string {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		return strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
+	}
+	const app = "harmless-node-hosts-test"
+	dsn := func(ports ...string) string {
+		return connstr.Format([]connstr.Setting{
+			{Key: "host", Value: "127.0.0.1," + cfg.Host}, {Key: "port", Value: strings.Join(ports, ",")},
+			{Key: "user", Value: cfg.User}, {Key: "password", Value: cfg.Password}, {Key: "dbname", Value: cfg.Database},
+			{Key: "sslmode", Value: "disable"}, {Key: "target_session_attrs", Value: "read-write"}, {Key: "application_name", Value: app},
+		})
+	}
+	pool := pgtest.Pool(t)
+	schema := fmt.Sprintf("harmless_test_hosts_%d", time.Now().UnixNano())
+	if _, err := pool.Exec(ctx, `CREATE SCHEMA `+schema); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _ = pool.Exec(context.Background(), `DROP SCHEMA `+schema+` CASCADE`) })
+	if err := ledger.Install(ctx, pool, schema); err != nil {
+		t.Fatal(err)
+	}
+	env := adapters.Env{DSN: dsn(refusing(), strconv.Itoa(int(cfg.Port))), Schema: schema, Effect: ledger.Effect(schema, nil), Clock: harness.SystemClock{}, Instance: 1}
+	impl, err := adapter.New(ctx, env)
+	if err != nil {
+		t.Fatalf("set up on a second host that answers: %v", err)
+	}
+	defer impl.Close(context.Background())
+	ev := adapters.Event{Namespace: "hosts", ID: "1", Payload: []byte("payload")}
+	if got, err := impl.Deliver(ctx, adapters.Delivery{Event: ev, Attempt: 1}); err != nil || got != adapters.Applied {
+		t.Fatalf("deliver: %v, %v; want Applied", got, err)
+	}
+	if entries, err := ledger.Entries(ctx, pool, schema, ev.Namespace, ev.ID); err != nil || len(entries) != 1 {
+		t.Errorf("the ledger holds %d effects (%v); want 1", len(entries), err)
+	}
+	var named int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE application_name = $1`, app).Scan(&named); err != nil || named == 0 {
+		t.Errorf("%d sessions are named %q (%v); want the example's, which keeps the DSN's application_name", named, app, err)
+	}
+
+	env.DSN, env.Instance = dsn(refusing(), refusing()), 2
+	if impl, err := adapter.New(ctx, env); err == nil {
+		impl.Close(context.Background())
+		t.Error("set up with no host that answers; want an error")
+	} else if !strings.Contains(err.Error(), "no host will do") {
+		t.Errorf("set up with no host that answers: %v; want it to say no host will do", err)
+	}
 }
 
 // TestNodeExampleIsCertified certifies the Node.js example as CI does,

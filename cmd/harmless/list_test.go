@@ -250,7 +250,7 @@ func TestListExec(t *testing.T) {
 		}
 		// A child that declares no external effects has nothing for
 		// external-effect to test: not-applicable, not a gap.
-		if r.Fixture == fixtures.ExternalEffect && r.NotApplicable && r.Reason == applicability.ExternalEffectsNoneDeclared {
+		if r.Fixture == catalogid.ExternalEffect && r.NotApplicable && r.Reason == applicability.ExternalEffectsNoneDeclared {
 			continue
 		}
 		// A container is one server: no failover to play.

@@ -29,7 +29,8 @@
 //	0         certified: every MUST rule ran and passed; soak: clean
 //	1         not certified: a MUST rule failed; soak: anomalies found
 //	2         a usage or environment error: an unknown adapter, no
-//	          database, a program that cannot complete the handshake
+//	          database, a program that cannot complete the handshake, an
+//	          implementation that never connected through its DSN
 //	3         partial: nothing failed, but some MUST rules did not run
 //	4         soak: no delivery was acknowledged for too long (no-ack)
 //	130, 143  interrupted by SIGINT or SIGTERM, after every cleanup

@@ -202,8 +202,10 @@ func (p *printer) result(cert certificate.Certificate) {
 			fmt.Fprintf(p.stdout, "  %s, instance %d: %d; the first: %s\n", c.Play, c.Instance, c.Count, crashHead(c.First))
 		}
 	}
-	if a := cert.AsyncFailover; a != nil && p.level >= normal {
-		fmt.Fprintf(p.stdout, "%s (about the database's configuration, not a verdict): %s\n\n", paint(p.colorOut, yellow, "INFO async-replication"), a.Note)
+	for _, r := range cert.Reports {
+		if p.level >= normal {
+			fmt.Fprintf(p.stdout, "%s (from %s, information, not a verdict): %s\n\n", paint(p.colorOut, yellow, "INFO "+r.Title), r.Fixture, r.Note)
+		}
 	}
 	fmt.Fprintf(p.stdout, "%s: %s\n", paint(p.colorOut, statusColors[cert.Status], cert.Headline()), subject(cert))
 	fmt.Fprintln(p.stdout, cert.Summary())

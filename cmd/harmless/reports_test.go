@@ -258,7 +258,7 @@ func TestJUnitOfEveryVerdict(t *testing.T) {
 		SuiteVersion: suite.Version, Harness: certificate.HarnessInfo{Commit: "0123abcd-dirty"},
 		Rules: []certificate.RuleResult{
 			{ID: catalogid.DoubleDeliveryOneEffect, Fixture: catalogid.DoubleDelivery, Level: fixtures.Must, Verdict: certificate.VerdictPass},
-			{ID: catalogid.ConflictingPayloadConflictDetected, Fixture: fixtures.ConflictingPayload, Level: fixtures.Must, Verdict: certificate.VerdictFail,
+			{ID: catalogid.ConflictingPayloadConflictDetected, Fixture: catalogid.ConflictingPayload, Level: fixtures.Must, Verdict: certificate.VerdictFail,
 				Message: "MUST violated: <Duplicate> & \"not\" Rejected\n- event a/b applied once"},
 			{ID: catalogid.CrashRecoveryAppliedSurvives, Fixture: catalogid.CrashRecovery, Level: fixtures.Must, Verdict: certificate.VerdictNotSupported,
 				Message: "needs a server the harness owns"},
@@ -304,7 +304,7 @@ func TestParseCertifyReportFlags(t *testing.T) {
 
 func TestPrinter(t *testing.T) {
 	progress := suite.FixtureProgress{
-		Fixture: fixtures.ConflictingPayload,
+		Fixture: catalogid.ConflictingPayload,
 		Rules: []certificate.RuleResult{
 			{ID: catalogid.ConflictingPayloadNoSecondEffect, Verdict: certificate.VerdictPass},
 			{ID: catalogid.ConflictingPayloadConflictDetected, Verdict: certificate.VerdictFail},
@@ -321,7 +321,7 @@ func TestPrinter(t *testing.T) {
 	p.fixture(progress)
 	p.logf("a spec line")
 	line := strings.TrimSuffix(stderr.String(), "\n")
-	if m := progressLine.FindStringSubmatch(line); m == nil || m[1] != fixtures.ConflictingPayload || m[3] != "1 pass, 1 fail, 1 not-supported" || !strings.HasSuffix(line, "(1.2s)") {
+	if m := progressLine.FindStringSubmatch(line); m == nil || m[1] != catalogid.ConflictingPayload || m[3] != "1 pass, 1 fail, 1 not-supported" || !strings.HasSuffix(line, "(1.2s)") {
 		t.Errorf("progress line %q", line)
 	}
 

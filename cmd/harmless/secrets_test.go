@@ -176,9 +176,10 @@ func TestSecretsStayOutOfReports(t *testing.T) {
 		}
 	})
 
-	// A child that prints the DSN it was given, and the password pgx would
-	// use, then crashes: every report quotes its stderr, with the password
-	// masked. The DSN is given as keywords, the password from it or from
+	// A child that prints setup's connection (the password a field of its
+	// own), the DSN it was given and the password pgx would use, then
+	// crashes: every report quotes its stderr, with the password masked.
+	// The DSN is given as keywords, the password from it or from
 	// $PGPASSWORD.
 	for _, tc := range []struct {
 		name, dsn string
@@ -205,7 +206,8 @@ func TestSecretsStayOutOfReports(t *testing.T) {
 					continue
 				}
 				// The quote is still there, useful, with the password masked.
-				if want := `with password "` + redact.Mask + `"`; r.Verdict != certificate.VerdictFail || !strings.Contains(r.Message, want) || !strings.Contains(r.Message, "execchild: connecting to") {
+				if want := `with password "` + redact.Mask + `"`; r.Verdict != certificate.VerdictFail || !strings.Contains(r.Message, want) ||
+					!strings.Contains(r.Message, "execchild: connecting to") || !strings.Contains(r.Message, "execchild: setup's connection: {") {
 					t.Errorf("%s: %s, want a failure quoting the child's stderr with %q: %s", r.ID, r.Verdict, want, r.Message)
 				}
 			}

@@ -43,11 +43,12 @@ type soakFlags struct {
 	nemesis      string
 	htmlPath     string
 	seedSet      bool
+	workersSet   bool // the deprecated --workers was given
 }
 
 // soakSynopsis is soak's line of the usage.
 const soakSynopsis = `harmless soak (--adapter NAME | --exec COMMAND) [--dsn DSN | --provision dsn|container|cluster|ha]
-                [--duration 60s | --events N] [--workers N]
+                [--duration 60s | --events N] [--instances N]
                 [--duplicates 0.3] [--conflicts 0.01] [--nemesis LIST] [--seed N]
                 [--redelivery-patience 10s] [--no-ack-timeout 10s] [--json FILE] [--html FILE]`
 
@@ -56,12 +57,13 @@ func soakFlagSet(f *soakFlags) *flag.FlagSet {
 	fs := flag.NewFlagSet("harmless soak", flag.ContinueOnError)
 	setUsage(fs, soakSynopsis)
 	fs.StringVar(&f.adapter, "adapter", "", "built-in adapter to soak (see 'harmless list')")
-	fs.StringVar(&f.exec, "exec", "", "soak the program this shell command runs, over the exec protocol (docs/protocol.md); each worker is one process")
+	fs.StringVar(&f.exec, "exec", "", "soak the program this shell command runs, over the exec protocol (docs/protocol.md); each instance is a pool of its processes")
 	addDatabaseFlags(fs, &f.certifyFlags)
 	fs.DurationVar(&f.cfg.Duration, "duration", 0, "how long to generate events (default 60s unless --events is given)")
 	fs.IntVar(&f.cfg.Events, "events", 0, "how many events to generate (with --duration too, whichever ends first)")
-	fs.IntVar(&f.cfg.Workers, "workers", soak.DefaultWorkers, "implementation instances delivering concurrently, at least 2")
-	fs.Float64Var(&f.cfg.Duplicates, "duplicates", soak.DefaultDuplicates, "share of events delivered more than once: at once, later, or to two workers at the same time")
+	fs.IntVar(&f.cfg.Instances, "instances", soak.DefaultInstances, "implementation instances delivering concurrently, at least 2")
+	fs.IntVar(&f.cfg.Instances, "workers", soak.DefaultInstances, "deprecated: the name of --instances before 0.2.0, still accepted")
+	fs.Float64Var(&f.cfg.Duplicates, "duplicates", soak.DefaultDuplicates, "share of events delivered more than once: at once, later, or to two instances at the same time")
 	fs.Float64Var(&f.cfg.Conflicts, "conflicts", soak.DefaultConflicts, "share of events that also get a conflicting copy (same identity, another payload)")
 	fs.StringVar(&f.nemesis, "nemesis", "all", "faults to inject, comma-separated: "+strings.Join(soak.Nemeses(), ", ")+
 		"; all (those the environment allows: crash needs one server harmless started, failover a replicated formation, --provision ha, where crash is unavailable) or none")
@@ -90,13 +92,22 @@ func parseSoak(args []string, stdout io.Writer) (soakFlags, error) {
 	if err := checkImplementationFlags(f.certifyFlags); err != nil {
 		return f, err
 	}
+	given := map[string]bool{}
+	fs.Visit(func(fl *flag.Flag) { given[fl.Name] = true })
+	if f.workersSet = given["workers"]; f.workersSet && given["instances"] {
+		return f, errors.New("--workers is the old name of --instances: give --instances alone")
+	}
 	switch {
 	case f.cfg.Duration < 0:
 		return f, errors.New("--duration must not be negative")
 	case f.cfg.Events < 0:
 		return f, errors.New("--events must not be negative")
-	case f.cfg.Workers < 2:
-		return f, fmt.Errorf("--workers must be at least 2 (duplicates go to different workers), not %d", f.cfg.Workers)
+	case f.cfg.Instances < 2:
+		name := "--instances"
+		if f.workersSet {
+			name = "--workers"
+		}
+		return f, fmt.Errorf("%s must be at least 2 (duplicates go to different instances), not %d", name, f.cfg.Instances)
 	case f.cfg.Duplicates < 0 || f.cfg.Duplicates > 1:
 		return f, fmt.Errorf("--duplicates is a share between 0 and 1, not %g", f.cfg.Duplicates)
 	case f.cfg.Conflicts < 0 || f.cfg.Conflicts > 1:
@@ -125,6 +136,9 @@ func soakCommand(args []string, stdout, stderr io.Writer) int {
 		}
 		fmt.Fprintf(m.stderr, "harmless soak: %v\n", err)
 		return exitUsage
+	}
+	if f.workersSet {
+		fmt.Fprintln(m.stderr, "harmless soak: --workers is deprecated: it is --instances since 0.2.0")
 	}
 	if err := checkOutputPaths(outputPath{"--json", f.jsonPath}, outputPath{"--html", f.htmlPath}); err != nil {
 		fmt.Fprintf(m.stderr, "harmless soak: %v\n", err)
@@ -211,8 +225,8 @@ func (m *masker) soak(ctx context.Context, f soakFlags, stop <-chan struct{}) (*
 	// An exec child is named by the name it declared in hello, as in
 	// certify's verdict line.
 	name := adapter.Name
-	fmt.Fprintf(m.stderr, "harmless soak: %s, %d workers, seed %d, nemeses: %s, on %s\n",
-		name, f.cfg.Workers, f.cfg.Seed, nemesesList(f.cfg.Nemeses), run.Server())
+	fmt.Fprintf(m.stderr, "harmless soak: %s, %d instances, seed %d, nemeses: %s, on %s\n",
+		name, f.cfg.Instances, f.cfg.Seed, nemesesList(f.cfg.Nemeses), run.Server())
 
 	progress, done := progressPrinter(m, f.cfg)
 	rep, err := soak.Run(ctx, run, adapter, f.cfg, soak.Options{Name: name, Progress: progress, Stop: stop, Logf: quiet})

@@ -38,7 +38,7 @@ func runSoak(t *testing.T, bin string, args ...string) (int, soak.Report, string
 }
 
 // The command's verdicts, end to end: the reference soaks clean (exit 0),
-// an in-memory claim duplicates across workers (exit 1), and both reports
+// an in-memory claim duplicates across instances (exit 1), and both reports
 // are written.
 func TestSoakCommand(t *testing.T) {
 	bin := binary(t)
@@ -69,13 +69,13 @@ func TestSoakCommand(t *testing.T) {
 	})
 }
 
-// The Python example soaks clean over the exec protocol, each worker a
+// The Python example soaks clean over the exec protocol, each instance a
 // process of its own.
 func TestSoakExecPython(t *testing.T) {
 	python := needPsycopg(t)
 	bin := binary(t)
 	script := filepath.Join(repoRoot(t), "examples", "python-psycopg", "impl.py")
-	code, rep, stdout, stderr := runSoak(t, bin, "--exec", python+" "+script, "--duration", "3s", "--workers", "2", "--nemesis", "kill,db-raise")
+	code, rep, stdout, stderr := runSoak(t, bin, "--exec", python+" "+script, "--duration", "3s", "--instances", "2", "--nemesis", "kill,db-raise")
 	if code != exitClean || rep.Totals.Events == 0 {
 		t.Fatalf("exit %d, totals %+v\nstdout:\n%s\nstderr:\n%s", code, rep.Totals, stdout, stderr)
 	}
@@ -146,7 +146,7 @@ func TestSoakOfACrashingChild(t *testing.T) {
 
 	t.Run("crashes now and then", func(t *testing.T) {
 		command := execchild.EnvCrashAt + "=40 " + execchild.Command(execchild.CrashAtNth)
-		code, rep, stdout, stderr := runSoak(t, bin, "--exec", command, "--duration", "3s", "--workers", "2", "--nemesis", "none")
+		code, rep, stdout, stderr := runSoak(t, bin, "--exec", command, "--duration", "3s", "--instances", "2", "--nemesis", "none")
 		lines := strings.Split(stdout, "\n")
 		if code != exitClean || rep.Verdict != "clean" || rep.CrashCount() == 0 || len(lines) < 2 {
 			t.Fatalf("exit %d, verdict %q, crashes %+v\nstdout:\n%s\nstderr:\n%s", code, rep.Verdict, rep.Crashes, stdout, stderr)
@@ -158,7 +158,7 @@ func TestSoakOfACrashingChild(t *testing.T) {
 	})
 
 	t.Run("crashes at every delivery", func(t *testing.T) {
-		code, rep, stdout, stderr := runSoak(t, bin, "--exec", execchild.Command(execchild.CrashOnDeliver), "--duration", "2m", "--workers", "2",
+		code, rep, stdout, stderr := runSoak(t, bin, "--exec", execchild.Command(execchild.CrashOnDeliver), "--duration", "2m", "--instances", "2",
 			"--nemesis", "none", "--no-ack-timeout", "2s")
 		if code != exitNoAck || rep.Verdict != "no-ack" || rep.Totals.Lost != 0 || rep.Elapsed > time.Minute {
 			t.Fatalf("exit %d, verdict %q after %s, totals %+v\nstdout:\n%s\nstderr:\n%s", code, rep.Verdict, rep.Elapsed, rep.Totals, stdout, stderr)

@@ -160,7 +160,7 @@ func TestAnUnknownFlagIsReportedOnce(t *testing.T) {
 	}{
 		{[]string{"certify", "--adapter", "reference", "--jsn", "c.json"}, "(did you mean --json?)"},
 		{[]string{"certify", "--adapter", "reference", "--lable-filter", "x"}, "(did you mean --label-filter?)"},
-		{[]string{"soak", "--adapter", "reference", "--worker", "3"}, "(did you mean --workers?)"},
+		{[]string{"soak", "--adapter", "reference", "--instance", "3"}, "(did you mean --instances?)"},
 		{[]string{"list", "--adaptr", "reference"}, "(did you mean --adapter?)"},
 		{[]string{"matrix", "--jsn"}, ""},
 		{[]string{"certify", "--adapter", "reference", "--nope"}, ""},
@@ -199,5 +199,26 @@ func TestSeedIsOneTypeInCertifyAndSoak(t *testing.T) {
 		if cerr == nil && (uint64(sf.cfg.Seed) != cf.seed || !sf.seedSet || !cf.seedSet) {
 			t.Errorf("--seed %s: certify's seed %d, soak's %d", seed, cf.seed, sf.cfg.Seed)
 		}
+	}
+}
+
+// TestSoakWorkersIsInstances: --workers, the name of --instances before
+// 0.2.0, still sets the number of instances, so that scripts written for
+// it keep working, and its help says it is deprecated.
+func TestSoakWorkersIsInstances(t *testing.T) {
+	for _, args := range [][]string{{"--instances", "3"}, {"--workers", "3"}} {
+		f, err := parseSoak(append([]string{"--adapter", "reference"}, args...), &bytes.Buffer{})
+		if err != nil || f.cfg.Instances != 3 || f.workersSet != (args[0] == "--workers") {
+			t.Errorf("%s: %d instances, --workers given %v, error %v; want 3 instances", strings.Join(args, " "), f.cfg.Instances, f.workersSet, err)
+		}
+	}
+	var sf soakFlags
+	if fl := soakFlagSet(&sf).Lookup("workers"); fl == nil || !strings.HasPrefix(fl.Usage, "deprecated") || !strings.Contains(fl.Usage, "--instances") {
+		t.Errorf("soak's --workers is %+v; want it deprecated in favour of --instances", fl)
+	}
+	var stdout, stderr bytes.Buffer
+	run([]string{"soak", "--adapter", "reference", "--workers", "3", "--json", "/nonexistent-dir/r.json"}, &stdout, &stderr)
+	if !strings.Contains(stderr.String(), "--workers is deprecated") {
+		t.Errorf("soak with --workers does not say it is deprecated:\n%s", stderr.String())
 	}
 }

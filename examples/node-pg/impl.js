@@ -46,6 +46,7 @@ console.log = console.info = console.debug = console.error;
 const crypto = require('node:crypto');
 const hp = require('./protocol');
 const outbox = require('./outbox');
+const { Database } = require('./database');
 
 let pg;
 try {
@@ -181,15 +182,17 @@ class Delivery {
 }
 
 /**
- * Runs work(client) in a transaction on a client of pool, and commits.
+ * Runs work(client) in a transaction on a client of db, and commits.
  * Any failure rolls back and is answered transient: a database error, a
- * terminated or cut connection, a server that crashed. A client whose
- * connection failed is discarded (release(err)), never handed out again.
+ * terminated or cut connection, a server that crashed or failed over. A
+ * client whose connection failed is discarded (release(err)), never
+ * handed out again, and db learns why, so that it can choose the primary
+ * again.
  */
-async function transaction(pool, what, work) {
+async function transaction(db, what, work) {
   let client;
   try {
-    client = await pool.connect();
+    client = await db.connect();
   } catch (err) {
     throw new hp.ProtocolError(hp.TRANSIENT, `${what}: connect: ${err.message}`);
   }
@@ -205,6 +208,7 @@ async function transaction(pool, what, work) {
     // has lost its connection, and is discarded.
     await client.query('ROLLBACK').catch((e) => { broken = e; });
     if (err instanceof hp.ProtocolError) throw err;
+    db.failed(err, client);
     const sqlstate = err.code ? ` (SQLSTATE ${err.code})` : '';
     throw new hp.ProtocolError(hp.TRANSIENT, `${what}: ${err.message}${sqlstate}`);
   } finally {
@@ -219,35 +223,29 @@ class Implementation {
   }
 
   async setup(params) {
-    const dsn = hp.field(params, 'dsn', 'a string', hp.isString);
     const schema = hp.field(params, 'schema', 'a string', hp.isString);
     const destination = params.destination;
     if (destination !== undefined && !hp.isString(destination)) {
       throw new hp.ProtocolError(hp.INVALID_INPUT, 'param "destination" must be a string');
     }
     const effect = new Effect(hp.field(params, 'effect', 'an object', hp.isObject));
-    // The DSN unchanged: its application_name tags the connections as the
-    // harness's, which the fault fixtures kill. Never log it: it carries
-    // the run's password. One connection per request in flight, one for
-    // the relay, and as many again for requests harmless gave up on that
-    // still hold theirs.
-    const pool = new pg.Pool({ connectionString: dsn, max: 2 * this.declarations.max_in_flight + 1 });
-    // node-postgres emits 'error' when a connection dies (a server
-    // restart, a terminated backend, a cut connection); with no listener
-    // Node.js throws it and the process dies with everything in flight.
-    // The pool's listener covers idle clients; a checked-out client has
-    // only its own, added once to each client the pool creates.
-    pool.on('error', (err) => hp.log('idle client lost:', err.message));
-    pool.on('connect', (client) => client.on('error', (err) => hp.log('client lost:', err.message)));
+    // The DSN in parts, since node-postgres reads one host only: every
+    // host and port, in order (harmless's faults reach the connections
+    // through them, and a failover is followed by trying them again), the
+    // user, password and database, and the parameters. Never log them:
+    // they carry the run's password. One connection per request in
+    // flight, one for the relay, and as many again for requests harmless
+    // gave up on that still hold theirs.
+    const db = new Database(pg, params.connection, 2 * this.declarations.max_in_flight + 1);
     const s = {
-      pool,
+      db,
       effect,
       table: `${quoteIdent(schema)}.${quoteIdent('processed_events')}`,
       outbox: `${quoteIdent(schema)}.${quoteIdent('outbox')}`,
       relay: null,
     };
     try {
-      await transaction(pool, 'setup', async (client) => {
+      await transaction(db, 'setup', async (client) => {
         // Several processes may set up one schema at once, and two
         // concurrent CREATE ... IF NOT EXISTS of one table can both try to
         // create it (one then fails on the catalog's unique index); the
@@ -274,12 +272,12 @@ class Implementation {
         await client.query(outbox.createTable(s.outbox));
       });
     } catch (err) {
-      await pool.end().catch(() => {});
+      await db.end(1000);
       throw err;
     }
     if (destination) {
       // Its first pass sends what a process killed after its commit left.
-      s.relay = new outbox.Relay(pool, s.outbox, destination);
+      s.relay = new outbox.Relay(db, s.outbox, destination);
     }
     this.state = s;
     hp.log(`set up in schema ${schema}`);
@@ -291,7 +289,7 @@ class Implementation {
     const d = new Delivery(params);
     d.validate();
     const effectArgs = s.effect.args(d.effectArgs);
-    const outcome = await transaction(s.pool, `deliver ${d}`, async (client) => {
+    const outcome = await transaction(s.db, `deliver ${d}`, async (client) => {
       // One statement decides, atomically under the unique key: a SELECT
       // followed by an INSERT would let two concurrent deliveries both
       // find nothing and both apply the effect.
@@ -329,7 +327,7 @@ class Implementation {
   async purge(params) {
     const s = this.configured();
     const cutoff = hp.timeField(params, 'cutoff');
-    const removed = await transaction(s.pool, `purge before ${cutoff}`, async (client) => {
+    const removed = await transaction(s.db, `purge before ${cutoff}`, async (client) => {
       const r = await client.query(`DELETE FROM ${s.table} WHERE processed_at < $1`, [cutoff]);
       return r.rowCount;
     });
@@ -357,7 +355,7 @@ class Implementation {
     if (s.relay) s.relay.stop();
     // Bounded: a client a request harmless gave up on still holds would
     // keep pool.end() waiting.
-    await Promise.race([s.pool.end(), new Promise((resolve) => setTimeout(resolve, 1000).unref())]);
+    await s.db.end(1000);
   }
 
   configured() {

@@ -117,8 +117,9 @@ function send(destination, namespace, eventId, payloadDigest) {
 /** A loop that sends the outbox's rows to the destination, after commit. */
 class Relay {
   /**
-   * pool is the node-postgres pool; table the outbox's quoted name. The
-   * first pass starts at once: it sends what a killed process left behind.
+   * pool is the node-postgres pool, or a Database (database.js), which is
+   * told why a pass failed; table the outbox's quoted name. The first pass
+   * starts at once: it sends what a killed process left behind.
    */
   constructor(pool, table, destination) {
     this.pool = pool;
@@ -208,6 +209,7 @@ class Relay {
       return sent.length === rows.length && rows.length < BATCH;
     } catch (err) {
       failed = err;
+      if (typeof this.pool.failed === 'function') this.pool.failed(err, client);
       throw err;
     } finally {
       // A client whose transaction failed is discarded, not reused.

@@ -11,7 +11,7 @@ Everything else is impl.py's: the protocol, the declarations, the effect in
 the same transaction, the payload digest, the purge.
 
 It passes every sequential test. Under READ COMMITTED, PostgreSQL's default,
-a transaction does not see another's uncommitted marker, so two workers
+a transaction does not see another's uncommitted marker, so two instances
 handed the same event at once both find nothing, both insert a marker and
 both apply the effect, and each answers "applied".
 """

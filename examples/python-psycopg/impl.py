@@ -188,7 +188,7 @@ class Effect:
 
 
 class Connections:
-    """One connection per worker thread, reopened after it is lost.
+    """One connection per thread, reopened after it is lost.
 
     A thread holds its connection from one request to the next. A connection
     that failed (the server restarted, a proxy cut it, it was terminated) is
@@ -197,8 +197,8 @@ class Connections:
     """
 
     def __init__(self, dsn: str) -> None:
-        # The DSN is used unchanged: its application_name is how harmless
-        # finds this process's connections to kill them in fault fixtures.
+        # The DSN is used unchanged: its hosts are this instance's listeners
+        # on harmless's wire proxy, which is how its faults reach us.
         self._dsn = dsn
         self._local = threading.local()
         self._lock = threading.Lock()
