@@ -8,7 +8,7 @@
 #
 # The figures are a benchmark, not a test: a ratio below the goal is printed,
 # never an exit status. The exit status is non-zero only when something
-# failed to run. The soak needs at least 2 workers: for a client count of 1
+# failed to run. The soak needs at least 2 instances: for a client count of 1
 # only pgbench runs. With --rounds R, pgbench and the soak alternate R times
 # per client count and the verdict is on the median ratio: on a machine
 # shared with other work, load that comes and goes then weighs on both.
@@ -170,12 +170,12 @@ run_pgbench() {
 # run_soak N KEY sets soaked[KEY].
 run_soak() {
 	local n=$1 key=$2 status=0
-	run "$tmp/harmless" soak --adapter reference --nemesis none --workers "$n" --duration "$duration" \
+	run "$tmp/harmless" soak --adapter reference --nemesis none --instances "$n" --duration "$duration" \
 		--duplicates 0 --conflicts 0 --dsn "$dsn" --json "$tmp/soak-$key.json" \
 		>"$tmp/soak-$key.out" 2>"$tmp/soak-$key.err" || status=$?
 	if ((status != 0)); then
 		cat "$tmp/soak-$key.out" "$tmp/soak-$key.err" >&2
-		die "harmless soak with $n workers exited with $status"
+		die "harmless soak with $n instances exited with $status"
 	fi
 	soaked[$key]=$(throughput_of "$tmp/soak-$key.json") || die "no throughput in the soak's JSON report"
 }
@@ -190,7 +190,7 @@ for n in $clients; do
 		echo "bench-soak: pgbench, $n clients, ${secs}s (round $r of $rounds)" >&2
 		run_pgbench "$n" "$n.$r"
 		if ((n >= 2)); then
-			echo "bench-soak: harmless soak, $n workers, $duration (round $r of $rounds)" >&2
+			echo "bench-soak: harmless soak, $n instances, $duration (round $r of $rounds)" >&2
 			run_soak "$n" "$n.$r"
 		fi
 	done
@@ -215,7 +215,7 @@ for n in $clients; do
 		printf '%-8s %6s %14.1f %18.1f %7s\n' "$n" "$r" "${tps[$key]}" "${soaked[$key]}" "$ratio"
 	done
 	if ((${#ratios[@]} == 0)); then
-		lines+=("$n clients: no soak (it needs at least 2 workers)")
+		lines+=("$n clients: no soak (it needs at least 2 instances)")
 		continue
 	fi
 	ratio=$(printf '%s\n' "${ratios[@]}" | median)
