@@ -51,8 +51,10 @@ type conn struct {
 	stmts  int
 
 	// clientToServer's state: the prepared statements and portals that
-	// are a COMMIT.
-	commitStmts, commitPortals map[string]bool
+	// begin, commit or roll back a transaction block. Drivers that send
+	// every statement over the extended protocol (pgjdbc) send BEGIN so,
+	// pipelined with the first statement of the block.
+	txStmts, txPortals map[string]txControl
 	// clientToServer's too: the statements and portals whose text holds
 	// a rule's Within, and which.
 	stmtWithin, portalWithin map[string][]string
@@ -64,8 +66,8 @@ type conn struct {
 	// statements sent outside a block have mentioned since the server was
 	// last ready: each runs in a transaction of its own, which commits
 	// before the server is ready again. inBlock is whether the client has
-	// opened a transaction block (with a BEGIN sent as a simple query) and
-	// not ended it. Guarded by mu.
+	// opened a transaction block (with a BEGIN, sent as a simple query or
+	// over the extended protocol) and not ended it. Guarded by mu.
 	within, commitWithin, implicitWithin []string
 	inBlock                              bool
 }
@@ -268,10 +270,10 @@ func (c *conn) clientToServer(r *bufio.Reader, w *bufio.Writer) {
 				query = cstring(rest)
 				whole = len(query) < len(rest)
 			}
-			c.commitStmts = remember(c.commitStmts, name, whole && isCommit(query))
+			c.txStmts = remember(c.txStmts, name, txControlOf(query, whole))
 			c.stmtWithin = rememberWithin(c.stmtWithin, name, c.mentions(query))
 		case 'B': // Bind: portal, statement, ...
-			if len(c.commitStmts) == 0 && len(c.commitPortals) == 0 && len(c.stmtWithin) == 0 && len(c.portalWithin) == 0 {
+			if len(c.txStmts) == 0 && len(c.txPortals) == 0 && len(c.stmtWithin) == 0 && len(c.portalWithin) == 0 {
 				break
 			}
 			head, err := peekHead(r, n)
@@ -283,10 +285,10 @@ func (c *conn) clientToServer(r *bufio.Reader, w *bufio.Writer) {
 			if len(portal) < len(head) {
 				stmt = cstring(head[len(portal)+1:])
 			}
-			c.commitPortals = remember(c.commitPortals, portal, c.commitStmts[string(stmt)])
+			c.txPortals = remember(c.txPortals, portal, c.txStmts[string(stmt)])
 			c.portalWithin = rememberWithin(c.portalWithin, portal, c.stmtWithin[string(stmt)])
 		case 'E': // Execute: portal, row limit
-			if len(c.commitPortals) == 0 && len(c.portalWithin) == 0 {
+			if len(c.txPortals) == 0 && len(c.portalWithin) == 0 {
 				break
 			}
 			head, err := peekHead(r, n)
@@ -294,14 +296,15 @@ func (c *conn) clientToServer(r *bufio.Reader, w *bufio.Writer) {
 				return
 			}
 			portal := cstring(head)
-			if c.sent(nil, c.portalWithin[string(portal)]) && c.atImplicit(BeforeCommit, w) {
+			ctl := c.txPortals[string(portal)]
+			if c.sent([]byte(ctl), c.portalWithin[string(portal)]) && c.atImplicit(BeforeCommit, w) {
 				return
 			}
-			if c.commitPortals[string(portal)] && c.committing() && c.at(BeforeCommit, 0, w) {
+			if ctl == txCommit && c.committing() && c.at(BeforeCommit, 0, w) {
 				return
 			}
 		case 'C': // Close: 'S' or 'P', name
-			if len(c.commitStmts) == 0 && len(c.commitPortals) == 0 {
+			if len(c.txStmts) == 0 && len(c.txPortals) == 0 && len(c.stmtWithin) == 0 && len(c.portalWithin) == 0 {
 				break
 			}
 			head, err := peekHead(r, n)
@@ -311,10 +314,10 @@ func (c *conn) clientToServer(r *bufio.Reader, w *bufio.Writer) {
 			if len(head) > 0 {
 				switch name := string(cstring(head[1:])); head[0] {
 				case 'S':
-					delete(c.commitStmts, name)
+					delete(c.txStmts, name)
 					delete(c.stmtWithin, name)
 				case 'P':
-					delete(c.commitPortals, name)
+					delete(c.txPortals, name)
 					delete(c.portalWithin, name)
 				}
 			}
@@ -341,7 +344,7 @@ func (c *conn) mentions(text []byte) []string {
 }
 
 // sent notes a statement the client sent (its text, when it came as a
-// simple Query) that mentions the Within texts within: a BEGIN starts a
+// simple Query; over the extended protocol, its txControl) that mentions the Within texts within: a BEGIN starts a
 // transaction block, which has mentioned nothing yet, and a ROLLBACK ends
 // one. It reports whether the statement mentions one of them outside a
 // block: it then commits on its own (autocommit), and is where the points
@@ -477,13 +480,40 @@ func isBegin(text []byte) bool {
 	return len(words) > 1 && bytes.EqualFold(words[0], []byte("start")) && bytes.EqualFold(bytes.TrimRight(words[1], ";"), []byte("transaction"))
 }
 
-// remember records in set whether name is a COMMIT.
-func remember(set map[string]bool, name []byte, commit bool) map[string]bool {
-	if commit {
+// txControl is a statement that begins, commits or rolls back a
+// transaction block, as the canonical text sent understands; "" is any
+// other statement.
+type txControl string
+
+const (
+	txBegin    txControl = "BEGIN"
+	txCommit   txControl = "COMMIT"
+	txRollback txControl = "ROLLBACK"
+)
+
+// txControlOf is what a prepared statement's text does to the transaction
+// block; whole is whether text is the statement's whole text (a COMMIT or
+// ROLLBACK must be, a BEGIN is known by its first words).
+func txControlOf(text []byte, whole bool) txControl {
+	switch {
+	case isBegin(text):
+		return txBegin
+	case whole && isCommit(text):
+		return txCommit
+	case whole && isRollback(text):
+		return txRollback
+	}
+	return ""
+}
+
+// remember records in set what name's statement or portal does to the
+// transaction block, forgetting a name that does nothing to it.
+func remember(set map[string]txControl, name []byte, ctl txControl) map[string]txControl {
+	if ctl != "" {
 		if set == nil {
-			set = make(map[string]bool)
+			set = make(map[string]txControl)
 		}
-		set[string(name)] = true
+		set[string(name)] = ctl
 	} else if len(set) > 0 {
 		delete(set, string(name))
 	}

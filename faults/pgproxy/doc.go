@@ -42,10 +42,12 @@
 // everything else pass through untouched. The proxy looks at a few
 // messages only:
 //
-//   - from the client, Query (a text that is COMMIT or END, optionally
-//     WORK or TRANSACTION and AND [NO] CHAIN: pgx sends "commit" this way)
-//     and, for the extended protocol, Parse, Bind, Execute and Close, to
-//     know when a portal executes a COMMIT;
+//   - from the client, Query (a text that is BEGIN, ROLLBACK, or COMMIT
+//     or END, optionally WORK or TRANSACTION and AND [NO] CHAIN: pgx sends
+//     "commit" this way) and, for the extended protocol, Parse, Bind,
+//     Execute and Close, to know when a portal executes a BEGIN, a
+//     ROLLBACK or a COMMIT (pgjdbc sends all three so, its BEGIN
+//     pipelined with the block's first statement);
 //   - from the server, BackendKeyData (the backend's pid, for
 //     [Fault.PIDs], [Seen.PIDs] and to route cancel requests),
 //     ParameterStatus for application_name (which the server reports

@@ -929,3 +929,53 @@ func TestWithinFiresOnAnAutocommittedStatement(t *testing.T) {
 		})
 	}
 }
+
+// TestBeginOverTheExtendedProtocol: a driver that sends BEGIN as a
+// prepared statement, pipelined with the block's first statement in one
+// Sync, as pgjdbc does at its default settings, opens a block all the
+// same: a rule at BeforeCommit confined to the transactions that mention a
+// text lets the statement through and cuts the COMMIT, not the statement
+// as if it committed on its own; and after a ROLLBACK sent so, a statement
+// outside a block is autocommitted again.
+func TestBeginOverTheExtendedProtocol(t *testing.T) {
+	e := setup(t)
+	e.exec(t, "CREATE TABLE "+e.schema+".effects_here (id int PRIMARY KEY)")
+	f := e.arm(t, pgproxy.Rule{Scope: pgproxy.Scope{Client: e.client}, At: pgproxy.BeforeCommit, Action: pgproxy.Cut, Times: 2, Within: "effects_here"})
+	conn := e.connect(t, "")
+	ctx := t.Context()
+	pc := conn.PgConn()
+	block := func(id int) error {
+		b := &pgconn.Batch{}
+		b.ExecParams("BEGIN", nil, nil, nil, nil)
+		b.ExecParams("INSERT INTO "+e.schema+".effects_here VALUES ($1)", [][]byte{[]byte(strconv.Itoa(id))}, nil, nil, nil)
+		_, err := pc.ExecBatch(ctx, b).ReadAll()
+		return err
+	}
+	if err := block(1); err != nil || fired(t, f) != 0 {
+		t.Fatalf("BEGIN and the statement in one pipeline: %v, fired %d; want them through", err, fired(t, f))
+	}
+	if err := pc.ExecParams(ctx, "ROLLBACK", nil, nil, nil, nil).Read().Err; err != nil || fired(t, f) != 0 {
+		t.Fatalf("ROLLBACK: %v, fired %d; want it through", err, fired(t, f))
+	}
+	if err := pc.ExecParams(ctx, "INSERT INTO "+e.schema+".effects_here VALUES (2)", nil, nil, nil, nil).Read().Err; err == nil || fired(t, f) != 1 {
+		t.Fatalf("after the ROLLBACK, a statement outside a block: %v, fired %d; want it cut before its implicit COMMIT", err, fired(t, f))
+	}
+	e.waitGone(t, f)
+
+	conn = e.connect(t, "")
+	pc = conn.PgConn()
+	if err := block(3); err != nil || fired(t, f) != 1 {
+		t.Fatalf("BEGIN and the statement in one pipeline: %v, fired %d; want them through", err, fired(t, f))
+	}
+	if err := pc.ExecParams(ctx, "COMMIT", nil, nil, nil, nil).Read().Err; err == nil || fired(t, f) != 2 {
+		t.Fatalf("COMMIT: %v, fired %d; want it cut", err, fired(t, f))
+	}
+	e.waitGone(t, f)
+	var n int
+	if err := e.direct.QueryRow(ctx, "SELECT count(*) FROM "+e.schema+".effects_here").Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if n != 0 {
+		t.Errorf("%d rows committed; want none: the block was rolled back, the autocommitted statement and the last COMMIT cut before the server saw them", n)
+	}
+}
