@@ -1,6 +1,8 @@
 package main
 
 import (
+	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -14,20 +16,65 @@ import (
 // outsiders are consumers written by other teams from docs/protocol.md
 // alone (testdata/outsiders), each of which names its connections itself:
 // orders_consumer.py connects without the DSN's application_name and sets
-// its own in a SET after connecting, as pgjdbc does at its default
-// settings; billing_consumer.py connects with its own application_name, in
-// the startup packet. harmless must reach their connections all the same.
-// Each takes --swallow-commit-errors, which removes its protection: a
-// failed COMMIT is logged and the delivery answered applied.
-var outsiders = []struct{ name, script string }{
-	{"a SET after connecting", "orders_consumer.py"},
-	{"its own application_name", "billing_consumer.py"},
+// its own in a SET after connecting; billing_consumer.py connects with its
+// own application_name, in the startup packet; ShipmentsConsumer.java
+// connects with pgjdbc at its default settings, from setup's connection
+// parts, and pgjdbc sends the name in a SET after the startup. harmless
+// must reach their connections all the same. Each takes
+// --swallow-commit-errors, which removes its protection: a failed COMMIT
+// is logged and the delivery answered applied.
+var outsiders = []struct {
+	name    string
+	command func(t *testing.T, args ...string) string // skips the test when its runtime is missing
+}{
+	{"a SET after connecting", pythonOutsider("orders_consumer.py")},
+	{"its own application_name", pythonOutsider("billing_consumer.py")},
+	{"pgjdbc at its default settings", javaOutsider("ShipmentsConsumer")},
 }
 
-// outsiderCommand is the command that runs an outsider, with args.
-func outsiderCommand(t *testing.T, python, script string, args ...string) string {
-	t.Helper()
-	return strings.Join(append([]string{python, filepath.Join(repoRoot(t), "cmd", "harmless", "testdata", "outsiders", script)}, args...), " ")
+// outsidersDir is where the outsiders' sources are.
+func outsidersDir(t *testing.T) string {
+	return filepath.Join(repoRoot(t), "cmd", "harmless", "testdata", "outsiders")
+}
+
+// pythonOutsider returns the command that runs the Python outsider script.
+func pythonOutsider(script string) func(t *testing.T, args ...string) string {
+	return func(t *testing.T, args ...string) string {
+		t.Helper()
+		python := needPsycopg(t)
+		return strings.Join(append([]string{python, filepath.Join(outsidersDir(t), script)}, args...), " ")
+	}
+}
+
+// pgjdbcJar is where Debian's libpostgresql-jdbc-java puts pgjdbc.
+const pgjdbcJar = "/usr/share/java/postgresql.jar"
+
+// javaOutsider returns the command that runs the Java outsider class,
+// compiled from its one source file into the test's temporary directory.
+// It skips the test, saying why, when javac or pgjdbc is missing, unless
+// HARMLESS_REQUIRE_JAVA=1 (as .ci/run sets, having installed both) makes
+// that a failure.
+func javaOutsider(class string) func(t *testing.T, args ...string) string {
+	return func(t *testing.T, args ...string) string {
+		t.Helper()
+		skip := t.Skipf
+		if os.Getenv("HARMLESS_REQUIRE_JAVA") == "1" {
+			skip = t.Fatalf
+		}
+		javac, err := exec.LookPath("javac")
+		if err != nil {
+			skip("the Java outsider needs a JDK (Debian: apt-get install default-jdk-headless): %v", err)
+		}
+		if _, err := os.Stat(pgjdbcJar); err != nil {
+			skip("the Java outsider needs pgjdbc (Debian: apt-get install libpostgresql-jdbc-java): %v", err)
+		}
+		classes := t.TempDir()
+		out, err := exec.Command(javac, "-d", classes, "-cp", pgjdbcJar, filepath.Join(outsidersDir(t), class+".java")).CombinedOutput()
+		if err != nil {
+			t.Fatalf("javac %s: %v\n%s", class, err, out)
+		}
+		return strings.Join(append([]string{"exec", "java", "-cp", classes + ":" + pgjdbcJar, class}, args...), " ")
+	}
 }
 
 // TestOutsidersThatNameTheirConnectionsAreCertified certifies each
@@ -38,19 +85,19 @@ func outsiderCommand(t *testing.T, python, script string, args ...string) string
 // application_name, both failed every failure-after-marker and
 // ambiguous-commit rule, the cuts never reaching them.
 func TestOutsidersThatNameTheirConnectionsAreCertified(t *testing.T) {
-	python := needPsycopg(t)
 	bin := binary(t)
 	for _, o := range outsiders {
 		t.Run(o.name, func(t *testing.T) {
 			t.Parallel()
+			command := o.command(t)
 			path := filepath.Join(t.TempDir(), "c.json")
 			code, stdout, stderr := runCertify(t, bin, []string{"HARMLESS_DSN=", "DATABASE_URL="},
-				"--exec", outsiderCommand(t, python, o.script), "--provision", string(provision.KindCluster), "--json", path)
+				"--exec", command, "--provision", string(provision.KindCluster), "--json", path)
 			if code == exitUsage && strings.Contains(stderr, provision.ErrNoDatabase.Error()) && strings.Contains(stderr, ": not found") {
 				t.Skipf("no PostgreSQL server binaries for a throwaway cluster:\n%s", stderr)
 			}
 			cert := readCertificate(t, path)
-			t.Logf("%s certified in %.1f s", o.script, cert.Duration)
+			t.Logf("%s certified in %.1f s", cert.Adapter, cert.Duration)
 			for _, r := range cert.Rules {
 				if want := correctVerdict(cert, r); r.Verdict != want {
 					t.Errorf("rule %s: %s; want %s\n%s", r.ID, r.Verdict, want, r.Message)
@@ -76,14 +123,14 @@ func TestOutsidersThatNameTheirConnectionsAreCertified(t *testing.T) {
 // cuts catch it: the rules that judge a cut before COMMIT fail, which
 // proves that the cuts reach a consumer however it names its connections.
 func TestOutsidersWithoutTheirProtectionFail(t *testing.T) {
-	python := needPsycopg(t)
 	bin := binary(t)
 	dsn := pgtest.DSN(t)
 	for _, o := range outsiders {
 		t.Run(o.name, func(t *testing.T) {
 			t.Parallel()
+			command := o.command(t, "--swallow-commit-errors")
 			path := filepath.Join(t.TempDir(), "c.json")
-			code, stdout, stderr := runCertify(t, bin, nil, "--exec", outsiderCommand(t, python, o.script, "--swallow-commit-errors"), "--dsn", dsn,
+			code, stdout, stderr := runCertify(t, bin, nil, "--exec", command, "--dsn", dsn,
 				"--fixture", catalogid.FailureAfterMarker+","+catalogid.AmbiguousCommit, "--json", path)
 			cert := readCertificate(t, path)
 			verdicts := map[string]certificate.Verdict{}
