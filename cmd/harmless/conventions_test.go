@@ -2,14 +2,19 @@ package main
 
 import (
 	"bytes"
+	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/onsi/ginkgo/v2/types"
 
@@ -76,24 +81,74 @@ func TestCheckWritableChangesNothing(t *testing.T) {
 }
 
 // TestAReportThatFailsAtTheEndFollowsTheVerdicts: a report that passes the
-// check before the run and cannot be written after it (/dev/full opens,
-// and every write to it fails) costs the run its exit code, not its
-// verdicts: they are printed first.
+// check before the run and cannot be written after it (the run's file
+// size limit, RLIMIT_FSIZE, is smaller than the certificate: the check
+// writes nothing, the write fails with EFBIG) costs the run its exit
+// code, not its verdicts: they are printed first.
 func TestAReportThatFailsAtTheEndFollowsTheVerdicts(t *testing.T) {
-	if _, err := os.Stat("/dev/full"); err != nil {
-		t.Skipf("no /dev/full to fail a write: %v", err)
+	prlimit, err := exec.LookPath("prlimit")
+	if err != nil {
+		t.Skipf("no prlimit (util-linux) to limit the run's file size: %v", err)
 	}
 	bin := binary(t)
 	dsn := pgtest.DSN(t)
-	code, stdout, stderr := runCertify(t, bin, nil, "--adapter", "reference", "--dsn", dsn, "--label-filter", "fixture:double-delivery", "--json", "/dev/full")
+	path := filepath.Join(t.TempDir(), "c.json")
+	code, stdout, stderr := runCommand(t, prlimit, nil, "--fsize=64", "--", bin, "certify",
+		"--adapter", "reference", "--dsn", dsn, "--label-filter", "fixture:double-delivery", "--json", path)
 	if code != exitUsage {
 		t.Errorf("exit code %d; want %d", code, exitUsage)
 	}
 	if !strings.Contains(stdout, "\nPARTIAL: reference\n") || !strings.Contains(stdout, "double-delivery.one-effect") {
 		t.Errorf("stdout lacks the verdicts:\n%s", stdout)
 	}
-	if !strings.Contains(stderr, "--json /dev/full: ") {
+	if !strings.Contains(stderr, "--json "+path+": ") {
 		t.Errorf("stderr does not name the report that could not be written:\n%s", stderr)
+	}
+}
+
+// TestReportsNeedFilesOfTheirOwn: two reports naming one file (by the
+// same path or through a link), and a path that is not a regular file
+// (a named pipe, which would block the run for ever before it starts,
+// or a device), are refused before the run, with exit code 2.
+func TestReportsNeedFilesOfTheirOwn(t *testing.T) {
+	dir := t.TempDir()
+	report := filepath.Join(dir, "c.json")
+	link := filepath.Join(dir, "link.json")
+	if err := os.WriteFile(report, []byte("kept"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(report, link); err != nil {
+		t.Fatal(err)
+	}
+	fifo := filepath.Join(dir, "pipe")
+	if err := syscall.Mkfifo(fifo, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	bin := binary(t)
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"one path twice", []string{"--json", report, "--markdown", report}, "--json and --markdown both name " + report},
+		{"a relative path to the same file", []string{"--json", report, "--junit", filepath.Join(dir, ".", "c.json")}, "--json and --junit both name"},
+		{"a link to the same file", []string{"--markdown", report, "--json", link}, "--json and --markdown both name " + report},
+		{"a named pipe", []string{"--json", fifo}, "--json " + fifo + ": cannot be written, so the run was not started: it is not a regular file (a named pipe)"},
+		{"a device", []string{"--junit", os.DevNull}, "it is not a regular file (a character device)"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+			defer cancel()
+			cmd := exec.CommandContext(ctx, bin, append([]string{"certify", "--adapter", "reference", "--dsn", "postgres://nobody@127.0.0.1:1/none"}, tc.args...)...)
+			out, err := cmd.CombinedOutput()
+			var exit *exec.ExitError
+			if !errors.As(err, &exit) || exit.ExitCode() != exitUsage || !strings.Contains(string(out), tc.want) {
+				t.Errorf("%v, output:\n%s\nwant exit code %d and %q", err, out, exitUsage, tc.want)
+			}
+		})
+	}
+	if b, err := os.ReadFile(report); err != nil || string(b) != "kept" {
+		t.Errorf("the report file holds %q (%v); want it untouched", b, err)
 	}
 }
 

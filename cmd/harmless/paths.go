@@ -20,17 +20,43 @@ type outputPath struct {
 // changing what is there: an existing file is opened for writing and left
 // as it is, a missing one is created and removed again. A run that could
 // not write its reports would be lost, and it can take many minutes.
+//
+// Two reports may not name one file: the later would overwrite the
+// earlier (a Markdown summary over the JSON certificate).
 func checkOutputPaths(paths ...outputPath) error {
 	var errs []error
+	var named []outputPath
 	for _, p := range paths {
 		if p.path == "" {
 			continue
 		}
+		if other, ok := sameFile(named, p.path); ok {
+			errs = append(errs, fmt.Errorf("%s and %s both name %s: each report needs a file of its own, so the run was not started", other.flag, p.flag, p.path))
+			continue
+		}
+		named = append(named, p)
 		if err := checkWritable(p.path); err != nil {
 			errs = append(errs, fmt.Errorf("%s %s: cannot be written, so the run was not started: %w", p.flag, p.path, err))
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// sameFile returns the report of named whose path is path's file: the
+// same path once made absolute and clean, or, for files that exist, the
+// same file by another name (a link, a relative path through a link).
+func sameFile(named []outputPath, path string) (outputPath, bool) {
+	abs, absErr := filepath.Abs(path)
+	info, statErr := os.Stat(path)
+	for _, n := range named {
+		if other, err := filepath.Abs(n.path); absErr == nil && err == nil && other == abs {
+			return n, true
+		}
+		if otherInfo, err := os.Stat(n.path); statErr == nil && err == nil && os.SameFile(info, otherInfo) {
+			return n, true
+		}
+	}
+	return outputPath{}, false
 }
 
 // checkWritable reports why path cannot be written, if it cannot.
@@ -39,6 +65,9 @@ func checkWritable(path string) error {
 	switch {
 	case err == nil && info.IsDir():
 		return errors.New("it is a directory")
+	case err == nil && !info.Mode().IsRegular():
+		// Opening a named pipe for writing waits for a reader, for ever.
+		return fmt.Errorf("it is not a regular file (%s): a report is written to a regular file, or to a new one", fileKind(info.Mode()))
 	case err == nil:
 		f, err := os.OpenFile(path, os.O_WRONLY, 0)
 		if err != nil {
@@ -59,4 +88,19 @@ func checkWritable(path string) error {
 		return err
 	}
 	return errors.Join(f.Close(), os.Remove(path))
+}
+
+// fileKind names the kind of a file that is not a regular one.
+func fileKind(m fs.FileMode) string {
+	switch {
+	case m&fs.ModeNamedPipe != 0:
+		return "a named pipe"
+	case m&fs.ModeSocket != 0:
+		return "a socket"
+	case m&fs.ModeCharDevice != 0:
+		return "a character device"
+	case m&fs.ModeDevice != 0:
+		return "a device"
+	}
+	return m.Type().String()
 }
