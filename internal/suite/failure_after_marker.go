@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -58,20 +59,30 @@ type planned struct {
 	cleared func(context.Context) (string, error)
 }
 
-// persistentOutage is how long a persistent failure lasts from its first
-// firing: longer than any delivery's own retries (a retry helper's few
-// attempts with backoff, Spring's @Retryable's three, an inbox library's
-// five), so that a delivery that retries inside itself meets the failure
-// on every try and must hand the event back to the broker; and well
-// inside the broker's patience (harness.DefaultRedeliveryPatience), so
-// that the broker is still redelivering when it clears.
-const persistentOutage = 3 * time.Second
+// A persistent failure fails every try at the effect, or at COMMIT, for
+// longer than a delivery's own retries (a retry helper's few attempts with
+// backoff, Spring's @Retryable's three, an inbox library's five), so that a
+// delivery that retries inside itself meets it on every try and must hand
+// the event back to the broker; and it still fails the broker's next
+// redeliveries, so that a consumer that counts an event's failed
+// deliveries and gives up on it meets it too. Its end is decided by what
+// the deliveries did, not by a clock: it lasts until persistentDeliveries
+// deliveries of the event in a row (the first, with all its own retries,
+// then the broker's redeliveries) have given the event back unacknowledged,
+// and at most persistentOutage from its first firing, for a delivery that
+// retries inside itself for longer than that (it then succeeds inside, as
+// it would once a real outage cleared). The outage stays well inside the
+// broker's patience (harness.DefaultRedeliveryPatience), so that the
+// broker is still redelivering when it clears.
+const (
+	persistentDeliveries = 5
+	persistentOutage     = 3 * time.Second
+)
 
 // persistentFailure fails every effect of ev at point, from the first
-// delivery on, until persistentOutage has passed since it first fired;
-// then it is disarmed, and the broker's next redelivery meets no fault.
-// The outage is the fault's definition, measured from its first firing,
-// so that a slow start does not shorten it.
+// delivery on, until persistentDeliveries of the event's deliveries have
+// given it back or persistentOutage has passed since it first fired; then
+// it is disarmed, and the broker's next redelivery meets no fault.
 func persistentFailure(point faults.Point) func(context.Context, *harness.Play, adapters.Event) planned {
 	return func(ctx context.Context, play *harness.Play, ev adapters.Event) planned {
 		f, err := play.Arm(ctx, faults.Plan{Namespace: ev.Namespace, ID: ev.ID, Point: point, Action: faults.Raise})
@@ -83,37 +94,43 @@ func persistentFailure(point faults.Point) func(context.Context, *harness.Play, 
 			done <- func() error {
 				tick := time.NewTicker(firedPoll)
 				defer tick.Stop()
+				var firstFired time.Time
+				var outage <-chan time.Time
 				for {
 					n, err := play.Fired(ctx, f)
 					if err != nil {
 						return err
 					}
-					if n > 0 {
-						break
+					if n > 0 && firstFired.IsZero() {
+						firstFired = time.Now()
+						t := time.NewTimer(persistentOutage)
+						defer t.Stop()
+						outage = t.C
+					}
+					if !firstFired.IsZero() {
+						if back := givenBack(play.History(ev)); back >= persistentDeliveries {
+							span = fmt.Sprintf("it failed every try (%d in all) until %d deliveries in a row had given the event back, %s after its first firing, then was disarmed", n, back, shortdur.Format(time.Since(firstFired).Round(time.Millisecond)))
+							return play.Disarm(ctx, f)
+						}
 					}
 					select {
 					case <-ctx.Done():
 						return context.Cause(ctx)
 					case <-stop:
-						return nil // the deliveries ended before it ever fired
+						if firstFired.IsZero() {
+							return nil // the deliveries ended before it ever fired
+						}
+						// Nothing is delivered any more: the event's
+						// deliveries ended while the fault still failed
+						// every try.
+						span = fmt.Sprintf("the deliveries ended %s after its first firing, while it still failed every try", shortdur.Format(time.Since(firstFired).Round(time.Millisecond)))
+						return play.Disarm(ctx, f)
+					case <-outage:
+						span = fmt.Sprintf("it failed every try for %s from its first firing, then was disarmed", shortdur.Format(persistentOutage))
+						return play.Disarm(ctx, f)
 					case <-tick.C:
 					}
 				}
-				firstFired := time.Now()
-				outage := time.NewTimer(persistentOutage)
-				defer outage.Stop()
-				select {
-				case <-ctx.Done():
-					return context.Cause(ctx)
-				case <-stop:
-					// Nothing is delivered any more: the event's
-					// deliveries ended while the fault still failed
-					// every try.
-					span = fmt.Sprintf("the deliveries ended %s after its first firing, while it still failed every try", shortdur.Format(time.Since(firstFired).Round(time.Millisecond)))
-				case <-outage.C:
-					span = fmt.Sprintf("it failed every try for %s from its first firing, then was disarmed", shortdur.Format(persistentOutage))
-				}
-				return play.Disarm(ctx, f)
 			}()
 		}()
 		return planned{
@@ -130,6 +147,20 @@ func persistentFailure(point faults.Point) func(context.Context, *harness.Play, 
 			},
 		}
 	}
+}
+
+// givenBack counts the deliveries in history that ended unacknowledged,
+// one after another, since the last acknowledged or refused one.
+func givenBack(history []harness.Attempt) int {
+	n := 0
+	for _, a := range history {
+		if a.Terminal() {
+			n = 0
+			continue
+		}
+		n++
+	}
+	return n
 }
 
 func dbFailure(point faults.Point, action faults.Action) func(context.Context, *harness.Play, adapters.Event) planned {
@@ -219,7 +250,7 @@ func failureAfterMarkerDefinition() Definition {
 		Fixture: fixtures.Fixture{
 			ID:       failureAfterMarkerID,
 			Variants: failureVariants(),
-			Doc:      "Make the transaction fail after the marker is inserted and before the effect commits (an error at the effect, an error at COMMIT, a panic in the effect, a cancelled context, the connection killed by the server or cut by the wire proxy), once, then redeliver what was not acknowledged; and make every try at the effect, or at COMMIT, fail for " + shortdur.Format(persistentOutage) + " from the first, longer than a delivery's own retries, while the broker redelivers. The panic and the cancelled context are Go hooks in the effect: for an implementation in another process (--exec) they are not-supported, and the other variants cover the same failure. A play whose failure never fired proves nothing and judges only what its answers and the ledger show.",
+			Doc:      "Make the transaction fail after the marker is inserted and before the effect commits (an error at the effect, an error at COMMIT, a panic in the effect, a cancelled context, the connection killed by the server or cut by the wire proxy), once, then redeliver what was not acknowledged; and make every try at the effect, or at COMMIT, fail from the first, longer than a delivery's own retries, until " + strconv.Itoa(persistentDeliveries) + " deliveries in a row have given the event back (at most " + shortdur.Format(persistentOutage) + "), while the broker redelivers. The panic and the cancelled context are Go hooks in the effect: for an implementation in another process (--exec) they are not-supported, and the other variants cover the same failure. A play whose failure never fired proves nothing and judges only what its answers and the ledger show.",
 			Rules: []fixtures.Rule{
 				{
 					ID: failureAfterMarkerNotAcknowledged, Level: fixtures.Must,
@@ -233,7 +264,7 @@ func failureAfterMarkerDefinition() Definition {
 					Doc:     "After the failure, once or lasting seconds, the event ends applied exactly once: the broker's redeliveries end acknowledged, at most one delivery answered Applied, and the ledger holds one effect.",
 					Reason:  seedFailure + " " + seedTogeth + " A failure can outlast a delivery's own retries: the event must still be applied when the broker redelivers it after the failure has cleared.",
 					Suspect: "the marker is committed in its own transaction before the effect, so a redelivery finds it and drops the event; or a delivery gives up on its effect after its own retries while its claim stays",
-					Changed: "since 0.2.0 the delivery that met the failure may be the one that answers Applied (a retry inside the delivery), and a failure that persists for " + shortdur.Format(persistentOutage) + " is played too: before, the redelivery had to answer Applied.",
+					Changed: "since 0.2.0 the delivery that met the failure may be the one that answers Applied (a retry inside the delivery), and a failure that persists over " + strconv.Itoa(persistentDeliveries) + " deliveries is played too: before, the redelivery had to answer Applied.",
 				},
 				{
 					ID: failureAfterMarkerSurvivesKilledConnection, Level: fixtures.Must,
