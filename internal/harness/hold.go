@@ -101,7 +101,7 @@ func (s *Play) hold(ctx context.Context, tables []string) (_ *WriteHold, err err
 	}
 	defer func() {
 		if err != nil {
-			_ = h.tx.Rollback(context.WithoutCancel(ctx))
+			_ = h.rollback(ctx)
 		}
 	}()
 	if _, err := h.tx.Exec(ctx, fmt.Sprintf("SET LOCAL lock_timeout = %d", holdLockTimeout.Milliseconds())); err != nil {
@@ -114,6 +114,12 @@ func (s *Play) hold(ctx context.Context, tables []string) (_ *WriteHold, err err
 	if err != nil {
 		return nil, fmt.Errorf("hold writes to %s: %w", h, err)
 	}
+	s.mu.Lock()
+	if s.holds == nil {
+		s.holds = make(map[*WriteHold]struct{})
+	}
+	s.holds[h] = struct{}{}
+	s.mu.Unlock()
 	return h, nil
 }
 
@@ -134,10 +140,30 @@ WHERE NOT l.granted AND l.relation = ANY($1::oid[]) AND a.usename = current_user
 }
 
 // Release ends the hold. After a crash of the server the hold is gone
-// already, and Release only returns its connection.
+// already, and Release only returns its connection. It may be called more
+// than once; [Play.Close] calls it for a hold still taken.
+//
+// The rollback does not wait for ctx: an interrupted run cancels the
+// context its play was given, and a hold left in place keeps the
+// harness's connection idle in its transaction, out of the pool, and the
+// play's DROP SCHEMA waiting behind its lock. It is bounded by
+// releaseTimeout instead; when the rollback cannot be sent in time, pgx
+// closes the connection, which ends the transaction on the server.
 func (h *WriteHold) Release(ctx context.Context) error {
-	if err := h.tx.Rollback(ctx); err != nil && !errors.Is(err, pgx.ErrTxClosed) {
+	h.play.mu.Lock()
+	delete(h.play.holds, h)
+	h.play.mu.Unlock()
+	if err := h.rollback(ctx); err != nil && !errors.Is(err, pgx.ErrTxClosed) {
 		return fmt.Errorf("release the hold on %s: %w", h, err)
 	}
 	return nil
+}
+
+// releaseTimeout bounds the rollback that ends a hold.
+const releaseTimeout = 5 * time.Second
+
+func (h *WriteHold) rollback(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
+	defer cancel()
+	return h.tx.Rollback(ctx)
 }

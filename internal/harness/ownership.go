@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"regexp"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -125,7 +127,17 @@ func dropOwnSchema(ctx context.Context, db *pgxpool.Pool, schema string) (existe
 		if len(outside) > 0 {
 			return &notOursError{"objects outside it depend on it, and dropping it would drop them too: " + strings.Join(outside, "; ")}
 		}
+		// A lock someone else holds on the schema's tables (a connection
+		// the implementation opened around the proxy, left in a
+		// transaction) would hold the drop, and the run's end, for as long
+		// as it stays: the drop gives up instead, and says so.
+		if _, err := tx.Exec(ctx, fmt.Sprintf("SET LOCAL lock_timeout = %d", dropLockTimeout.Milliseconds())); err != nil {
+			return err
+		}
 		_, err = tx.Exec(ctx, `DROP SCHEMA IF EXISTS `+pgx.Identifier{schema}.Sanitize()+` CASCADE`)
+		if pgErr := (*pgconn.PgError)(nil); errors.As(err, &pgErr) && pgErr.Code == lockNotAvailable {
+			return fmt.Errorf("waited %s for a lock on its tables that another connection holds: %w", dropLockTimeout, err)
+		}
 		return err
 	})
 	var notOurs *notOursError
@@ -134,6 +146,15 @@ func dropOwnSchema(ctx context.Context, db *pgxpool.Pool, schema string) (existe
 	}
 	return existed, err
 }
+
+// dropLockTimeout bounds the wait of a schema's drop for the locks on its
+// tables: the harness's own are released before (see [Play.Close]), and
+// the implementation's connections through the proxy are ended.
+const dropLockTimeout = 10 * time.Second
+
+// lockNotAvailable is SQLSTATE lock_not_available, which a statement that
+// ran out of its lock_timeout fails with.
+const lockNotAvailable = "55P03"
 
 // maxOutside bounds the objects dependentsOutside names.
 const maxOutside = 10

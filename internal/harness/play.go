@@ -42,6 +42,12 @@ type Play struct {
 	// the others must be readable meanwhile.
 	proxy atomic.Pointer[Proxy]
 	dest  *Destination // the external destination, once OpenDestination started it; guarded by mu
+	// holds are the write holds taken and not yet released, guarded by
+	// mu: Close releases them first, so that a play stopped between
+	// HoldWrites and Release (an interrupt) neither leaves the harness's
+	// own connection idle in its transaction nor has its DROP SCHEMA wait
+	// behind that transaction's lock.
+	holds map[*WriteHold]struct{}
 
 	// faultsMu guards the faults the play armed, counted when it closes:
 	// every one in armed, the database-side ones in dbFaults too, to be
@@ -422,7 +428,13 @@ func (s *Play) Close(ctx context.Context) error {
 	s.mu.Lock()
 	instances := s.instances
 	s.instances = nil
+	holds := slices.Collect(maps.Keys(s.holds))
 	s.mu.Unlock()
+	for _, h := range holds {
+		if err := h.Release(ctx); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	for n, impl := range instances {
 		if err := guardClose(ctx, impl, s.run.opts.DeliveryTimeout); err != nil {
 			errs = append(errs, fmt.Errorf("close instance %d: %w", n, err))

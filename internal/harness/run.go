@@ -240,7 +240,9 @@ func (r *Run) Close(ctx context.Context) error {
 		}
 	}
 	if r.admin != nil {
-		r.admin.Close()
+		if err := closePool(r.admin, poolCloseTimeout); err != nil {
+			errs = append(errs, fmt.Errorf("close the harness's connections: %w", err))
+		}
 	}
 	if r.keeper != nil {
 		errs = append(errs, r.keeper.Close(ctx))
@@ -249,6 +251,31 @@ func (r *Run) Close(ctx context.Context) error {
 		errs = append(errs, r.server.Close(ctx))
 	}
 	return errors.Join(errs...)
+}
+
+// poolCloseTimeout bounds the wait of Close for the harness's own
+// connections: every play is closed before, so none is in use but by a bug,
+// and a run must end all the same.
+const poolCloseTimeout = 10 * time.Second
+
+// closePool closes pool, waiting at most limit. pgxpool's Close waits for
+// every connection in use to be given back, without a deadline: one kept
+// by a bug would hold the run's end for good. Past limit the pool is left
+// to close by itself and its connections end with the process.
+func closePool(pool *pgxpool.Pool, limit time.Duration) error {
+	closed := make(chan struct{})
+	go func() {
+		defer close(closed)
+		pool.Close()
+	}()
+	timer := time.NewTimer(limit)
+	defer timer.Stop()
+	select {
+	case <-closed:
+		return nil
+	case <-timer.C:
+		return fmt.Errorf("%d still in use after %s: left to close with the process", pool.Stat().AcquiredConns(), limit)
+	}
 }
 
 // NewPlay creates a fresh environment, with a schema of its own, for one
