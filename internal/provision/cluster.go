@@ -382,19 +382,30 @@ func (c *cluster) close(ctx context.Context) error {
 }
 
 // stopAndRemoveCluster stops the server of a cluster directory with
-// `pg_ctl stop -m immediate` if it runs (the data is thrown away), then
-// removes the directory.
+// `pg_ctl stop -m immediate` if it runs (the data is thrown away), kills
+// whatever is left of it, then removes the directory.
+//
+// A postmaster is asked to stop only while it is alive (postmasterOf): a
+// run abandoned in the middle of its server's shutdown (a second signal)
+// leaves a postmaster.pid naming a postmaster that has exited, or one
+// that is a zombie nobody reaps, which pg_ctl takes for a server still
+// shutting down, and waits for in vain. What such a run left (a backend
+// still exiting, a postmaster killed outright) is killed by the
+// directory's processes (killAllIn), which no pg_ctl knows of.
 func stopAndRemoveCluster(ctx context.Context, dir, bin string, as runner) error {
 	data := filepath.Join(dir, clusterDataDir)
-	if _, err := os.Stat(filepath.Join(data, "postmaster.pid")); err == nil {
+	if postmasterOf(data) != 0 {
 		if bin == "" || !hasServerBinaries(bin) {
 			return fmt.Errorf("%s has a running server and no pg_ctl to stop it with: left in place", dir)
 		}
-		// No server behind postmaster.pid (it is stale) is fine too.
+		// A server that stopped meanwhile is fine too.
 		out, err := as.run(ctx, dir, filepath.Join(bin, "pg_ctl"), "stop", "-w", "-m", "immediate", "-D", data)
 		if err != nil && !strings.Contains(out, "Is server running?") && !strings.Contains(out, "No such process") {
 			return err
 		}
+	}
+	if left := killAllIn(ctx, dir, as.serverUID(), []string{data}, haKillTimeout); len(left) > 0 {
+		return fmt.Errorf("%s: processes %v of its server are still alive: left in place", dir, left)
 	}
 	if err := os.RemoveAll(dir); err != nil {
 		return fmt.Errorf("remove %s: %w", dir, err)
