@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
 	"slices"
 	"strconv"
 	"strings"
@@ -500,23 +499,17 @@ func (m *masker) certifyOnce(f certifyFlags, adapter adapters.Adapter, implOpts 
 	)
 	// SIGINT and SIGTERM stop the run: the play that runs is stopped,
 	// every cleanup runs and the rest is skipped. The signal that came
-	// names the interruption, and the exit code.
-	signals := make(chan os.Signal, 1)
-	signal.Notify(signals, syscall.SIGINT, syscall.SIGTERM)
+	// names the interruption, and the exit code. A second one abandons
+	// the run at once.
 	ctx, stop := context.WithCancelCause(context.Background())
 	var sig os.Signal
-	caught := make(chan struct{})
-	go func() {
-		defer close(caught)
-		if s, ok := <-signals; ok {
-			sig = s
-			stop(interruptedBy{s})
-		}
-	}()
+	unwatch := onSignals(m.command, stderr, func(s os.Signal) {
+		sig = s
+		fmt.Fprintf(stderr, "\n%s: %s: stopping the run and cleaning up (again to abandon it at once)\n", m.command, signalName(s))
+		stop(interruptedBy{s})
+	})
 	cert, err := suite.Certify(ctx, adapter, opts...)
-	signal.Stop(signals)
-	close(signals)
-	<-caught
+	unwatch()
 	stop(nil)
 	if sig != nil {
 		// The interruption is the verdict's to state, not an error.

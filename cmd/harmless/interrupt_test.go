@@ -5,15 +5,20 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
+	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/harmless-dev/harmless/internal/execchild"
 	"github.com/harmless-dev/harmless/internal/pgtest"
 	"github.com/harmless-dev/harmless/suite/certificate"
 )
@@ -35,6 +40,7 @@ type interrupted struct {
 	code           int
 	stdout, stderr string
 	cert           certificate.Certificate
+	took           time.Duration // from the first signal to the exit
 }
 
 // interruptCertify runs certify with -v and args, sends sig once the
@@ -45,6 +51,22 @@ type interrupted struct {
 // and the run must clean up all the same. The two rules before it have
 // surely passed by then.
 func interruptCertify(t *testing.T, bin string, sig syscall.Signal, args ...string) interrupted {
+	t.Helper()
+	passed := 0
+	return interruptAt(t, bin, func(line string, _ int) bool {
+		if rulePassed.MatchString(line) {
+			passed++
+		}
+		return passed == 3
+	}, 0, []syscall.Signal{sig}, args...)
+}
+
+// interruptAt runs certify with -v and args, and sends sigs[0] once at
+// reports true for a progress line (given with its number, from 1) and
+// delay has passed after it, and sigs[1], if given, once the run says it
+// stops; it returns what the run left, with how long it took to exit
+// after the first signal.
+func interruptAt(t *testing.T, bin string, at func(line string, n int) bool, delay time.Duration, sigs []syscall.Signal, args ...string) interrupted {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "c.json")
 	ctx, cancel := context.WithTimeout(t.Context(), interruptLimit+time.Minute)
@@ -59,40 +81,57 @@ func interruptCertify(t *testing.T, bin string, sig syscall.Signal, args ...stri
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	// Read stderr line by line; signal once three rules have passed, so
-	// that the run is in the middle of its fixtures.
+	// Read stderr line by line, and signal from a timer once the point is
+	// reached, so that reading goes on meanwhile.
 	var stderr strings.Builder
 	lines := bufio.NewScanner(stderrPipe)
 	lines.Buffer(make([]byte, 64<<10), 16<<20)
-	signalled, passed := false, 0
-	var signalledAt time.Time
-	for lines.Scan() {
+	var signalledAt atomic.Pointer[time.Time]
+	var timer *time.Timer
+	for n := 1; lines.Scan(); n++ {
 		line := lines.Text()
 		stderr.WriteString(line + "\n")
-		if rulePassed.MatchString(line) {
-			passed++
-		}
-		if !signalled && passed == 3 {
-			if err := cmd.Process.Signal(sig); err != nil {
-				t.Fatal(err)
+		switch {
+		case timer == nil && at(line, n):
+			timer = time.AfterFunc(delay, func() {
+				now := time.Now()
+				signalledAt.Store(&now)
+				if err := cmd.Process.Signal(sigs[0]); err != nil {
+					t.Errorf("signal %v: %v", sigs[0], err)
+				}
+			})
+		case len(sigs) > 1 && strings.Contains(line, "(again to abandon"):
+			// A second signal sent before the first is handled would be
+			// merged with it: it is sent once the run says it stops, as
+			// a user would.
+			if err := cmd.Process.Signal(sigs[1]); err != nil {
+				t.Errorf("signal %v: %v", sigs[1], err)
 			}
-			signalled, signalledAt = true, time.Now()
 		}
 	}
 	err = cmd.Wait()
-	if !signalled {
-		t.Fatalf("fewer than three rules passed, so no signal was sent (%v)\nstdout:\n%s\nstderr:\n%s", err, stdout.String(), stderr.String())
+	ended := time.Now()
+	if timer != nil {
+		timer.Stop()
 	}
-	t.Logf("the run ended %s after the signal", time.Since(signalledAt).Round(time.Millisecond))
+	r := interrupted{stdout: stdout.String(), stderr: stderr.String()}
+	first := signalledAt.Load()
+	if first == nil {
+		t.Fatalf("the run ended before the point to interrupt it at (%v)\nstdout:\n%s\nstderr:\n%s", err, r.stdout, r.stderr)
+	}
+	r.took = ended.Sub(*first)
+	t.Logf("the run ended %s after the signal", r.took.Round(time.Millisecond))
 	var exit *exec.ExitError
-	code := 0
 	switch {
 	case errors.As(err, &exit):
-		code = exit.ExitCode()
+		r.code = exit.ExitCode()
 	case err != nil:
 		t.Fatalf("run: %v", err)
 	}
-	return interrupted{code: code, stdout: stdout.String(), stderr: stderr.String(), cert: readCertificate(t, path)}
+	if len(sigs) == 1 {
+		r.cert = readCertificate(t, path)
+	}
+	return r
 }
 
 // check judges an interrupted run: the exit code of the signal, the
@@ -159,11 +198,7 @@ func TestInterruptCleansUpAndSaysSo(t *testing.T) {
 		}
 	})
 	t.Run("SIGTERM on a throwaway cluster", func(t *testing.T) {
-		if _, err := exec.LookPath("initdb"); err != nil {
-			if matches, _ := filepath.Glob("/usr/lib/postgresql/*/bin/initdb"); len(matches) == 0 {
-				t.Skip("no PostgreSQL server binaries for a throwaway cluster")
-			}
-		}
+		requireServerBinaries(t)
 		r := interruptCertify(t, bin, syscall.SIGTERM, "--provision", "cluster")
 		r.check(t, 143)
 		m := clusterLine.FindStringSubmatch(r.stderr)
@@ -197,4 +232,186 @@ func processesMentioning(t *testing.T, s string) []string {
 		}
 	}
 	return out
+}
+
+// requireServerBinaries skips the test where no throwaway cluster can be
+// started.
+func requireServerBinaries(t *testing.T) {
+	t.Helper()
+	if _, err := exec.LookPath("initdb"); err != nil {
+		if matches, _ := filepath.Glob("/usr/lib/postgresql/*/bin/initdb"); len(matches) == 0 {
+			t.Skip("no PostgreSQL server binaries for a throwaway cluster")
+		}
+	}
+}
+
+// interruptPoints is how many points of a run
+// TestAnInterruptAtAnyPointEndsTheRun stops it at, drawn from its
+// progress lines, beside the point where a run was seen to hang.
+const interruptPoints = 10
+
+// TestAnInterruptAtAnyPointEndsTheRun stops certify on a throwaway
+// cluster at points drawn at random from the progress of a whole run (its
+// -v lines; the seed is logged, and HARMLESS_INTERRUPT_SEED draws the same
+// points again), and at the point where runs hung: during crash-recovery's
+// play that holds the implementation's writes with a lock of the
+// harness's. At each, the run must exit with the signal's code within
+// interruptLimit, and leave neither its cluster's directory nor a process
+// of it.
+func TestAnInterruptAtAnyPointEndsTheRun(t *testing.T) {
+	requireServerBinaries(t)
+	bin := binary(t)
+	code, _, whole := runCertify(t, bin, nil, "-v", "--adapter", "reference", "--provision", "cluster")
+	if code != exitCertified {
+		t.Fatalf("the whole run ended %d; want %d:\n%s", code, exitCertified, whole)
+	}
+	progress := strings.Count(whole, "\n")
+	seed := uint64(time.Now().UnixNano())
+	if s := os.Getenv("HARMLESS_INTERRUPT_SEED"); s != "" {
+		var err error
+		if seed, err = strconv.ParseUint(s, 10, 64); err != nil {
+			t.Fatalf("HARMLESS_INTERRUPT_SEED: %v", err)
+		}
+	}
+	t.Logf("a whole run printed %d progress lines; the points are drawn with HARMLESS_INTERRUPT_SEED=%d", progress, seed)
+	rng := rand.New(rand.NewPCG(seed, 0))
+
+	type point struct {
+		name  string
+		at    func(line string, n int) bool
+		delay time.Duration
+	}
+	points := []point{{
+		name: "while crash-recovery holds the implementation's writes",
+		at: func(line string, _ int) bool {
+			return rulePassed.MatchString(line) && strings.Contains(line, "in-flight-exactly-once")
+		},
+		delay: 300 * time.Millisecond,
+	}}
+	// The last lines of a run are its cleanup's: a point there may come
+	// after the run has ended.
+	for range interruptPoints {
+		k := 2 + rng.IntN(max(progress-10, 1))
+		delay := time.Duration(rng.IntN(200)) * time.Millisecond
+		points = append(points, point{
+			name:  fmt.Sprintf("%s after progress line %d", delay, k),
+			at:    func(_ string, n int) bool { return n == k },
+			delay: delay,
+		})
+	}
+	var slowest time.Duration
+	for i, p := range points {
+		sig := []syscall.Signal{syscall.SIGINT, syscall.SIGTERM}[i%2]
+		t.Run(p.name, func(t *testing.T) {
+			r := interruptAt(t, bin, p.at, p.delay, []syscall.Signal{sig}, "--provision", "cluster")
+			slowest = max(slowest, r.took)
+			if want := exitInterrupted(sig); r.code != want {
+				t.Errorf("exit code %d; want %d\nstderr:\n%s", r.code, want, r.stderr)
+			}
+			if r.took > interruptLimit {
+				t.Errorf("the run took %s to end after %v; want at most %s", r.took, sig, interruptLimit)
+			}
+			noClusterLeft(t, r.stderr)
+		})
+	}
+	t.Logf("%d points, 0 leftovers unless reported above, the slowest exit %s after its signal", len(points), slowest.Round(time.Millisecond))
+}
+
+// noClusterLeft fails the test if the run whose log is stderr left its
+// throwaway cluster's directory or a process of it.
+func noClusterLeft(t *testing.T, stderr string) {
+	t.Helper()
+	m := clusterLine.FindStringSubmatch(stderr)
+	if m == nil {
+		t.Fatalf("the cluster's directory is not in the run's log:\n%s", stderr)
+	}
+	if _, err := os.Stat(m[1]); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the run left its cluster directory %s (%v)", m[1], err)
+	}
+	if procs := processesMentioning(t, m[1]); len(procs) > 0 {
+		t.Errorf("the run left processes of its cluster: %v", procs)
+	}
+}
+
+// abandonLimit bounds the exit of a run sent a second signal, which must
+// not wait for any cleanup.
+const abandonLimit = 20 * time.Second
+
+// A second signal abandons the run at once: the exit code is the
+// signal's, every process the run started is killed, and what it left
+// (the cluster's directory) the next run removes when it starts.
+func TestASecondSignalAbandonsTheRunAtOnce(t *testing.T) {
+	requireServerBinaries(t)
+	bin := binary(t)
+	r := interruptAt(t, bin, func(line string, _ int) bool { return strings.Contains(line, "concurrent-delivery (") },
+		0, []syscall.Signal{syscall.SIGINT, syscall.SIGINT}, "--provision", "cluster")
+	if r.code != 130 {
+		t.Errorf("exit code %d; want 130\nstderr:\n%s", r.code, r.stderr)
+	}
+	if !strings.Contains(r.stderr, "SIGINT again: abandoning the run now") {
+		t.Errorf("the run does not say it abandons the run:\n%s", r.stderr)
+	}
+	if r.took > abandonLimit {
+		t.Errorf("the run took %s to end after the second signal; want at most %s", r.took, abandonLimit)
+	}
+	m := clusterLine.FindStringSubmatch(r.stderr)
+	if m == nil {
+		t.Fatalf("the cluster's directory is not in the run's log:\n%s", r.stderr)
+	}
+	if procs := processesMentioning(t, m[1]); len(procs) > 0 {
+		t.Errorf("the abandoned run left processes of its cluster: %v", procs)
+	}
+	// One fixture: the rest of the MUST rules do not run (exit 3).
+	code, _, stderr := runCertify(t, bin, nil, "-v", "--adapter", "reference", "--provision", "cluster", "--fixture", "double-delivery")
+	if code != exitPartial {
+		t.Fatalf("the next run ended %d; want %d:\n%s", code, exitPartial, stderr)
+	}
+	if _, err := os.Stat(m[1]); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the next run did not remove the directory %s the abandoned one left (%v):\n%s", m[1], err, stderr)
+	}
+}
+
+// An implementation's process may start one that leaves its process
+// group and session and ignores SIGTERM, then exit or be killed: that one
+// must not outlive the run either. The child below starts such a process
+// (setsid, SIGTERM ignored) in every instance, and notes its pid.
+func TestNoProcessOutlivesTheRun(t *testing.T) {
+	bin := binary(t)
+	pids := filepath.Join(t.TempDir(), "escaped")
+	child := fmt.Sprintf(`setsid sh -c 'trap "" TERM; echo $$ >> %s; exec sleep 300' </dev/null >/dev/null 2>&1 & %s`, pids, execchild.Command(execchild.Reference))
+	code, stdout, stderr := runCertify(t, bin, nil, "--exec", child, "--dsn", pgtest.DSN(t), "--fixture", "double-delivery")
+	if code != exitPartial { // one fixture: the other MUST rules did not run
+		t.Fatalf("exit code %d; want %d\nstdout:\n%s\nstderr:\n%s", code, exitPartial, stdout, stderr)
+	}
+	b, err := os.ReadFile(pids)
+	if err != nil {
+		t.Fatalf("the child never started its escaping process: %v", err)
+	}
+	escaped := strings.Fields(string(b))
+	if len(escaped) == 0 {
+		t.Fatal("the child never started its escaping process")
+	}
+	for _, s := range escaped {
+		pid, err := strconv.Atoi(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if running(pid) {
+			t.Errorf("process %d, started in a session of its own by the implementation, outlived the run", pid)
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
+	if !strings.Contains(stderr, "processes the run's programs had left running") {
+		t.Errorf("the run does not say it killed what was left:\n%s", stderr)
+	}
+}
+
+// running reports whether pid is a process that has not exited.
+func running(pid int) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return false
+	}
+	i := bytes.LastIndexByte(b, ')')
+	return i >= 0 && i+2 < len(b) && b[i+2] != 'Z' && b[i+2] != 'X'
 }

@@ -37,9 +37,33 @@
 package main
 
 import (
+	"context"
+	"fmt"
 	"os"
+	"time"
+
+	"github.com/harmless-dev/harmless/internal/reaper"
 )
 
+// leftoverTimeout bounds the killing of what a run left running.
+const leftoverTimeout = 5 * time.Second
+
+// main runs the command as a child subreaper (package internal/reaper):
+// every process the run started stays its descendant, even one that calls
+// setsid after its parent exits, and whatever is still running when the
+// command ends is killed, so that no process outlives the run.
 func main() {
-	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+	// Elsewhere than on Linux an orphan goes to init, as before.
+	_ = reaper.Adopt()
+	code := run(os.Args[1:], os.Stdout, os.Stderr)
+	ctx, cancel := context.WithTimeout(context.Background(), leftoverTimeout)
+	killed, err := reaper.KillAll(ctx)
+	cancel()
+	if killed > 0 {
+		fmt.Fprintf(os.Stderr, "harmless: killed %d processes the run's programs had left running\n", killed)
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "harmless: %v\n", err)
+	}
+	os.Exit(code)
 }

@@ -9,7 +9,6 @@ import (
 	"io"
 	"maps"
 	"os"
-	"os/signal"
 	"slices"
 	"strings"
 	"syscall"
@@ -149,29 +148,18 @@ func soakCommand(args []string, stdout, stderr io.Writer) int {
 	}
 
 	// The first signal ends the load and reports what ran; a second one
-	// abandons the run (its cleanup still runs).
+	// abandons the run at once.
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	stop := make(chan struct{})
-	signals := make(chan os.Signal, 2)
-	signal.Notify(signals, syscall.SIGINT, syscall.SIGTERM)
-	defer signal.Stop(signals)
 	var sig os.Signal
-	go func() {
-		s, ok := <-signals
-		if !ok {
-			return
-		}
+	unwatch := onSignals(m.command, m.stderr, func(s os.Signal) {
 		sig = s
-		fmt.Fprintf(m.stderr, "\nharmless soak: %s: ending the load, healing the faults and checking what ran (again to abandon)\n", signalName(s))
+		fmt.Fprintf(m.stderr, "\nharmless soak: %s: ending the load, healing the faults and checking what ran (again to abandon it at once)\n", signalName(s))
 		close(stop)
-		if _, ok := <-signals; ok {
-			cancel()
-		}
-	}()
-
+	})
 	rep, code := m.soak(ctx, f, stop)
-	signal.Stop(signals)
+	unwatch()
 	if rep != nil && rep.Interrupted && sig != nil {
 		if sig == syscall.SIGTERM {
 			return 143
