@@ -13,6 +13,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -174,28 +175,7 @@ func TestInterruptCleansUpAndSaysSo(t *testing.T) {
 		dsn := pgtest.DSN(t)
 		r := interruptCertify(t, bin, syscall.SIGINT, "--dsn", dsn)
 		r.check(t, 130)
-		m := runIDLine.FindStringSubmatch(r.stderr)
-		if m == nil {
-			t.Fatalf("the run's id is not in its log:\n%s", r.stderr)
-		}
-		var left []string
-		rows, err := pgtest.Pool(t).Query(t.Context(), `SELECT nspname FROM pg_namespace WHERE nspname LIKE $1`, "harmless\\_"+m[1]+"\\_%")
-		if err != nil {
-			t.Fatal(err)
-		}
-		for rows.Next() {
-			var name string
-			if err := rows.Scan(&name); err != nil {
-				t.Fatal(err)
-			}
-			left = append(left, name)
-		}
-		if err := rows.Err(); err != nil {
-			t.Fatal(err)
-		}
-		if len(left) > 0 {
-			t.Errorf("the interrupted run left its schemas: %v", left)
-		}
+		noSchemaLeft(t, r.stderr)
 	})
 	t.Run("SIGTERM on a throwaway cluster", func(t *testing.T) {
 		requireServerBinaries(t)
@@ -280,6 +260,7 @@ func TestAnInterruptAtAnyPointEndsTheRun(t *testing.T) {
 		name  string
 		at    func(line string, n int) bool
 		delay time.Duration
+		dsn   bool // on pgtest's server, not a throwaway cluster
 	}
 	points := []point{{
 		name: "while crash-recovery holds the implementation's writes",
@@ -289,32 +270,88 @@ func TestAnInterruptAtAnyPointEndsTheRun(t *testing.T) {
 		delay: 300 * time.Millisecond,
 	}}
 	// The last lines of a run are its cleanup's: a point there may come
-	// after the run has ended.
-	for range interruptPoints {
-		k := 2 + rng.IntN(max(progress-10, 1))
+	// after the run has ended. Every third point is on a DSN, whose run
+	// prints fewer lines (no crash of a server it does not own), and must
+	// leave no schema there.
+	for i := range interruptPoints {
+		dsn := i%3 == 2
+		lines := progress - 10
+		if dsn {
+			lines = progress / 2
+		}
+		k := 2 + rng.IntN(max(lines, 1))
 		delay := time.Duration(rng.IntN(200)) * time.Millisecond
+		where := "a throwaway cluster"
+		if dsn {
+			where = "a DSN"
+		}
 		points = append(points, point{
-			name:  fmt.Sprintf("%s after progress line %d", delay, k),
+			name:  fmt.Sprintf("%s after progress line %d on %s", delay, k, where),
 			at:    func(_ string, n int) bool { return n == k },
 			delay: delay,
+			dsn:   dsn,
 		})
 	}
+	var mu sync.Mutex
 	var slowest time.Duration
+	t.Cleanup(func() {
+		t.Logf("%d points, the slowest exit %s after its signal", len(points), slowest.Round(time.Millisecond))
+	})
 	for i, p := range points {
 		sig := []syscall.Signal{syscall.SIGINT, syscall.SIGTERM}[i%2]
 		t.Run(p.name, func(t *testing.T) {
-			r := interruptAt(t, bin, p.at, p.delay, []syscall.Signal{sig}, "--provision", "cluster")
+			// Side by side, as many as go test runs at once: a run
+			// mostly waits for its server.
+			t.Parallel()
+			args := []string{"--provision", "cluster"}
+			if p.dsn {
+				args = []string{"--dsn", pgtest.DSN(t)}
+			}
+			r := interruptAt(t, bin, p.at, p.delay, []syscall.Signal{sig}, args...)
+			mu.Lock()
 			slowest = max(slowest, r.took)
+			mu.Unlock()
 			if want := exitInterrupted(sig); r.code != want {
 				t.Errorf("exit code %d; want %d\nstderr:\n%s", r.code, want, r.stderr)
 			}
 			if r.took > interruptLimit {
 				t.Errorf("the run took %s to end after %v; want at most %s", r.took, sig, interruptLimit)
 			}
-			noClusterLeft(t, r.stderr)
+			if p.dsn {
+				noSchemaLeft(t, r.stderr)
+			} else {
+				noClusterLeft(t, r.stderr)
+			}
 		})
 	}
-	t.Logf("%d points, 0 leftovers unless reported above, the slowest exit %s after its signal", len(points), slowest.Round(time.Millisecond))
+}
+
+// noSchemaLeft fails the test if the run on pgtest's server whose log is
+// stderr left a schema there.
+func noSchemaLeft(t *testing.T, stderr string) {
+	t.Helper()
+	m := runIDLine.FindStringSubmatch(stderr)
+	if m == nil {
+		t.Fatalf("the run's id is not in its log:\n%s", stderr)
+	}
+	var left []string
+	rows, err := pgtest.Pool(t).Query(t.Context(), `SELECT nspname FROM pg_namespace WHERE nspname LIKE $1`, "harmless\\_"+m[1]+"\\_%")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var name string
+		if err := rows.Scan(&name); err != nil {
+			t.Fatal(err)
+		}
+		left = append(left, name)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if len(left) > 0 {
+		t.Errorf("the interrupted run left its schemas: %v", left)
+	}
 }
 
 // noClusterLeft fails the test if the run whose log is stderr left its
