@@ -556,9 +556,10 @@ type Choice struct {
 }
 
 // Choose resolves the way Open would take with these options without
-// starting anything: a DSN is parsed but not connected to; the container
-// way is taken when it is linked and a Docker daemon answers its ping at
-// DOCKER_HOST or /var/run/docker.sock (FindDocker); the cluster way when
+// starting anything: a DSN is parsed but not connected to (CheckDSN
+// connects to it); the container way is taken when it is linked and a
+// Docker daemon answers its ping at DOCKER_HOST or /var/run/docker.sock
+// (FindDocker); the cluster way when
 // initdb and pg_ctl are found; the HA way, only when forced, when
 // pg_autoctl and server binaries with the extension are. Planned stops at
 // "a container, else a cluster"; `harmless list --adapter` says which, and
