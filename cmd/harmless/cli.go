@@ -19,6 +19,7 @@ import (
 	"github.com/harmless-dev/harmless/internal/adapters/builtin"
 	"github.com/harmless-dev/harmless/internal/docgen"
 	"github.com/harmless-dev/harmless/internal/provenance"
+	"github.com/harmless-dev/harmless/internal/provision"
 	"github.com/harmless-dev/harmless/internal/redact"
 	"github.com/harmless-dev/harmless/internal/suite"
 	"github.com/harmless-dev/harmless/suite/certificate"
@@ -154,6 +155,7 @@ type certifyFlags struct {
 	adapter         string
 	exec            string
 	dsn             string
+	dsnSet          bool // whether --dsn was given, empty or not
 	image           string
 	provision       string
 	labelFilter     string
@@ -190,9 +192,9 @@ func (f certifyFlags) outputs(getenv func(string) string) []outputPath {
 // addDatabaseFlags adds the flags that choose the database, which certify
 // and soak share.
 func addDatabaseFlags(fs *flag.FlagSet, f *certifyFlags) {
-	fs.StringVar(&f.dsn, "dsn", "", "PostgreSQL connection string (default: $HARMLESS_DSN, else $DATABASE_URL, else a container, else a throwaway local cluster)")
-	fs.StringVar(&f.image, "image", "", "container image when starting PostgreSQL in a container (default: $HARMLESS_IMAGE, else postgres:17-alpine)")
-	fs.StringVar(&f.provision, "provision", "", "force one way to get a database: dsn, container, cluster or ha (a replicated formation, for the failover fixture and the soak's failover nemesis)")
+	fs.Var(dsnValue{&f.dsn, &f.dsnSet}, "dsn", "PostgreSQL connection string (default: $HARMLESS_DSN, else $DATABASE_URL, else a container, else a throwaway local cluster); an empty one, given or set, is refused")
+	fs.StringVar(&f.image, "image", "", "container image when starting PostgreSQL in a container, with --provision container only (default: $HARMLESS_IMAGE, else postgres:17-alpine)")
+	fs.StringVar(&f.provision, "provision", "", "force one way to get a database: dsn, container, cluster or ha (a replicated formation, for the failover fixture and the soak's failover nemesis); container, cluster and ha start a server of their own, and refuse --dsn")
 }
 
 // certifySynopsis is certify's line of the usage.
@@ -239,6 +241,14 @@ func parseCertify(args []string, stdout io.Writer) (certifyFlags, error) {
 		return f, errors.New("-v and --quiet contradict each other: choose one")
 	case f.patience <= 0:
 		return f, fmt.Errorf("--redelivery-patience must be positive, not %s", f.patience)
+	case f.deliveryTimeout <= 0:
+		return f, fmt.Errorf("--delivery-timeout must be positive, not %s", f.deliveryTimeout)
+	case f.contenders < 2:
+		return f, fmt.Errorf("--contenders must be at least 2 (a race needs two), not %d", f.contenders)
+	case f.rounds < 1:
+		return f, fmt.Errorf("--rounds must be at least 1, not %d", f.rounds)
+	case f.overlapRounds < 1:
+		return f, fmt.Errorf("--overlap-rounds must be at least 1, not %d", f.overlapRounds)
 	case f.repeat < 1:
 		return f, fmt.Errorf("--repeat must be at least 1, not %d", f.repeat)
 	case f.repeat > 1 && f.seedSet:
@@ -434,7 +444,17 @@ func (m *masker) certify(args []string) int {
 		fmt.Fprintf(stderr, "harmless certify: %v\n", err)
 		return exitUsage
 	}
+	if err := checkDatabaseFlags(f, os.LookupEnv); err != nil {
+		fmt.Fprintf(stderr, "harmless certify: %v\n", err)
+		return exitUsage
+	}
 	if err := checkOutputPaths(f.outputs(os.Getenv)...); err != nil {
+		fmt.Fprintf(stderr, "harmless certify: %v\n", err)
+		return exitUsage
+	}
+	// Each contender of a concurrent-delivery round is an instance of its
+	// own, with a connection of its own.
+	if err := checkCapacity(context.Background(), provision.Options{DSN: f.dsn, Only: provision.Kind(f.provision)}, "--contenders", f.contenders); err != nil {
 		fmt.Fprintf(stderr, "harmless certify: %v\n", err)
 		return exitUsage
 	}

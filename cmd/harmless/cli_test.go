@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -107,11 +108,12 @@ func runCertify(t *testing.T, bin string, env []string, args ...string) (int, st
 }
 
 // runCommand runs the built command with args and returns its exit code
-// and output.
+// and output. env is added to this process's environment; an entry made
+// by unset removes a variable instead.
 func runCommand(t *testing.T, bin string, env []string, args ...string) (int, string, string) {
 	t.Helper()
 	cmd := exec.Command(bin, args...)
-	cmd.Env = append(os.Environ(), env...)
+	cmd.Env = childEnv(env)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := cmd.Run()
@@ -124,6 +126,60 @@ func runCommand(t *testing.T, bin string, env []string, args ...string) (int, st
 	}
 	t.Fatalf("run %s: %v", bin, err)
 	return 0, "", ""
+}
+
+// unsetMark prefixes a name that runCommand removes from the child's
+// environment.
+const unsetMark = "!unset:"
+
+// unset returns entries of runCommand's env that remove the variables
+// named: a DSN variable set but empty is refused, not taken for unset, so
+// a child that must start a throwaway server must not see it at all.
+func unset(names ...string) []string {
+	var env []string
+	for _, name := range names {
+		env = append(env, unsetMark+name)
+	}
+	return env
+}
+
+// childEnv is this process's environment with env's entries added, and
+// those made by unset removed.
+func childEnv(env []string) []string {
+	var removed []string
+	var added []string
+	for _, kv := range env {
+		if name, ok := strings.CutPrefix(kv, unsetMark); ok {
+			removed = append(removed, name)
+		} else {
+			added = append(added, kv)
+		}
+	}
+	return append(environWithout(removed...), added...)
+}
+
+// environWithout is this process's environment without the variables
+// named.
+func environWithout(names ...string) []string {
+	var out []string
+	for _, kv := range os.Environ() {
+		if name, _, _ := strings.Cut(kv, "="); !slices.Contains(names, name) {
+			out = append(out, kv)
+		}
+	}
+	return out
+}
+
+// unsetenv unsets the variables named for the rest of the test, and
+// restores them after it, as t.Setenv would.
+func unsetenv(t *testing.T, names ...string) {
+	t.Helper()
+	for _, name := range names {
+		t.Setenv(name, "") // to restore it afterwards
+		if err := os.Unsetenv(name); err != nil {
+			t.Fatal(err)
+		}
+	}
 }
 
 func TestCertify(t *testing.T) {
@@ -246,7 +302,7 @@ func TestCertify(t *testing.T) {
 	})
 
 	t.Run("no database exits 2 and names all three ways", func(t *testing.T) {
-		code, _, stderr := runCertify(t, bin, []string{"HARMLESS_DSN=", "DATABASE_URL="}, "--adapter", "reference", "--provision", "dsn")
+		code, _, stderr := runCertify(t, bin, unset("HARMLESS_DSN", "DATABASE_URL"), "--adapter", "reference", "--provision", "dsn")
 		if code != exitUsage {
 			t.Fatalf("exit code %d; want %d\n%s", code, exitUsage, stderr)
 		}

@@ -29,8 +29,7 @@ import (
 // no database to be had, a run that started anyway would fail on the
 // database instead, without naming the flag.
 func TestABadOutputPathStartsNothing(t *testing.T) {
-	t.Setenv("HARMLESS_DSN", "")
-	t.Setenv("DATABASE_URL", "")
+	unsetenv(t, "HARMLESS_DSN", "DATABASE_URL")
 	t.Setenv(stepSummaryEnv, "")
 	missing := filepath.Join(t.TempDir(), "no-such-dir", "report")
 	dir := t.TempDir()

@@ -160,9 +160,8 @@ func TestWorkflowCertifiesThePythonExample(t *testing.T) {
 	}
 	cmd := exec.Command("/bin/sh", "-c", line)
 	cmd.Dir = dir
-	cmd.Env = append(os.Environ(),
+	cmd.Env = append(environWithout("HARMLESS_DSN", "DATABASE_URL", "HARMLESS_PROVISION"),
 		"PATH="+filepath.Dir(bin)+string(os.PathListSeparator)+os.Getenv("PATH"),
-		"HARMLESS_DSN=", "DATABASE_URL=", "HARMLESS_PROVISION=",
 		"GITHUB_STEP_SUMMARY="+summary)
 	out, err := cmd.CombinedOutput()
 	if err != nil && strings.Contains(string(out), "no PostgreSQL server available") && strings.Contains(string(out), ": not found") {
@@ -305,7 +304,7 @@ func TestOneAtATimeChildrenAreCertified(t *testing.T) {
 			command := child.command(t)
 			path := filepath.Join(t.TempDir(), "c.json")
 			started := time.Now()
-			code, stdout, stderr := runCertify(t, bin, []string{"HARMLESS_DSN=", "DATABASE_URL="},
+			code, stdout, stderr := runCertify(t, bin, unset("HARMLESS_DSN", "DATABASE_URL"),
 				"--exec", command, "--provision", string(provision.KindCluster), "--json", path)
 			if code == exitUsage && strings.Contains(stderr, provision.ErrNoDatabase.Error()) && strings.Contains(stderr, ": not found") {
 				t.Skipf("no PostgreSQL server binaries for a throwaway cluster:\n%s", stderr)
@@ -554,7 +553,7 @@ func TestNodeExampleIsCertified(t *testing.T) {
 	bin := binary(t)
 	path := filepath.Join(t.TempDir(), "c.json")
 	started := time.Now()
-	code, stdout, stderr := runCertify(t, bin, []string{"HARMLESS_DSN=", "DATABASE_URL="},
+	code, stdout, stderr := runCertify(t, bin, unset("HARMLESS_DSN", "DATABASE_URL"),
 		"--exec", command, "--provision", string(provision.KindCluster), "--json", path)
 	if code == exitUsage && strings.Contains(stderr, provision.ErrNoDatabase.Error()) && strings.Contains(stderr, ": not found") {
 		t.Skipf("no PostgreSQL server binaries for a throwaway cluster:\n%s", stderr)
@@ -596,7 +595,7 @@ func TestNodeExampleIsCertified(t *testing.T) {
 func TestAChildThatDiesOnAKilledConnectionIsCertified(t *testing.T) {
 	bin := binary(t)
 	path := filepath.Join(t.TempDir(), "c.json")
-	code, stdout, stderr := runCertify(t, bin, []string{"HARMLESS_DSN=", "DATABASE_URL="},
+	code, stdout, stderr := runCertify(t, bin, unset("HARMLESS_DSN", "DATABASE_URL"),
 		"--exec", execchild.Command(execchild.ExitOnLostConnection), "--provision", string(provision.KindCluster), "--json", path)
 	if code == exitUsage && strings.Contains(stderr, provision.ErrNoDatabase.Error()) && strings.Contains(stderr, ": not found") {
 		t.Skipf("no PostgreSQL server binaries for a throwaway cluster:\n%s", stderr)
@@ -637,7 +636,7 @@ func TestAChildThatDiesOnAKilledConnectionIsCertified(t *testing.T) {
 func TestAChildInAutocommitIsCertified(t *testing.T) {
 	bin := binary(t)
 	path := filepath.Join(t.TempDir(), "c.json")
-	code, stdout, stderr := runCertify(t, bin, []string{"HARMLESS_DSN=", "DATABASE_URL="},
+	code, stdout, stderr := runCertify(t, bin, unset("HARMLESS_DSN", "DATABASE_URL"),
 		"--exec", execchild.Command(execchild.OneStatement), "--provision", string(provision.KindCluster), "--json", path)
 	if code == exitUsage && strings.Contains(stderr, provision.ErrNoDatabase.Error()) && strings.Contains(stderr, ": not found") {
 		t.Skipf("no PostgreSQL server binaries for a throwaway cluster:\n%s", stderr)

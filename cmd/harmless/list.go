@@ -7,8 +7,12 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
+	"os/signal"
 	"strings"
+	"syscall"
 	"text/tabwriter"
+	"time"
 
 	"github.com/harmless-dev/harmless/adapters"
 	"github.com/harmless-dev/harmless/fixtures"
@@ -62,7 +66,7 @@ func listFlagSet(f *certifyFlags, asJSON *bool) *flag.FlagSet {
 	fs.BoolVar(asJSON, "json", false, "print as JSON")
 	fs.StringVar(&f.adapter, "adapter", "", "say which rules a certify run of this built-in adapter will run, and why the others cannot")
 	fs.StringVar(&f.exec, "exec", "", "the same for the program this shell command runs (started once, to read what it declares)")
-	fs.StringVar(&f.dsn, "dsn", "", "as for certify: the database the run would use (default: $HARMLESS_DSN, else $DATABASE_URL, else a server harmless starts); nothing connects to it")
+	fs.Var(dsnValue{&f.dsn, &f.dsnSet}, "dsn", "as for certify: the database the run would use (default: $HARMLESS_DSN, else $DATABASE_URL, else a server harmless starts); list connects to it once, and exits 2 if it cannot")
 	fs.StringVar(&f.provision, "provision", "", "as for certify: force one way to get a database: dsn, container, cluster or ha")
 	return fs
 }
@@ -76,7 +80,15 @@ func listWith(f certifyFlags, asJSON bool, rest []string, stdout, stderr io.Writ
 	if f.adapter == "" && f.exec == "" {
 		return listAll(asJSON, stdout, stderr)
 	}
-	plan, err := planOf(context.Background(), f)
+	if err := checkDatabaseFlags(f, os.LookupEnv); err != nil {
+		fmt.Fprintf(stderr, "harmless list: %v\n", err)
+		return exitUsage
+	}
+	// A signal stops the connection to a DSN rather than the process, so
+	// that what list started (an --exec program) is stopped too.
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	plan, err := planOf(ctx, f)
 	if err != nil {
 		fmt.Fprintf(stderr, "harmless list: %v\n", err)
 		return exitUsage
@@ -97,7 +109,7 @@ func checkListFlags(f certifyFlags, rest []string) error {
 	switch {
 	case len(rest) > 0:
 		return fmt.Errorf("unexpected arguments: %s", strings.Join(rest, " "))
-	case f.adapter == "" && f.exec == "" && (f.dsn != "" || f.provision != ""):
+	case f.adapter == "" && f.exec == "" && (f.dsnSet || f.provision != ""):
 		return errors.New("--dsn and --provision say where a run would be made: give --adapter NAME or --exec COMMAND too")
 	}
 	if f.adapter != "" || f.exec != "" {
@@ -173,6 +185,10 @@ type runPlan struct {
 	// Note says why a container was passed over, or why the way would
 	// fail.
 	Note string `json:"note,omitempty"`
+	// ServerVersion is the server_version of the server named by a DSN,
+	// which list connects to: a DSN that does not connect is an error,
+	// as for the run.
+	ServerVersion string `json:"server_version,omitempty"`
 	// OwnedServer is set when that is a server harmless starts, which it
 	// may crash.
 	OwnedServer bool       `json:"owned_server"`
@@ -196,8 +212,11 @@ type ruleplan struct {
 
 // planOf decides which rules a certify run with flags f would run. It
 // starts nothing but an --exec program, once, for its declaration: the
-// database is only named, from the flags and the environment, as certify
-// would choose it.
+// database is named, from the flags and the environment, as certify
+// would choose it, and a server named by a DSN is connected to once,
+// within dsnCheckTimeout: what list says would be judged is judged only
+// if the run can connect, and a DSN that cannot is the exit code 2 the
+// run would end with, said before any run.
 func planOf(ctx context.Context, f certifyFlags) (runPlan, error) {
 	adapter, _, err := implementation(ctx, f)
 	if err != nil {
@@ -212,6 +231,14 @@ func planOf(ctx context.Context, f certifyFlags) (runPlan, error) {
 	// Every built-in adapter is Go code in this process; a program run
 	// with --exec is another process.
 	p := runPlan{Adapter: infoOf(adapter), OutOfProcess: f.exec != "", Database: string(choice.Kind), Where: choice.Where, Note: choice.Note, OwnedServer: choice.Kind != provision.KindDSN}
+	if choice.Kind == provision.KindDSN && choice.Where != "none" {
+		checkCtx, cancel := context.WithTimeout(ctx, dsnCheckTimeout)
+		defer cancel()
+		p.ServerVersion, err = provision.Options{DSN: f.dsn, Only: provision.Kind(f.provision)}.CheckDSN(checkCtx)
+		if err != nil {
+			return runPlan{}, err
+		}
+	}
 	if choice.Kind == "" {
 		p.Database = "none"
 	}
@@ -232,6 +259,11 @@ func planOf(ctx context.Context, f certifyFlags) (runPlan, error) {
 	return p, nil
 }
 
+// dsnCheckTimeout bounds list's connection to a server named by a DSN: a
+// host that drops packets would otherwise hold it for the dialer's whole
+// patience.
+const dsnCheckTimeout = 10 * time.Second
+
 // print writes the plan for people: the adapter and the database, a line
 // per rule, the variants that will not be played, and what that means for
 // the verdict.
@@ -250,7 +282,11 @@ func (p runPlan) print(out io.Writer) error {
 	case !p.OwnedServer:
 		owned = "a server named by a DSN, which harmless does not own"
 	}
-	fmt.Fprintf(w, "adapter %s (%s); database: %s (%s)\n", p.Adapter.Name, where, p.Where, owned)
+	server := p.Where
+	if p.ServerVersion != "" {
+		server += ", PostgreSQL " + p.ServerVersion
+	}
+	fmt.Fprintf(w, "adapter %s (%s); database: %s (%s)\n", p.Adapter.Name, where, server, owned)
 	if p.Note != "" {
 		fmt.Fprintf(w, "  (%s)\n", p.Note)
 	}

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"maps"
 	"net"
 	"net/http"
@@ -12,6 +13,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/harmless-dev/harmless/adapters"
 	harmlessexec "github.com/harmless-dev/harmless/adapters/exec"
@@ -50,7 +53,7 @@ func listPlan(t *testing.T, args ...string) runPlan {
 // list said.
 func notRunOnADSN(t *testing.T, adapter string) map[string]string {
 	t.Helper()
-	p := listPlan(t, "--adapter", adapter, "--dsn", "postgres://nobody@127.0.0.1:1/none")
+	p := listPlan(t, "--adapter", adapter, "--dsn", pgtest.DSN(t))
 	if p.Database != "dsn" || p.OwnedServer {
 		t.Fatalf("list with --dsn: database %q, owned %t; want a DSN, not owned", p.Database, p.OwnedServer)
 	}
@@ -111,12 +114,12 @@ func TestListAdapter(t *testing.T) {
 	// Without --dsn or --provision, the environment decides, as for
 	// certify.
 	t.Setenv("HARMLESS_PROVISION", "")
-	t.Setenv("DATABASE_URL", "")
-	t.Setenv("HARMLESS_DSN", "postgres://nobody@127.0.0.1:1/none")
+	unsetenv(t, "DATABASE_URL")
+	t.Setenv("HARMLESS_DSN", pgtest.DSN(t))
 	if p := listPlan(t, "--adapter", "reference"); p.Database != "dsn" || p.OwnedServer {
 		t.Errorf("with $HARMLESS_DSN: database %q, owned %t; want a DSN", p.Database, p.OwnedServer)
 	}
-	t.Setenv("HARMLESS_DSN", "")
+	unsetenv(t, "HARMLESS_DSN")
 	if p := listPlan(t, "--adapter", "reference"); (p.Database != "container" && p.Database != "cluster" && p.Database != "none") || !p.OwnedServer {
 		t.Errorf("with no DSN: database %q, owned %t; want a container or a cluster, owned", p.Database, p.OwnedServer)
 	}
@@ -127,9 +130,9 @@ func TestListAdapter(t *testing.T) {
 // the binaries it found when the Docker daemon is down (saying so), a
 // container when a daemon answers, the DSN's host when one is given.
 func TestListSaysWhichDatabase(t *testing.T) {
+	dsn := pgtest.DSN(t)
 	t.Setenv("HARMLESS_PROVISION", "")
-	t.Setenv("DATABASE_URL", "")
-	t.Setenv("HARMLESS_DSN", "")
+	unsetenv(t, "DATABASE_URL", "HARMLESS_DSN")
 	bin := t.TempDir()
 	for _, name := range []string{"initdb", "pg_ctl"} {
 		if err := os.WriteFile(filepath.Join(bin, name), []byte("#!/bin/sh\nexit 1\n"), 0o755); err != nil {
@@ -180,8 +183,13 @@ func TestListSaysWhichDatabase(t *testing.T) {
 		t.Errorf("with a daemon that answers: database %q, where %q, note %q; want a container at %s", p.Database, p.Where, p.Note, alive)
 	}
 
-	if p := listPlan(t, "--adapter", "reference", "--dsn", "postgres://nobody:s3cretpassword@db.example:6543/app"); p.Database != "dsn" || p.Where != "the server at db.example:6543/app named by --dsn" {
-		t.Errorf("with --dsn: database %q, where %q; want the DSN's host", p.Database, p.Where)
+	cfg, err := pgconn.ParseConfig(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	where := fmt.Sprintf("the server at %s:%d/%s named by --dsn", cfg.Host, cfg.Port, cfg.Database)
+	if p := listPlan(t, "--adapter", "reference", "--dsn", dsn); p.Database != "dsn" || p.Where != where || p.ServerVersion == "" {
+		t.Errorf("with --dsn: database %q, where %q, server version %q; want %q, and the version of the server list connected to", p.Database, p.Where, p.ServerVersion, where)
 	}
 }
 
@@ -189,7 +197,7 @@ func TestListSaysWhichDatabase(t *testing.T) {
 // runs or why not, and the closing line what that means for the verdict.
 func TestListAdapterText(t *testing.T) {
 	var stdout, stderr bytes.Buffer
-	if code := run([]string{"list", "--adapter", "reference", "--dsn", "postgres://nobody:s3cretpassword@127.0.0.1:1/none"}, &stdout, &stderr); code != exitCertified {
+	if code := run([]string{"list", "--adapter", "reference", "--dsn", pgtest.DSN(t)}, &stdout, &stderr); code != exitCertified {
 		t.Fatalf("exit code %d\n%s", code, stderr.String())
 	}
 	out := stdout.String()
@@ -210,8 +218,8 @@ func TestListAdapterText(t *testing.T) {
 			t.Errorf("the line of %s says %q; want it to run", r.ID, line)
 		}
 	}
-	if !strings.Contains(out, "adapter reference (in this process); database: the server at 127.0.0.1:1/none named by --dsn") || strings.Contains(out, "s3cret") {
-		t.Errorf("the first line does not name the adapter and the database, or shows the DSN:\n%s", out)
+	if !strings.HasPrefix(out, "adapter reference (in this process); database: the server at ") || !strings.Contains(lineOf(out, "adapter"), " named by --dsn, PostgreSQL ") {
+		t.Errorf("the first line does not name the adapter, the database and its version:\n%s", out)
 	}
 	if want := "MUST rules cannot, so the run can at best be PARTIAL."; crashing == 0 || !strings.Contains(out, want) {
 		t.Errorf("the output does not say %q:\n%s", want, out)

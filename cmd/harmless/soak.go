@@ -107,9 +107,11 @@ func parseSoak(args []string, stdout io.Writer) (soakFlags, error) {
 			name = "--workers"
 		}
 		return f, fmt.Errorf("%s must be at least 2 (duplicates go to different instances), not %d", name, f.cfg.Instances)
-	case f.cfg.Duplicates < 0 || f.cfg.Duplicates > 1:
+	// Written so that NaN, which compares false with everything, fails
+	// too: it would run, and then fail to write the JSON report.
+	case !(f.cfg.Duplicates >= 0 && f.cfg.Duplicates <= 1):
 		return f, fmt.Errorf("--duplicates is a share between 0 and 1, not %g", f.cfg.Duplicates)
-	case f.cfg.Conflicts < 0 || f.cfg.Conflicts > 1:
+	case !(f.cfg.Conflicts >= 0 && f.cfg.Conflicts <= 1):
 		return f, fmt.Errorf("--conflicts is a share between 0 and 1, not %g", f.cfg.Conflicts)
 	case f.deliveryTimeout <= 0:
 		return f, errors.New("--delivery-timeout must be positive")
@@ -139,7 +141,19 @@ func soakCommand(args []string, stdout, stderr io.Writer) int {
 	if f.workersSet {
 		fmt.Fprintln(m.stderr, "harmless soak: --workers is deprecated: it is --instances since 0.2.0")
 	}
+	if err := checkDatabaseFlags(f.certifyFlags, os.LookupEnv); err != nil {
+		fmt.Fprintf(m.stderr, "harmless soak: %v\n", err)
+		return exitUsage
+	}
 	if err := checkOutputPaths(outputPath{"--json", f.jsonPath}, outputPath{"--html", f.htmlPath}); err != nil {
+		fmt.Fprintf(m.stderr, "harmless soak: %v\n", err)
+		return exitUsage
+	}
+	instancesFlag := "--instances"
+	if f.workersSet {
+		instancesFlag = "--workers"
+	}
+	if err := checkCapacity(context.Background(), provision.Options{DSN: f.dsn, Only: provision.Kind(f.provision)}, instancesFlag, f.cfg.Instances); err != nil {
 		fmt.Fprintf(m.stderr, "harmless soak: %v\n", err)
 		return exitUsage
 	}

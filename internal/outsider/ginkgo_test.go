@@ -272,7 +272,7 @@ func runGuideSuite(t *testing.T, dir, dsn string, r filterRun) (int, string) {
 	args := append(append([]string{"test", "-count=1", "-json"}, r.args...), "-ginkgo.json-report="+report)
 	cmd := exec.CommandContext(ctx, "go", args...)
 	cmd.Dir = dir
-	cmd.Env = append(goEnv(), "GOFLAGS=-mod=readonly", "HARMLESS_DSN="+dsn, "DATABASE_URL=")
+	cmd.Env = append(goEnv("DATABASE_URL"), "GOFLAGS=-mod=readonly", "HARMLESS_DSN="+dsn)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.StdoutPipe()

@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -53,13 +54,14 @@ func TestGoConsumersFromAnotherModule(t *testing.T) {
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "go", "test", "-count=1", "-json", "-p", fmt.Sprint(len(implementations)), "-timeout", limit.String(), "./...")
 	cmd.Dir = dir
-	cmd.Env = append(goEnv(),
+	// The guide's example names no database: every rule runs on a
+	// throwaway cluster, none on a DSN. The DSN variables are removed,
+	// not emptied: set but empty, a DSN is refused, not taken for unset.
+	cmd.Env = append(goEnv("HARMLESS_DSN", "DATABASE_URL"),
 		// go.mod and go.sum are what the README's recipe made of them:
 		// the test must build without changing them.
 		"GOFLAGS=-mod=readonly",
-		// The guide's example names no database: every rule runs on a
-		// throwaway cluster, none on a DSN.
-		"HARMLESS_DSN=", "DATABASE_URL=", "HARMLESS_PROVISION=cluster",
+		"HARMLESS_PROVISION=cluster",
 	)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
@@ -212,8 +214,16 @@ func readmeRecipe(t *testing.T, readme, root, dir string) {
 }
 
 // goEnv is the environment of the go commands run in the temporary module:
-// this one, outside any workspace.
-func goEnv() []string { return append(os.Environ(), "GOWORK=off") }
+// this one, outside any workspace, without the variables unset names.
+func goEnv(unset ...string) []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if name, _, _ := strings.Cut(kv, "="); !slices.Contains(unset, name) {
+			env = append(env, kv)
+		}
+	}
+	return append(env, "GOWORK=off")
+}
 
 // requiredVersion returns the version of module path that root's go.mod
 // requires.

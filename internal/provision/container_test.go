@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -136,7 +137,7 @@ func needEngine(t *testing.T) {
 // openContainer opens a server the container way, with package
 // container's engine, as the CLI does.
 func openContainer(ctx context.Context, logf func(string, ...any)) (*Server, error) {
-	return Open(ctx, Options{Only: KindContainer, Getenv: Env("HARMLESS_IMAGE", os.Getenv("HARMLESS_IMAGE")), Logf: logf, Container: Engine(docker.Start)})
+	return Open(ctx, Options{Only: KindContainer, LookupEnv: Env("HARMLESS_IMAGE", os.Getenv("HARMLESS_IMAGE")), Logf: logf, Container: Engine(docker.Start)})
 }
 
 // TestContainerWayNeedsAnEngine checks that a program that links no
@@ -145,7 +146,7 @@ func openContainer(ctx context.Context, logf func(string, ...any)) (*Server, err
 func TestContainerWayNeedsAnEngine(t *testing.T) {
 	ctx := Deadline(t, time.Minute)
 	empty := t.TempDir()
-	_, err := Open(ctx, Options{Only: KindContainer, Getenv: Env()})
+	_, err := Open(ctx, Options{Only: KindContainer, LookupEnv: Env()})
 	if !errors.Is(err, ErrNoDatabase) {
 		t.Fatalf("Open forced to a container without an engine = %v, want ErrNoDatabase", err)
 	}
@@ -154,7 +155,7 @@ func TestContainerWayNeedsAnEngine(t *testing.T) {
 			t.Errorf("error %q\n lacks %q", err, w)
 		}
 	}
-	_, err = Open(ctx, Options{BinDir: empty, Getenv: Env()})
+	_, err = Open(ctx, Options{BinDir: empty, LookupEnv: Env()})
 	if !errors.Is(err, ErrNoDatabase) || !strings.Contains(err.Error(), "2) container engine: not linked") ||
 		!strings.Contains(err.Error(), "3) local server binaries (initdb, pg_ctl in Options.BinDir="+empty+"): not found") {
 		t.Errorf("Open without an engine nor binaries = %v; want the container way not linked and the cluster way tried", err)
@@ -366,9 +367,10 @@ func TestNoDatabaseListsAllThreeWays(t *testing.T) {
 	ctx := Deadline(t, time.Minute)
 	empty := t.TempDir()
 	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(),
+	// The DSN variables are removed, not emptied: set but empty, a DSN is
+	// refused (ErrEmptyDSN), not skipped.
+	cmd.Env = append(environWithout("HARMLESS_DSN", "DATABASE_URL", "HARMLESS_PROVISION"),
 		ChildEnv+"=no-database",
-		"HARMLESS_DSN=", "DATABASE_URL=", "HARMLESS_PROVISION=",
 		"HARMLESS_PG_BINDIR="+empty,
 		"DOCKER_HOST=", "DOCKER_CONTEXT=",
 		"HOME="+empty, "XDG_RUNTIME_DIR="+empty, // no properties file, docker context or rootless socket
@@ -406,4 +408,17 @@ func TestNoDatabaseListsAllThreeWays(t *testing.T) {
 	if took > 20*time.Second {
 		t.Errorf("took %s to find nothing; no engine must fail fast", took)
 	}
+}
+
+// environWithout is this process's environment without the variables
+// named, for a child that must see them unset.
+func environWithout(names ...string) []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		name, _, _ := strings.Cut(kv, "=")
+		if !slices.Contains(names, name) {
+			env = append(env, kv)
+		}
+	}
+	return env
 }

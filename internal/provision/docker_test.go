@@ -83,7 +83,7 @@ func TestFindDockerTellsTheStatesApart(t *testing.T) {
 		{"not a daemon", installed, "unix://" + notADaemon, "something listens at " + notADaemon + " but does not answer as a Docker daemon: ping: 418"},
 		{"answers", bare, "unix://" + answering, ""},
 	} {
-		host, err := FindDocker(testCtx(t, 10*time.Second), env("PATH", tc.path, "DOCKER_HOST", tc.host))
+		host, err := FindDocker(testCtx(t, 10*time.Second), getenvOf(env("PATH", tc.path, "DOCKER_HOST", tc.host)))
 		switch {
 		case host != tc.host:
 			t.Errorf("%s: host %q, want %q", tc.name, host, tc.host)
@@ -98,7 +98,7 @@ func TestFindDockerTellsTheStatesApart(t *testing.T) {
 	}
 
 	// Without DOCKER_HOST, the default socket is the one looked at.
-	if host, _ := FindDocker(testCtx(t, 10*time.Second), env("PATH", bare)); host != DefaultDockerHost {
+	if host, _ := FindDocker(testCtx(t, 10*time.Second), getenvOf(env("PATH", bare))); host != DefaultDockerHost {
 		t.Errorf("without DOCKER_HOST: host %q, want %q", host, DefaultDockerHost)
 	}
 }
@@ -112,7 +112,7 @@ func TestNoContainerSaysTheClusterComesNext(t *testing.T) {
 	down := func(context.Context, string, func(string, ...any)) (Container, error) {
 		return nil, errors.New("Docker is installed but its daemon is not running at /var/run/docker.sock")
 	}
-	_, err := Open(testCtx(t, time.Minute), Options{BinDir: t.TempDir(), Getenv: env(), Logf: logf, Container: down})
+	_, err := Open(testCtx(t, time.Minute), Options{BinDir: t.TempDir(), LookupEnv: env(), Logf: logf, Container: down})
 	if !errors.Is(err, ErrNoDatabase) {
 		t.Fatalf("Open = %v, want ErrNoDatabase (no binaries in BinDir)", err)
 	}

@@ -28,7 +28,7 @@ import (
 // HARMLESS_REQUIRE_HA=1, where CI has installed them: then it fails.
 func requireHA(t *testing.T) {
 	t.Helper()
-	st, err := Options{Getenv: env()}.resolve()
+	st, err := Options{LookupEnv: env()}.resolve()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -43,7 +43,7 @@ func requireHA(t *testing.T) {
 func startFormation(t *testing.T, ctx context.Context, logf func(string, ...any)) (*Server, *Formation, *formation) {
 	t.Helper()
 	began := time.Now()
-	srv, err := Open(ctx, Options{Only: KindHA, Getenv: env(), Logf: logf})
+	srv, err := Open(ctx, Options{Only: KindHA, LookupEnv: env(), Logf: logf})
 	if err != nil {
 		t.Fatalf("Open ha: %v", err)
 	}
@@ -589,7 +589,7 @@ func TestLeftoverFormationsOfDeadRunsAreRemoved(t *testing.T) {
 	}
 
 	// Any Open cleans up, even one that then finds no database.
-	if _, err := Open(ctx, Options{Only: KindDSN, Getenv: env(), Logf: t.Logf}); !errors.Is(err, ErrNoDatabase) {
+	if _, err := Open(ctx, Options{Only: KindDSN, LookupEnv: env(), Logf: t.Logf}); !errors.Is(err, ErrNoDatabase) {
 		t.Fatalf("Open with no DSN: %v, want ErrNoDatabase", err)
 	}
 	for _, dir := range []string{f.dir, early} {
@@ -622,7 +622,7 @@ func TestCancelledStartLeavesNothing(t *testing.T) {
 	var started []string
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
-	_, err := Open(ctx, Options{Only: KindHA, Getenv: env(), Logf: func(format string, args ...any) {
+	_, err := Open(ctx, Options{Only: KindHA, LookupEnv: env(), Logf: func(format string, args ...any) {
 		line := fmt.Sprintf(format, args...)
 		t.Log(line)
 		// Cancel once the monitor runs, while node1 is being made.

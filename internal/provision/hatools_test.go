@@ -54,7 +54,7 @@ func TestHAToolsSayWhatIsMissing(t *testing.T) {
 func TestHAIsOnlyForced(t *testing.T) {
 	ctx := testCtx(t, time.Minute)
 	empty := t.TempDir()
-	_, err := Open(ctx, Options{Only: KindHA, BinDir: empty, Getenv: env()})
+	_, err := Open(ctx, Options{Only: KindHA, BinDir: empty, LookupEnv: env()})
 	if !errors.Is(err, ErrNoDatabase) {
 		t.Fatalf("Open ha without binaries = %v, want ErrNoDatabase", err)
 	}
@@ -68,15 +68,15 @@ func TestHAIsOnlyForced(t *testing.T) {
 			t.Errorf("error %q\n lacks %q", err, w)
 		}
 	}
-	if got, _ := (Options{Getenv: env()}).Planned(); got == KindHA {
+	if got, _ := (Options{LookupEnv: env()}).Planned(); got == KindHA {
 		t.Error("Planned() is ha without forcing it")
 	}
 
-	choice, err := Options{Only: KindHA, BinDir: empty, Getenv: env()}.Choose(ctx)
+	choice, err := Options{Only: KindHA, BinDir: empty, LookupEnv: env()}.Choose(ctx)
 	if err != nil || choice.Kind != KindHA || choice.Where != "an HA formation" || choice.Note == "" {
 		t.Errorf("Choose ha without binaries = %+v, %v; want ha, a note saying why not", choice, err)
 	}
-	st, err := Options{Getenv: env()}.resolve()
+	st, err := Options{LookupEnv: env()}.resolve()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,7 +85,7 @@ func TestHAIsOnlyForced(t *testing.T) {
 		t.Logf("no HA formation here (%v): Choose's positive case is not played", err)
 		return
 	}
-	choice, err = Options{Only: KindHA, Getenv: env()}.Choose(ctx)
+	choice, err = Options{Only: KindHA, LookupEnv: env()}.Choose(ctx)
 	want := "an HA formation (pg_auto_failover: " + tools.autoctl + ", binaries: " + tools.bin + ")"
 	if err != nil || choice.Kind != KindHA || choice.Where != want || choice.Note != "" {
 		t.Errorf("Choose ha = %+v, %v; want %q", choice, err, want)

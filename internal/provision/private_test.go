@@ -178,7 +178,7 @@ func checkAuthConfig(t *testing.T, ctx context.Context, dsn string) {
 func TestClusterIsPrivate(t *testing.T) {
 	ctx := testCtx(t, 3*time.Minute)
 	rec := &logRecorder{t: t}
-	srv, err := Open(ctx, Options{Only: KindCluster, Getenv: env(), Logf: rec.logf})
+	srv, err := Open(ctx, Options{Only: KindCluster, LookupEnv: env(), Logf: rec.logf})
 	if err != nil {
 		t.Fatalf("Open cluster: %v", err)
 	}
@@ -227,7 +227,7 @@ func TestClusterIsPrivate(t *testing.T) {
 	checkRefused(t, ctx, "unix socket with the old fixed password", sock, oldPassword)
 
 	// A server named by this DSN reports its password as a secret too.
-	named, err := Open(ctx, Options{DSN: srv.DSN(), Getenv: env(), Logf: rec.logf})
+	named, err := Open(ctx, Options{DSN: srv.DSN(), LookupEnv: env(), Logf: rec.logf})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,7 +7,10 @@
 //
 //  1. An explicit DSN: Options.DSN (the CLI's --dsn), else $HARMLESS_DSN, else
 //     $DATABASE_URL. A DSN that is set but does not parse or does not connect
-//     is an error: Open never falls back from a server the user named.
+//     is an error: Open never falls back from a server the user named. So
+//     is a variable set but empty ($HARMLESS_DSN=, ErrEmptyDSN), which
+//     names no server but was not left unset either: the first variable
+//     set is the one read, and an empty one is not skipped for the next.
 //  2. A throwaway container, when the program linked a container engine
 //     (Options.Container: package container's Start, which the harmless
 //     command and suite.WithContainers pass), from Options.Image, else
@@ -161,11 +164,33 @@ type Options struct {
 	// container's Start. Nil means the container way is unavailable, and
 	// the automatic order goes from a DSN straight to a cluster.
 	Container StartContainer
-	// Getenv reads harmless's environment variables (HARMLESS_*,
-	// DATABASE_URL, PATH); nil means os.Getenv. It lets tests control the
-	// environment without mutating it. The container engine reads its own
-	// variables (DOCKER_HOST, TESTCONTAINERS_*) from the process.
-	Getenv func(string) string
+	// LookupEnv reads harmless's environment variables (HARMLESS_*,
+	// DATABASE_URL, PATH); nil means os.LookupEnv. It tells a variable set
+	// but empty from one unset: an empty $HARMLESS_DSN or $DATABASE_URL is
+	// refused (ErrEmptyDSN) rather than read as no DSN, since the user who
+	// set it meant a server and would otherwise get a throwaway one. It
+	// lets tests control the environment without mutating it. The
+	// container engine reads its own variables (DOCKER_HOST,
+	// TESTCONTAINERS_*) from the process.
+	LookupEnv func(string) (string, bool)
+}
+
+// ErrEmptyDSN is returned, wrapped, when the DSN harmless would use is set
+// but empty ($HARMLESS_DSN= or $DATABASE_URL=): an empty value names no
+// server, and taking it for "unset" would silently start a throwaway one
+// where the user meant theirs. The wrapping error names the variable.
+var ErrEmptyDSN = errors.New("the DSN is empty")
+
+// getenv is o.LookupEnv as a Getenv: unset and empty alike are "".
+func (o Options) getenv() func(string) string {
+	lookup := o.LookupEnv
+	if lookup == nil {
+		lookup = os.LookupEnv
+	}
+	return func(k string) string {
+		v, _ := lookup(k)
+		return v
+	}
 }
 
 // settings are Options with the environment and defaults applied.
@@ -181,20 +206,26 @@ type settings struct {
 }
 
 func (o Options) resolve() (settings, error) {
-	getenv := o.Getenv
-	if getenv == nil {
-		getenv = os.Getenv
-	}
+	getenv := o.getenv()
 	s := settings{logf: o.Logf, path: getenv("PATH"), container: o.Container}
 	if s.logf == nil {
 		s.logf = func(string, ...any) {}
 	}
+	// The first DSN set is the one: a variable set but empty is not
+	// skipped for the next, but refused below where a DSN is wanted.
 	s.dsn, s.dsnSource = o.DSN, "--dsn"
-	for _, k := range []string{"HARMLESS_DSN", "DATABASE_URL"} {
-		if s.dsn != "" {
-			break
+	emptyDSN := false
+	if s.dsn == "" {
+		lookup := o.LookupEnv
+		if lookup == nil {
+			lookup = os.LookupEnv
 		}
-		s.dsn, s.dsnSource = getenv(k), k
+		for _, k := range []string{"HARMLESS_DSN", "DATABASE_URL"} {
+			if v, ok := lookup(k); ok {
+				s.dsn, s.dsnSource, emptyDSN = v, k, v == ""
+				break
+			}
+		}
 	}
 	s.image = firstNonEmpty(o.Image, getenv("HARMLESS_IMAGE"), DefaultImage)
 	s.binDir, s.binDirSource = o.BinDir, "Options.BinDir"
@@ -210,6 +241,11 @@ func (o Options) resolve() (settings, error) {
 	default:
 		return s, fmt.Errorf("provision: unknown way %q (HARMLESS_PROVISION / Options.Only): want %s, %s, %s or %s",
 			s.only, KindDSN, KindContainer, KindCluster, KindHA)
+	}
+	// An empty DSN matters only where a DSN would be taken: a way forced
+	// past it (a cluster, a container, a formation) does not read it.
+	if emptyDSN && (s.only == "" || s.only == KindDSN) {
+		return s, fmt.Errorf("provision: %w (%s is set but empty): unset it to let harmless start a throwaway server, or give a DSN", ErrEmptyDSN, s.dsnSource)
 	}
 	return s, nil
 }
@@ -235,6 +271,42 @@ func (o Options) Planned() (Kind, error) {
 		return KindCluster, nil
 	}
 	return "", nil
+}
+
+// NamedDSN returns the DSN Open would connect to with these options, and
+// where it comes from (--dsn, HARMLESS_DSN or DATABASE_URL); "" when Open
+// would take another way. Nothing is connected to: a caller that must
+// check the server before a run (its free connections, say) connects
+// with it itself.
+func (o Options) NamedDSN() (dsn, source string, err error) {
+	s, err := o.resolve()
+	if err != nil || (s.only != "" && s.only != KindDSN) {
+		return "", "", err
+	}
+	return s.dsn, s.dsnSource, nil
+}
+
+// CheckDSN connects to the server Open would use when that is one named
+// by a DSN, as Open would, and returns its server_version; "" and no
+// error when Open would take another way. It starts nothing and cleans
+// up no leftovers, so that `harmless list --adapter` can say the DSN
+// works, or that it does not, before any run. It is bounded as Open's
+// check is, and by ctx.
+func (o Options) CheckDSN(ctx context.Context) (string, error) {
+	s, err := o.resolve()
+	switch {
+	case err != nil:
+		return "", err
+	case s.only != "" && s.only != KindDSN:
+		return "", nil
+	case s.dsn == "":
+		return "", fmt.Errorf("provision: %w: no DSN is set (--dsn, HARMLESS_DSN or DATABASE_URL)", ErrNoDatabase)
+	}
+	srv, err := openDSN(ctx, s)
+	if err != nil {
+		return "", err
+	}
+	return srv.Version, nil
 }
 
 // oneLine joins the lines of a multi-line error message (errors.Join,
@@ -484,9 +556,10 @@ type Choice struct {
 }
 
 // Choose resolves the way Open would take with these options without
-// starting anything: a DSN is parsed but not connected to; the container
-// way is taken when it is linked and a Docker daemon answers its ping at
-// DOCKER_HOST or /var/run/docker.sock (FindDocker); the cluster way when
+// starting anything: a DSN is parsed but not connected to (CheckDSN
+// connects to it); the container way is taken when it is linked and a
+// Docker daemon answers its ping at DOCKER_HOST or /var/run/docker.sock
+// (FindDocker); the cluster way when
 // initdb and pg_ctl are found; the HA way, only when forced, when
 // pg_autoctl and server binaries with the extension are. Planned stops at
 // "a container, else a cluster"; `harmless list --adapter` says which, and
@@ -497,10 +570,7 @@ func (o Options) Choose(ctx context.Context) (Choice, error) {
 	if err != nil {
 		return Choice{}, err
 	}
-	getenv := o.Getenv
-	if getenv == nil {
-		getenv = os.Getenv
-	}
+	getenv := o.getenv()
 	if st.only == KindHA {
 		tools, err := findHATools(ctx, st)
 		if err != nil {

@@ -21,14 +21,25 @@ import (
 // one that can be killed.
 const childEnv = "HARMLESS_PROVISION_TEST_CHILD"
 
-// env returns a Getenv that sees only vars (and PATH from the process, so
-// that binaries on it are found).
-func env(vars ...string) func(string) string {
+// env returns a LookupEnv that sees only vars (and PATH from the process, so
+// that server binaries on it are found), set, and no other variable.
+func env(vars ...string) func(string) (string, bool) {
 	m := map[string]string{"PATH": os.Getenv("PATH")}
 	for i := 0; i+1 < len(vars); i += 2 {
 		m[vars[i]] = vars[i+1]
 	}
-	return func(k string) string { return m[k] }
+	return func(k string) (string, bool) {
+		v, ok := m[k]
+		return v, ok
+	}
+}
+
+// getenvOf is lookup as a Getenv, for FindDocker.
+func getenvOf(lookup func(string) (string, bool)) func(string) string {
+	return func(k string) string {
+		v, _ := lookup(k)
+		return v
+	}
 }
 
 func testCtx(t *testing.T, d time.Duration) context.Context {
@@ -57,7 +68,7 @@ func connect(t *testing.T, ctx context.Context, dsn string) *pgx.Conn {
 
 func startCluster(t *testing.T, ctx context.Context) *Server {
 	t.Helper()
-	srv, err := Open(ctx, Options{Only: KindCluster, Getenv: env(), Logf: t.Logf})
+	srv, err := Open(ctx, Options{Only: KindCluster, LookupEnv: env(), Logf: t.Logf})
 	if err != nil {
 		t.Fatalf("Open cluster: %v", err)
 	}
@@ -77,9 +88,9 @@ func TestDSN(t *testing.T) {
 		opts   Options
 		source string
 	}{
-		{"option", Options{DSN: dsn, Getenv: env()}, "--dsn"},
-		{"HARMLESS_DSN", Options{Getenv: env("HARMLESS_DSN", dsn, "DATABASE_URL", "postgres://nowhere.invalid/x")}, "HARMLESS_DSN"},
-		{"DATABASE_URL", Options{Getenv: env("DATABASE_URL", dsn)}, "DATABASE_URL"},
+		{"option", Options{DSN: dsn, LookupEnv: env()}, "--dsn"},
+		{"HARMLESS_DSN", Options{LookupEnv: env("HARMLESS_DSN", dsn, "DATABASE_URL", "postgres://nowhere.invalid/x")}, "HARMLESS_DSN"},
+		{"DATABASE_URL", Options{LookupEnv: env("DATABASE_URL", dsn)}, "DATABASE_URL"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var lines []string
@@ -125,7 +136,7 @@ func TestBadDSNIsAnErrorNotAFallback(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			began := time.Now()
-			srv, err := Open(ctx, Options{Getenv: env("HARMLESS_DSN", tc.dsn)})
+			srv, err := Open(ctx, Options{LookupEnv: env("HARMLESS_DSN", tc.dsn)})
 			if err == nil {
 				srv.Close(ctx)
 				t.Fatalf("Open(%q) = %s, want an error", tc.dsn, srv)
@@ -145,7 +156,7 @@ func TestBadDSNIsAnErrorNotAFallback(t *testing.T) {
 }
 
 func TestUnknownForcedWay(t *testing.T) {
-	_, err := Open(t.Context(), Options{Getenv: env("HARMLESS_PROVISION", "docker")})
+	_, err := Open(t.Context(), Options{LookupEnv: env("HARMLESS_PROVISION", "docker")})
 	if err == nil || !strings.Contains(err.Error(), `"docker"`) {
 		t.Fatalf("Open with HARMLESS_PROVISION=docker: %v, want an error naming it", err)
 	}
@@ -162,22 +173,49 @@ func TestPlanned(t *testing.T) {
 		opts Options
 		want Kind
 	}{
-		{"nothing set, containers linked", Options{Container: start, Getenv: env()}, ""},
-		{"nothing set, no containers", Options{Getenv: env()}, KindCluster},
-		{"--dsn", Options{DSN: "postgres://x@h/db", Container: start, Getenv: env()}, KindDSN},
-		{"HARMLESS_DSN", Options{Container: start, Getenv: env("HARMLESS_DSN", "postgres://x@h/db")}, KindDSN},
-		{"DATABASE_URL", Options{Container: start, Getenv: env("DATABASE_URL", "postgres://x@h/db")}, KindDSN},
-		{"forced over a DSN", Options{DSN: "postgres://x@h/db", Only: KindCluster, Getenv: env()}, KindCluster},
-		{"HARMLESS_PROVISION", Options{Container: start, Getenv: env("HARMLESS_DSN", "postgres://x@h/db", "HARMLESS_PROVISION", "container")}, KindContainer},
-		{"ha", Options{Container: start, Getenv: env("HARMLESS_PROVISION", "ha")}, KindHA},
-		{"ha forced over a DSN", Options{DSN: "postgres://x@h/db", Only: KindHA, Getenv: env()}, KindHA},
+		{"nothing set, containers linked", Options{Container: start, LookupEnv: env()}, ""},
+		{"nothing set, no containers", Options{LookupEnv: env()}, KindCluster},
+		{"--dsn", Options{DSN: "postgres://x@h/db", Container: start, LookupEnv: env()}, KindDSN},
+		{"HARMLESS_DSN", Options{Container: start, LookupEnv: env("HARMLESS_DSN", "postgres://x@h/db")}, KindDSN},
+		{"DATABASE_URL", Options{Container: start, LookupEnv: env("DATABASE_URL", "postgres://x@h/db")}, KindDSN},
+		{"forced over a DSN", Options{DSN: "postgres://x@h/db", Only: KindCluster, LookupEnv: env()}, KindCluster},
+		{"HARMLESS_PROVISION", Options{Container: start, LookupEnv: env("HARMLESS_DSN", "postgres://x@h/db", "HARMLESS_PROVISION", "container")}, KindContainer},
+		{"ha", Options{Container: start, LookupEnv: env("HARMLESS_PROVISION", "ha")}, KindHA},
+		{"ha forced over a DSN", Options{DSN: "postgres://x@h/db", Only: KindHA, LookupEnv: env()}, KindHA},
 	} {
 		if got, err := tc.opts.Planned(); err != nil || got != tc.want {
 			t.Errorf("%s: Planned() = %q, %v; want %q", tc.name, got, err, tc.want)
 		}
 	}
-	if _, err := (Options{Getenv: env("HARMLESS_PROVISION", "docker")}).Planned(); err == nil {
+	if _, err := (Options{LookupEnv: env("HARMLESS_PROVISION", "docker")}).Planned(); err == nil {
 		t.Error("Planned with HARMLESS_PROVISION=docker succeeded; want an error")
+	}
+}
+
+// TestEmptyDSNIsRefused: a DSN variable set but empty names no server, and
+// is not taken for unset (which would start a throwaway server where the
+// user meant theirs), nor skipped for the next variable; a way forced past
+// the DSN does not read it.
+func TestEmptyDSNIsRefused(t *testing.T) {
+	for _, tc := range []struct {
+		name, source string
+		opts         Options
+	}{
+		{"HARMLESS_DSN=", "HARMLESS_DSN", Options{LookupEnv: env("HARMLESS_DSN", "")}},
+		{"HARMLESS_DSN= over DATABASE_URL", "HARMLESS_DSN", Options{LookupEnv: env("HARMLESS_DSN", "", "DATABASE_URL", "postgres://x@h/db")}},
+		{"DATABASE_URL=", "DATABASE_URL", Options{LookupEnv: env("DATABASE_URL", "")}},
+		{"forced dsn", "HARMLESS_DSN", Options{Only: KindDSN, LookupEnv: env("HARMLESS_DSN", "")}},
+	} {
+		_, err := tc.opts.Planned()
+		if !errors.Is(err, ErrEmptyDSN) || !strings.Contains(err.Error(), tc.source+" is set but empty") {
+			t.Errorf("%s: Planned: %v; want ErrEmptyDSN naming %s", tc.name, err, tc.source)
+		}
+		if _, err := Open(t.Context(), tc.opts); !errors.Is(err, ErrEmptyDSN) {
+			t.Errorf("%s: Open: %v; want ErrEmptyDSN", tc.name, err)
+		}
+	}
+	if got, err := (Options{Only: KindCluster, LookupEnv: env("HARMLESS_DSN", "")}).Planned(); err != nil || got != KindCluster {
+		t.Errorf("forced cluster with HARMLESS_DSN=: Planned() = %q, %v; want cluster", got, err)
 	}
 }
 
@@ -200,7 +238,7 @@ func TestNoDatabaseForced(t *testing.T) {
 		}},
 	} {
 		t.Run(string(tc.only), func(t *testing.T) {
-			_, err := Open(ctx, Options{Only: tc.only, BinDir: empty, Getenv: env()})
+			_, err := Open(ctx, Options{Only: tc.only, BinDir: empty, LookupEnv: env()})
 			if !errors.Is(err, ErrNoDatabase) {
 				t.Fatalf("Open = %v, want ErrNoDatabase", err)
 			}
@@ -364,7 +402,7 @@ func TestLeftoverClustersOfDeadRunsAreRemoved(t *testing.T) {
 	t.Cleanup(func() { os.RemoveAll(live) })
 
 	var lines []string
-	srv, err := Open(ctx, Options{Only: KindCluster, Getenv: env(), Logf: func(f string, a ...any) {
+	srv, err := Open(ctx, Options{Only: KindCluster, LookupEnv: env(), Logf: func(f string, a ...any) {
 		lines = append(lines, fmt.Sprintf(f, a...))
 		t.Logf(f, a...)
 	}})

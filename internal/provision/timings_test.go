@@ -35,7 +35,7 @@ func TestFormationTimings(t *testing.T) {
 		}
 		var srv *Server
 		measure("start", func() (err error) {
-			srv, err = Open(ctx, Options{Only: KindHA, Getenv: env()})
+			srv, err = Open(ctx, Options{Only: KindHA, LookupEnv: env()})
 			return err
 		})
 		closeServer(t, srv)
