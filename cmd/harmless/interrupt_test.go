@@ -70,9 +70,19 @@ func interruptCertify(t *testing.T, bin string, sig syscall.Signal, args ...stri
 func interruptAt(t *testing.T, bin string, at func(line string, n int) bool, delay time.Duration, sigs []syscall.Signal, args ...string) interrupted {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "c.json")
+	r := interruptCommand(t, bin, append([]string{"certify", "-v", "--adapter", "reference", "--json", path}, args...), at, delay, sigs)
+	if len(sigs) == 1 {
+		r.cert = readCertificate(t, path)
+	}
+	return r
+}
+
+// interruptCommand is interruptAt for any command line of harmless.
+func interruptCommand(t *testing.T, bin string, args []string, at func(line string, n int) bool, delay time.Duration, sigs []syscall.Signal) interrupted {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), interruptLimit+time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, bin, append([]string{"certify", "-v", "--adapter", "reference", "--json", path}, args...)...)
+	cmd := exec.CommandContext(ctx, bin, args...)
 	var stdout bytes.Buffer
 	cmd.Stdout = &stdout
 	stderrPipe, err := cmd.StderrPipe()
@@ -101,7 +111,7 @@ func interruptAt(t *testing.T, bin string, at func(line string, n int) bool, del
 					t.Errorf("signal %v: %v", sigs[0], err)
 				}
 			})
-		case len(sigs) > 1 && strings.Contains(line, "(again to abandon"):
+		case len(sigs) > 1 && strings.Contains(line, "again to abandon"):
 			// A second signal sent before the first is handled would be
 			// merged with it: it is sent once the run says it stops, as
 			// a user would.
@@ -128,9 +138,6 @@ func interruptAt(t *testing.T, bin string, at func(line string, n int) bool, del
 		r.code = exit.ExitCode()
 	case err != nil:
 		t.Fatalf("run: %v", err)
-	}
-	if len(sigs) == 1 {
-		r.cert = readCertificate(t, path)
 	}
 	return r
 }
@@ -451,4 +458,40 @@ func running(pid int) bool {
 	}
 	i := bytes.LastIndexByte(b, ')')
 	return i >= 0 && i+2 < len(b) && b[i+2] != 'Z' && b[i+2] != 'X'
+}
+
+// TestAnInterruptEndsTheSoak stops a soak of the reference on a throwaway
+// cluster, crashed now and then, at each of its first lines: while its
+// server starts, once it is ready, once the load runs, while the server
+// is down after a crash, once it restarted. The soak ends its load and
+// checks what ran: it must exit with the signal's code within
+// interruptLimit and leave neither the cluster's directory nor a process
+// of it.
+func TestAnInterruptEndsTheSoak(t *testing.T) {
+	requireServerBinaries(t)
+	bin := binary(t)
+	points := []struct {
+		name string
+		at   func(line string, n int) bool
+	}{
+		{"while its server starts", func(line string, _ int) bool { return strings.HasPrefix(line, "starting throwaway cluster") }},
+		{"once its server is ready", func(line string, _ int) bool { return strings.HasPrefix(line, "cluster ready") }},
+		{"once the load runs", func(line string, _ int) bool { return strings.HasPrefix(line, "harmless soak: reference") }},
+		{"while the server is down after a crash", func(line string, _ int) bool { return strings.HasPrefix(line, "crashed throwaway cluster") }},
+		{"once the server restarted", func(line string, _ int) bool { return strings.HasPrefix(line, "restarted throwaway cluster") }},
+	}
+	for i, p := range points {
+		sig := []syscall.Signal{syscall.SIGINT, syscall.SIGTERM}[i%2]
+		t.Run(p.name, func(t *testing.T) {
+			t.Parallel()
+			r := interruptCommand(t, bin, []string{"soak", "--adapter", "reference", "--provision", "cluster", "--duration", "1h", "--nemesis", "crash"}, p.at, 0, []syscall.Signal{sig})
+			if want := exitInterrupted(sig); r.code != want {
+				t.Errorf("exit code %d; want %d\nstdout:\n%s\nstderr:\n%s", r.code, want, r.stdout, r.stderr)
+			}
+			if r.took > interruptLimit {
+				t.Errorf("the soak took %s to end after %v; want at most %s", r.took, sig, interruptLimit)
+			}
+			noClusterLeft(t, r.stderr)
+		})
+	}
 }
