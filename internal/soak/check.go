@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"html"
 	"math"
 	"slices"
 	"sort"
@@ -437,8 +438,8 @@ func (c *Checker) Check(ctx context.Context) (Totals, []Anomaly, []Unknown) {
 				a.Kinds = append(a.Kinds, "wrong")
 				why = append(why, explainWrong(ops, effs, lost || duplicated))
 				if visuals < MaxVisualized {
-					if html := c.visualize(model, ops); html != "" {
-						a.Visualization = html
+					if page := c.visualize(model, ops); page != "" {
+						a.Visualization = page
 						visuals++
 					}
 				}
@@ -673,10 +674,15 @@ func eventModel() porcupine.NondeterministicModel {
 			in := input.(modelInput)
 			return fmt.Sprintf("attempt %d i%d %s -> %s", in.Attempt, in.Instance, in.Variant, output.(modelOutput))
 		},
-		DescribeState: func(state any) string { return state.(modelState).String() },
+		// Porcupine's tooltip sets the state and the metadata with
+		// innerHTML (its operation descriptions with textContent): the
+		// metadata is an error the implementation wrote, so it is escaped
+		// here or its markup would run in the reader's browser. The states
+		// are ours, escaped all the same in case one ever holds a '<'.
+		DescribeState: func(state any) string { return html.EscapeString(state.(modelState).String()) },
 		DescribeOperationMetadata: func(info any) string {
 			if s, ok := info.(string); ok {
-				return s
+				return html.EscapeString(s)
 			}
 			return ""
 		},

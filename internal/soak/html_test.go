@@ -2,12 +2,15 @@ package soak
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"encoding/base64"
+	"encoding/json"
 	"encoding/xml"
 	"errors"
 	"html"
 	"io"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -176,8 +179,8 @@ func TestWriteHTMLEscapes(t *testing.T) {
 	if len(srcdocs) != 1 {
 		t.Fatalf("page has %d srcdoc iframes, want 1 (one anomaly has a visualisation)", len(srcdocs))
 	}
-	if got := html.UnescapeString(srcdocs[0][1]); got != r.Anomalies[0].Visualization {
-		t.Errorf("srcdoc unescapes to %d bytes that differ from porcupine's %d", len(got), len(r.Anomalies[0].Visualization))
+	if got, want := html.UnescapeString(srcdocs[0][1]), sealed(r.Anomalies[0].Visualization); got != want {
+		t.Errorf("srcdoc unescapes to %d bytes that differ from porcupine's sealed %d", len(got), len(want))
 	}
 	if !strings.Contains(out, "<details class=\"visualization\">") {
 		t.Error("the visualisation is not behind a closed <details>")
@@ -346,5 +349,188 @@ func TestWriteHTMLNoAckAndCrashes(t *testing.T) {
 	}
 	if out := writeHTML(t, Report{}); strings.Contains(out, `id="crashes"`) || strings.Contains(out, `id="no-ack"`) {
 		t.Error("a report without crashes or a no-ack error has their banners")
+	}
+}
+
+// sealed is porcupine's page as the report embeds it.
+func sealed(doc string) string {
+	s, _ := sealVisualization(doc)
+	return s
+}
+
+// hostile is what a malicious or broken implementation might write where
+// the report shows it: markup with an inline handler, the end of a script
+// and a new one, quotes of both kinds, an ampersand, a javascript: URL.
+const hostile = `<img src=x onerror="document.documentElement.setAttribute('data-pwned','1')">` +
+	`</script><script>document.title='pwned'</script>"'&amp; <a href="javascript:alert(1)">click</a>`
+
+// hostileReport is a soak whose implementation wrote text everywhere the
+// report shows what it wrote: its name and version, its errors (a
+// delivery's, a crash's, a fault's, why the soak stopped), the namespace
+// it was given. The wrong event's visualisation is porcupine's page as
+// the checker makes it, with the error as the delivery's metadata, which
+// porcupine's tooltip shows.
+func hostileReport(t *testing.T, text string) Report {
+	t.Helper()
+	c := NewChecker("ns-" + text)
+	ops := []Op{info(1, 1, 0, 10), duplicate(2, 2, 20, 30), applied(3, 1, 40, 50)}
+	c.Record(ops[0], errors.New(text))
+	c.Record(ops[1], nil)
+	c.Record(ops[2], nil)
+	c.Effect(0, 1, Original)
+	tot, as, unknowns := c.Check(t.Context())
+	if len(as) != 1 || as[0].Visualization == "" {
+		t.Fatalf("checker found %d anomalies, want one wrong event with a visualisation: %+v", len(as), as)
+	}
+	return Report{
+		Adapter:     text,
+		Config:      Config{Nemeses: []string{text}},
+		Environment: Environment{Harmless: text, Server: text, ServerVersion: text},
+		Verdict:     verdictNoAck,
+		Error:       text,
+		Crashes:     []Crash{{Instance: 1, Count: 1, First: text}},
+		Totals:      tot,
+		Faults:      []FaultWindow{{Kind: text, Detail: text, Start: time.Second, End: 2 * time.Second, Err: text}},
+		FaultsFired: map[string]int64{text: 1},
+		Anomalies:   as,
+		Unknowns:    unknowns,
+	}
+}
+
+// TestWriteHTMLHostile renders what an implementation wrote with markup in
+// it, and checks it reaches neither the page nor porcupine's visualisation
+// as markup, and that every document carries a policy that forbids
+// requests and lets no script run but porcupine's own.
+func TestWriteHTMLHostile(t *testing.T) {
+	r := hostileReport(t, hostile)
+	out := writeHTML(t, r)
+
+	for _, raw := range []string{hostile, "<img src=x", "<script", "<a href", `onerror="`, `href="javascript:`} {
+		if strings.Contains(out, raw) {
+			t.Errorf("page holds %q unescaped", raw)
+		}
+	}
+	if n := strings.Count(out, html.EscapeString(hostile)); n < 10 {
+		t.Errorf("page shows the implementation's text escaped %d times, want it everywhere (10 or more)", n)
+	}
+
+	head, _, ok := strings.Cut(out, "</head>")
+	if !ok {
+		t.Fatal("page has no head")
+	}
+	metas := regexp.MustCompile(`<meta http-equiv="Content-Security-Policy" content="([^"]*)">`).FindAllStringSubmatch(head, -1)
+	if len(metas) != 1 {
+		t.Fatalf("page's head has %d Content-Security-Policy metas, want 1", len(metas))
+	}
+	if i, j := strings.Index(head, metas[0][0]), strings.Index(head, "<style"); j < i {
+		t.Error("the policy comes after the page's style: it would not cover it")
+	}
+	pagePolicy := html.UnescapeString(metas[0][1])
+	checkPolicy(t, "page", pagePolicy)
+
+	srcdocs := regexp.MustCompile(`srcdoc="([^"]*)"`).FindAllStringSubmatch(out, -1)
+	if len(srcdocs) != 1 {
+		t.Fatalf("page has %d srcdoc iframes, want 1", len(srcdocs))
+	}
+	doc := html.UnescapeString(srcdocs[0][1])
+	for _, raw := range []string{hostile, "<img", "</script><script>", "<a href"} {
+		if strings.Contains(doc, raw) {
+			t.Errorf("visualisation holds %q unescaped", raw)
+		}
+	}
+	m := regexp.MustCompile(`(?s)^<!doctype html>\s*<html lang="en">\s*<head>\n<meta http-equiv="Content-Security-Policy" content="([^"]*)">`).FindStringSubmatch(doc)
+	if m == nil {
+		t.Fatalf("visualisation does not open its head with a policy: %.200q", doc)
+	}
+	docPolicy := html.UnescapeString(m[1])
+	checkPolicy(t, "visualisation", docPolicy)
+
+	// Porcupine's one script is allowed, by its hash, in both the page
+	// (whose policy the srcdoc inherits) and the visualisation.
+	scripts := inlineScript.FindAllStringSubmatch(doc, -1)
+	if len(scripts) != 1 {
+		t.Fatalf("visualisation has %d scripts, want porcupine's one", len(scripts))
+	}
+	sum := sha256.Sum256([]byte(scripts[0][1]))
+	want := "'sha256-" + base64.StdEncoding.EncodeToString(sum[:]) + "'"
+	for name, p := range map[string]string{"page": pagePolicy, "visualisation": docPolicy} {
+		if !strings.HasSuffix(p, "; script-src "+want) {
+			t.Errorf("%s's policy %q does not allow porcupine's script %s, and only it", name, p, want)
+		}
+	}
+
+	// The tooltip sets the delivery's metadata with innerHTML: porcupine
+	// must be handed it escaped.
+	data := regexp.MustCompile(`const data = (.*)\n`).FindStringSubmatch(scripts[0][1])
+	if data == nil {
+		t.Fatal("visualisation's script has no data")
+	}
+	var v struct {
+		Partitions []struct {
+			History []struct{ Metadata string }
+		}
+	}
+	if err := json.Unmarshal([]byte(data[1]), &v); err != nil {
+		t.Fatalf("visualisation's data: %v", err)
+	}
+	var metadata []string
+	for _, p := range v.Partitions {
+		for _, h := range p.History {
+			if h.Metadata != "" {
+				metadata = append(metadata, h.Metadata)
+			}
+		}
+	}
+	if !slices.Equal(metadata, []string{html.EscapeString(hostile)}) {
+		t.Errorf("visualisation's metadata = %q, want the error escaped, once", metadata)
+	}
+}
+
+// checkPolicy checks that a Content-Security-Policy forbids every request
+// (nothing but data: images and inline styles), forms and base URLs, and
+// allows no inline script but by hash.
+func checkPolicy(t *testing.T, name, policy string) {
+	t.Helper()
+	directives := map[string]string{}
+	for _, d := range strings.Split(policy, ";") {
+		name, value, _ := strings.Cut(strings.TrimSpace(d), " ")
+		directives[name] = value
+	}
+	for d, want := range map[string]string{
+		"default-src": "'none'", "img-src": "data:", "style-src": "'unsafe-inline'",
+		"base-uri": "'none'", "form-action": "'none'",
+	} {
+		if got := directives[d]; got != want {
+			t.Errorf("%s's policy %q: %s is %q, want %q", name, policy, d, got, want)
+		}
+	}
+	script := directives["script-src"]
+	for _, src := range strings.Fields(script) {
+		if !strings.HasPrefix(src, "'sha256-") {
+			t.Errorf("%s's policy %q allows scripts from %s, want hashes only", name, policy, src)
+		}
+	}
+	if len(directives) != 6 || script == "" {
+		t.Errorf("%s's policy %q has other directives than default-src, img-src, style-src, base-uri, form-action and script-src", name, policy)
+	}
+}
+
+// A page with no visualisation runs no script at all.
+func TestWriteHTMLPolicyWithoutScripts(t *testing.T) {
+	out := writeHTML(t, Report{})
+	if !strings.Contains(out, `<meta http-equiv="Content-Security-Policy" content="`+html.EscapeString(basePolicy+"; script-src 'none'")+`">`) {
+		t.Error("a page without visualisation does not forbid scripts")
+	}
+}
+
+func TestSealVisualizationWithoutHead(t *testing.T) {
+	got, hashes := sealVisualization("<p>no head<script>1</script>")
+	sum := sha256.Sum256([]byte("1"))
+	want := "'sha256-" + base64.StdEncoding.EncodeToString(sum[:]) + "'"
+	if !slices.Equal(hashes, []string{want}) {
+		t.Errorf("hashes = %q, want %q", hashes, want)
+	}
+	if !strings.HasPrefix(got, `<meta http-equiv="Content-Security-Policy" content="`) || !strings.HasSuffix(got, "\n<p>no head<script>1</script>") {
+		t.Errorf("a page without head sealed as %q, want the policy first", got)
 	}
 }
