@@ -444,6 +444,12 @@ func (m *masker) certify(args []string) int {
 		fmt.Fprintf(stderr, "harmless certify: %v\n", err)
 		return exitUsage
 	}
+	// From here on, SIGINT and SIGTERM stop the run: what runs is
+	// stopped, every cleanup runs and the rest is skipped; the signal
+	// names the interruption, and the exit code. A second one abandons the
+	// run at once.
+	ctx, unwatch := m.interruptible()
+	defer unwatch()
 	if err := checkDatabaseFlags(f, os.LookupEnv); err != nil {
 		fmt.Fprintf(stderr, "harmless certify: %v\n", err)
 		return exitUsage
@@ -454,20 +460,18 @@ func (m *masker) certify(args []string) int {
 	}
 	// Each contender of a concurrent-delivery round is an instance of its
 	// own, with a connection of its own.
-	if err := checkCapacity(context.Background(), provision.Options{DSN: f.dsn, Only: provision.Kind(f.provision)}, "--contenders", f.contenders); err != nil {
-		fmt.Fprintf(stderr, "harmless certify: %v\n", err)
-		return exitUsage
+	if err := checkCapacity(ctx, provision.Options{DSN: f.dsn, Only: provision.Kind(f.provision)}, "--contenders", f.contenders); err != nil {
+		return m.beforeTheRun(ctx, err)
 	}
-	adapter, opts, err := implementation(context.Background(), f)
+	adapter, opts, err := implementation(ctx, f)
 	if err != nil {
-		fmt.Fprintf(stderr, "harmless certify: %v\n", err)
-		return exitUsage
+		return m.beforeTheRun(ctx, err)
 	}
 	if f.repeat <= 1 {
 		if !f.seedSet {
 			f.seed = randomSeed()
 		}
-		return m.finish(f, m.certifyOnce(f, adapter, opts))
+		return m.finish(f, m.certifyOnce(ctx, f, adapter, opts))
 	}
 	// A rare race shows in one run of many: each run draws a fresh seed,
 	// and the first that fails is the one reported, with the seed that
@@ -476,7 +480,7 @@ func (m *masker) certify(args []string) int {
 	for i := 1; ; i++ {
 		f.seed = randomSeed()
 		seeds = append(seeds, strconv.FormatUint(f.seed, 10))
-		r := m.certifyOnce(f, adapter, opts)
+		r := m.certifyOnce(ctx, f, adapter, opts)
 		failed := r.cert.Count(certificate.VerdictFail) > 0
 		if !failed && i < f.repeat && r.sig == nil && r.cert.Error == "" {
 			fmt.Fprintf(stderr, "harmless certify: run %d of %d (seed %d): %s\n", i, f.repeat, f.seed, r.cert.Summary())
@@ -502,8 +506,9 @@ type certified struct {
 	out  *printer
 }
 
-// certifyOnce runs the suite once with f's seed.
-func (m *masker) certifyOnce(f certifyFlags, adapter adapters.Adapter, implOpts []suite.Option) certified {
+// certifyOnce runs the suite once with f's seed, until ctx is cancelled
+// by a signal (see interruptible).
+func (m *masker) certifyOnce(ctx context.Context, f certifyFlags, adapter adapters.Adapter, implOpts []suite.Option) certified {
 	stdout, stderr := m.stdout, m.stderr
 	// Colour depends on the streams themselves, which the masking writers
 	// hide.
@@ -517,20 +522,8 @@ func (m *masker) certifyOnce(f certifyFlags, adapter adapters.Adapter, implOpts 
 		suite.WithSecrets(m.add),
 		suite.WithRules(f.selection.selected()),
 	)
-	// SIGINT and SIGTERM stop the run: the play that runs is stopped,
-	// every cleanup runs and the rest is skipped. The signal that came
-	// names the interruption, and the exit code. A second one abandons
-	// the run at once.
-	ctx, stop := context.WithCancelCause(context.Background())
-	var sig os.Signal
-	unwatch := onSignals(m.command, stderr, func(s os.Signal) {
-		sig = s
-		fmt.Fprintf(stderr, "\n%s: %s: stopping the run and cleaning up (again to abandon it at once)\n", m.command, signalName(s))
-		stop(interruptedBy{s})
-	})
 	cert, err := suite.Certify(ctx, adapter, opts...)
-	unwatch()
-	stop(nil)
+	sig := signalOf(ctx)
 	if sig != nil {
 		// The interruption is the verdict's to state, not an error.
 		err = withoutInterruption(err)
@@ -539,6 +532,43 @@ func (m *masker) certifyOnce(f certifyFlags, adapter adapters.Adapter, implOpts 
 		cert.Status, cert.Certified, cert.Interrupted = certificate.StatusInterrupted, false, "interrupted by "+signalName(sig)
 	}
 	return certified{cert: cert, err: err, sig: sig, out: out}
+}
+
+// interruptible returns a context that the first SIGINT or SIGTERM
+// cancels, with an interruptedBy cause, and the function that stops
+// watching for them (see onSignals).
+func (m *masker) interruptible() (context.Context, func()) {
+	ctx, stop := context.WithCancelCause(context.Background())
+	unwatch := onSignals(m.command, m.stderr, func(s os.Signal) {
+		fmt.Fprintf(m.stderr, "\n%s: %s: stopping the run and cleaning up (again to abandon it at once)\n", m.command, signalName(s))
+		stop(interruptedBy{s})
+	})
+	return ctx, func() {
+		unwatch()
+		stop(nil)
+	}
+}
+
+// signalOf returns the signal that cancelled ctx (see interruptible), or
+// nil.
+func signalOf(ctx context.Context) os.Signal {
+	var by interruptedBy
+	if errors.As(context.Cause(ctx), &by) {
+		return by.sig
+	}
+	return nil
+}
+
+// beforeTheRun reports err, which stopped certify before its run began,
+// and returns the exit code: the signal's when one stopped it (the
+// program's handshake, the check of the server), 2 otherwise.
+func (m *masker) beforeTheRun(ctx context.Context, err error) int {
+	if sig := signalOf(ctx); sig != nil {
+		fmt.Fprintf(m.stderr, "%s: interrupted by %s before the run began\n", m.command, signalName(sig))
+		return exitInterrupted(sig)
+	}
+	fmt.Fprintf(m.stderr, "%s: %v\n", m.command, err)
+	return exitUsage
 }
 
 // interruptedBy is the cause of a run stopped by a signal.

@@ -21,6 +21,7 @@ import (
 
 	"github.com/harmless-dev/harmless/internal/execchild"
 	"github.com/harmless-dev/harmless/internal/pgtest"
+	"github.com/harmless-dev/harmless/internal/provision"
 	"github.com/harmless-dev/harmless/suite/certificate"
 )
 
@@ -234,17 +235,21 @@ func requireServerBinaries(t *testing.T) {
 
 // interruptPoints is how many points of a run
 // TestAnInterruptAtAnyPointEndsTheRun stops it at, drawn from its
-// progress lines, beside the point where a run was seen to hang.
+// progress lines, beside the points chosen for the phases where runs hung
+// or could.
 const interruptPoints = 10
 
-// TestAnInterruptAtAnyPointEndsTheRun stops certify on a throwaway
-// cluster at points drawn at random from the progress of a whole run (its
-// -v lines; the seed is logged, and HARMLESS_INTERRUPT_SEED draws the same
-// points again), and at the point where runs hung: during crash-recovery's
-// play that holds the implementation's writes with a lock of the
-// harness's. At each, the run must exit with the signal's code within
-// interruptLimit, and leave neither its cluster's directory nor a process
-// of it.
+// TestAnInterruptAtAnyPointEndsTheRun stops certify at points drawn at
+// random from the progress of a whole run (its -v lines; the seed is
+// logged, and HARMLESS_INTERRUPT_SEED draws the same points again), on a
+// throwaway cluster, on a DSN, and with a program over the exec protocol;
+// and at chosen points: during crash-recovery's play that holds the
+// implementation's writes with a lock of the harness's (where runs hung),
+// during the exec program's handshake, and, where pg_auto_failover is
+// installed, while a replicated formation starts and during each kind of
+// failover. At each, the run must exit with the signal's code within
+// interruptLimit, and leave no directory or process of its server, no
+// schema on a DSN.
 func TestAnInterruptAtAnyPointEndsTheRun(t *testing.T) {
 	requireServerBinaries(t)
 	bin := binary(t)
@@ -263,40 +268,60 @@ func TestAnInterruptAtAnyPointEndsTheRun(t *testing.T) {
 	t.Logf("a whole run printed %d progress lines; the points are drawn with HARMLESS_INTERRUPT_SEED=%d", progress, seed)
 	rng := rand.New(rand.NewPCG(seed, 0))
 
+	// Where a run goes, and what must be gone after it.
+	type way struct {
+		name string
+		args func(t *testing.T) []string
+		left func(t *testing.T, stderr string)
+	}
+	cluster := way{"a throwaway cluster", func(*testing.T) []string { return []string{"--adapter", "reference", "--provision", "cluster"} }, noClusterLeft}
+	dsn := way{"a DSN", func(t *testing.T) []string { return []string{"--adapter", "reference", "--dsn", pgtest.DSN(t)} }, noSchemaLeft}
+	execDSN := way{"a DSN, over the exec protocol", func(t *testing.T) []string {
+		return []string{"--exec", execchild.Command(execchild.Reference), "--dsn", pgtest.DSN(t)}
+	}, noSchemaLeft}
+	formation := way{"a replicated formation", func(t *testing.T) []string {
+		return []string{"--adapter", "reference", "--provision", "ha", "--fixture", "failover"}
+	}, noFormationLeft}
+
 	type point struct {
 		name  string
+		way   way
 		at    func(line string, n int) bool
 		delay time.Duration
-		dsn   bool // on pgtest's server, not a throwaway cluster
 	}
-	points := []point{{
-		name: "while crash-recovery holds the implementation's writes",
-		at: func(line string, _ int) bool {
+	lineIs := func(prefix string) func(string, int) bool {
+		return func(line string, _ int) bool { return strings.Contains(line, "] "+prefix) }
+	}
+	points := []point{
+		{"while crash-recovery holds the implementation's writes", cluster, func(line string, _ int) bool {
 			return rulePassed.MatchString(line) && strings.Contains(line, "in-flight-exactly-once")
-		},
-		delay: 300 * time.Millisecond,
-	}}
+		}, 300 * time.Millisecond},
+		{"during the exec program's handshake", execDSN, func(_ string, n int) bool { return n == 1 }, 0},
+	}
+	if formationsStart(t) {
+		points = append(points,
+			point{"while the formation starts", formation, lineIs("HA formation: monitor running"), 0},
+			point{"during a controlled failover", formation, lineIs("HA formation healthy"), time.Second},
+			point{"during a hard-kill failover", formation, lineIs("stalled replication"), time.Second},
+		)
+	}
 	// The last lines of a run are its cleanup's: a point there may come
-	// after the run has ended. Every third point is on a DSN, whose run
-	// prints fewer lines (no crash of a server it does not own), and must
-	// leave no schema there.
+	// after the run has ended. A run on a DSN prints fewer lines (no crash
+	// of a server it does not own).
+	ways := []way{cluster, cluster, dsn, cluster, execDSN}
 	for i := range interruptPoints {
-		dsn := i%3 == 2
+		w := ways[i%len(ways)]
 		lines := progress - 10
-		if dsn {
+		if w.name != cluster.name {
 			lines = progress / 2
 		}
 		k := 2 + rng.IntN(max(lines, 1))
 		delay := time.Duration(rng.IntN(200)) * time.Millisecond
-		where := "a throwaway cluster"
-		if dsn {
-			where = "a DSN"
-		}
 		points = append(points, point{
-			name:  fmt.Sprintf("%s after progress line %d on %s", delay, k, where),
+			name:  fmt.Sprintf("%s after progress line %d", delay, k),
+			way:   w,
 			at:    func(_ string, n int) bool { return n == k },
 			delay: delay,
-			dsn:   dsn,
 		})
 	}
 	var mu sync.Mutex
@@ -306,15 +331,12 @@ func TestAnInterruptAtAnyPointEndsTheRun(t *testing.T) {
 	})
 	for i, p := range points {
 		sig := []syscall.Signal{syscall.SIGINT, syscall.SIGTERM}[i%2]
-		t.Run(p.name, func(t *testing.T) {
+		t.Run(p.name+" on "+p.way.name, func(t *testing.T) {
 			// Side by side, as many as go test runs at once: a run
 			// mostly waits for its server.
 			t.Parallel()
-			args := []string{"--provision", "cluster"}
-			if p.dsn {
-				args = []string{"--dsn", pgtest.DSN(t)}
-			}
-			r := interruptAt(t, bin, p.at, p.delay, []syscall.Signal{sig}, args...)
+			args := append([]string{"certify", "-v"}, p.way.args(t)...)
+			r := interruptCommand(t, bin, args, p.at, p.delay, []syscall.Signal{sig})
 			mu.Lock()
 			slowest = max(slowest, r.took)
 			mu.Unlock()
@@ -324,12 +346,45 @@ func TestAnInterruptAtAnyPointEndsTheRun(t *testing.T) {
 			if r.took > interruptLimit {
 				t.Errorf("the run took %s to end after %v; want at most %s", r.took, sig, interruptLimit)
 			}
-			if p.dsn {
-				noSchemaLeft(t, r.stderr)
-			} else {
-				noClusterLeft(t, r.stderr)
-			}
+			p.way.left(t, r.stderr)
 		})
+	}
+}
+
+// formationsStart reports whether a replicated formation can start here;
+// where it cannot it says why in the log, and fails the test if
+// HARMLESS_REQUIRE_HA=1 (as .ci/run sets).
+func formationsStart(t *testing.T) bool {
+	t.Helper()
+	choice, err := provision.Options{Only: provision.KindHA}.Choose(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if choice.Note == "" {
+		return true
+	}
+	if os.Getenv("HARMLESS_REQUIRE_HA") == "1" {
+		t.Fatalf("HARMLESS_REQUIRE_HA=1, but no formation can start here: %s", choice.Note)
+	}
+	t.Logf("no interrupt on a replicated formation: %s", choice.Note)
+	return false
+}
+
+var formationLine = regexp.MustCompile(`starting HA formation in (\S+)`)
+
+// noFormationLeft fails the test if the run whose log is stderr left its
+// formation's directory or a process of it.
+func noFormationLeft(t *testing.T, stderr string) {
+	t.Helper()
+	m := formationLine.FindStringSubmatch(stderr)
+	if m == nil {
+		t.Fatalf("the formation's directory is not in the run's log:\n%s", stderr)
+	}
+	if _, err := os.Stat(m[1]); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the run left its formation's directory %s (%v)", m[1], err)
+	}
+	if procs := processesMentioning(t, m[1]); len(procs) > 0 {
+		t.Errorf("the run left processes of its formation: %v", procs)
 	}
 }
 
@@ -339,7 +394,12 @@ func noSchemaLeft(t *testing.T, stderr string) {
 	t.Helper()
 	m := runIDLine.FindStringSubmatch(stderr)
 	if m == nil {
-		t.Fatalf("the run's id is not in its log:\n%s", stderr)
+		// The run's first line names it before its first play creates a
+		// schema: one stopped before that line created none.
+		if !strings.Contains(stderr, "INTERRUPTED") && !strings.Contains(stderr, "before the run began") && !strings.Contains(stderr, "stopping the run") {
+			t.Fatalf("the run's id is not in its log, and it was not stopped before it began:\n%s", stderr)
+		}
+		return
 	}
 	var left []string
 	rows, err := pgtest.Pool(t).Query(t.Context(), `SELECT nspname FROM pg_namespace WHERE nspname LIKE $1`, "harmless\\_"+m[1]+"\\_%")

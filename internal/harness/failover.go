@@ -2,6 +2,7 @@ package harness
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -100,7 +101,8 @@ func (r *Run) FailOver(ctx context.Context, kind provision.FailoverKind) (Failed
 // purpose (see [provision.Formation.StallReplication]), so that the
 // standby lags behind the primary: a synchronous commit waits, one made
 // with synchronous_commit = local returns. The caller must resume it,
-// unless a hard kill of the primary ends it. It counts as a fault of kind
+// unless a hard kill of the primary ends it; the close of a play resumes
+// it if it is still on. It counts as a fault of kind
 // [ReplicationStallKind].
 func (r *Run) StallReplication(ctx context.Context) (*provision.ReplicationStall, error) {
 	f, err := r.formation("stall replication")
@@ -112,7 +114,26 @@ func (r *Run) StallReplication(ctx context.Context) (*provision.ReplicationStall
 		return nil, fmt.Errorf("harness: stall the replication of %s: %w", r.server, err)
 	}
 	r.addFired(map[string]int64{ReplicationStallKind: 1})
+	r.mu.Lock()
+	r.stalls = append(r.stalls, st)
+	r.mu.Unlock()
 	return st, nil
+}
+
+// resumeStalls resumes every replication stall of the run that is still
+// on. A play stopped between StallReplication and Resume (an interrupt)
+// would otherwise leave the primary's commits waiting for a standby that
+// receives nothing, its own DROP SCHEMA among them, for good.
+func (r *Run) resumeStalls() error {
+	r.mu.Lock()
+	stalls := r.stalls
+	r.stalls = nil
+	r.mu.Unlock()
+	var errs []error
+	for _, st := range stalls {
+		errs = append(errs, st.Resume())
+	}
+	return errors.Join(errs...)
 }
 
 // SetSynchronous makes the formation's replication synchronous (on, as

@@ -435,6 +435,10 @@ func (s *Play) Close(ctx context.Context) error {
 			errs = append(errs, err)
 		}
 	}
+	// Likewise a replication stall, for the writes below.
+	if err := s.run.resumeStalls(); err != nil {
+		errs = append(errs, err)
+	}
 	for n, impl := range instances {
 		if err := guardClose(ctx, impl, s.run.opts.DeliveryTimeout); err != nil {
 			errs = append(errs, fmt.Errorf("close instance %d: %w", n, err))

@@ -64,6 +64,9 @@ type Run struct {
 	// hopelessSince is set when a play's broker gave up while the run had
 	// acknowledged nothing; "" until then.
 	hopelessSince string
+	// stalls are the replication stalls of StallReplication, resumed by
+	// the close of every play (see resumeStalls).
+	stalls []*provision.ReplicationStall
 }
 
 // Start provisions the database, opens the run's keeper connection and drops
