@@ -19,6 +19,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/harmless-dev/harmless/internal/execchild"
 	"github.com/harmless-dev/harmless/internal/pgtest"
 	"github.com/harmless-dev/harmless/internal/provision"
@@ -376,15 +378,29 @@ var formationLine = regexp.MustCompile(`starting HA formation in (\S+)`)
 // formation's directory or a process of it.
 func noFormationLeft(t *testing.T, stderr string) {
 	t.Helper()
-	m := formationLine.FindStringSubmatch(stderr)
+	noServerLeft(t, stderr, formationLine, "formation")
+}
+
+// noClusterLeft fails the test if the run whose log is stderr left its
+// throwaway cluster's directory or a process of it.
+func noClusterLeft(t *testing.T, stderr string) {
+	t.Helper()
+	noServerLeft(t, stderr, clusterLine, "cluster")
+}
+
+// noServerLeft fails the test if the run whose log is stderr left the
+// directory of the server that started matches names, or a process of it.
+func noServerLeft(t *testing.T, stderr string, started *regexp.Regexp, what string) {
+	t.Helper()
+	m := started.FindStringSubmatch(stderr)
 	if m == nil {
-		t.Fatalf("the formation's directory is not in the run's log:\n%s", stderr)
+		t.Fatalf("the %s's directory is not in the run's log:\n%s", what, stderr)
 	}
 	if _, err := os.Stat(m[1]); !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("the run left its formation's directory %s (%v)", m[1], err)
+		t.Errorf("the run left its %s's directory %s (%v)", what, m[1], err)
 	}
 	if procs := processesMentioning(t, m[1]); len(procs) > 0 {
-		t.Errorf("the run left processes of its formation: %v", procs)
+		t.Errorf("the run left processes of its %s: %v", what, procs)
 	}
 }
 
@@ -401,39 +417,16 @@ func noSchemaLeft(t *testing.T, stderr string) {
 		}
 		return
 	}
-	var left []string
 	rows, err := pgtest.Pool(t).Query(t.Context(), `SELECT nspname FROM pg_namespace WHERE nspname LIKE $1`, "harmless\\_"+m[1]+"\\_%")
 	if err != nil {
 		t.Fatal(err)
 	}
-	for rows.Next() {
-		var name string
-		if err := rows.Scan(&name); err != nil {
-			t.Fatal(err)
-		}
-		left = append(left, name)
-	}
-	if err := rows.Err(); err != nil {
+	left, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
 		t.Fatal(err)
 	}
 	if len(left) > 0 {
 		t.Errorf("the interrupted run left its schemas: %v", left)
-	}
-}
-
-// noClusterLeft fails the test if the run whose log is stderr left its
-// throwaway cluster's directory or a process of it.
-func noClusterLeft(t *testing.T, stderr string) {
-	t.Helper()
-	m := clusterLine.FindStringSubmatch(stderr)
-	if m == nil {
-		t.Fatalf("the cluster's directory is not in the run's log:\n%s", stderr)
-	}
-	if _, err := os.Stat(m[1]); !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("the run left its cluster directory %s (%v)", m[1], err)
-	}
-	if procs := processesMentioning(t, m[1]); len(procs) > 0 {
-		t.Errorf("the run left processes of its cluster: %v", procs)
 	}
 }
 
