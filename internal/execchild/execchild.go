@@ -148,6 +148,11 @@ const (
 	// EnvCrashAt: a child that crashes now and then, which its supervisor
 	// restarts, and which is correct while it lives.
 	CrashAtNth = "crash-at-nth"
+	// WedgeAtNth serves the reference, but each process wedges at its Nth
+	// delivery, N from EnvCrashAt: it never answers that delivery nor any
+	// later request, and keeps running and reading its stdin, as a child
+	// stuck in a deadlock or an endless loop does.
+	WedgeAtNth = "wedge-at-nth"
 	// AroundTheDSN serves the reference, but connects with the host and
 	// port of EnvServer instead of those of the DSN setup gives, as a
 	// service configured with an address of its own would: around the
@@ -159,8 +164,8 @@ const (
 // AroundTheDSN connects to.
 const EnvServer = "HARMLESS_EXECCHILD_SERVER"
 
-// EnvCrashAt names the variable holding the N of CrashAtNth, from 1;
-// DefaultCrashAt when unset.
+// EnvCrashAt names the variable holding the N of CrashAtNth and
+// WedgeAtNth, from 1; DefaultCrashAt when unset.
 const EnvCrashAt = "HARMLESS_EXECCHILD_CRASH_AT"
 
 // DefaultCrashAt is CrashAtNth's N unless EnvCrashAt says otherwise.
@@ -483,6 +488,12 @@ func (c *child) deliver(req protocol.IncomingRequest) {
 		if c.deliveries.Add(1) >= crashAt() {
 			fmt.Fprintln(os.Stderr, LastWords)
 			os.Exit(3)
+		}
+	case WedgeAtNth:
+		if c.deliveries.Add(1) == crashAt() {
+			fmt.Fprintf(os.Stderr, "execchild: wedged at delivery %d (simulated)\n", crashAt())
+			c.outMu.Lock() // every answer waits for ever, this one's first
+			select {}
 		}
 	case LogToStdout:
 		c.answer([]byte(StdoutLog+string(p.EventID)+"\n"), nil)
