@@ -59,7 +59,10 @@ const (
 
 // Config says how to run an external implementation.
 type Config struct {
-	// Command is run with /bin/sh -c, so it may use shell syntax.
+	// Command is run with /bin/sh -c, so it may use shell syntax. It runs
+	// in a subshell that alone holds the protocol's pipes, so that a child
+	// that closes its stdout or stdin is seen to at once, even when the
+	// shell does not exec it (see shellScript).
 	Command string
 	// Dir is the child's working directory; empty means the current one.
 	Dir string

@@ -98,7 +98,7 @@ func startProcess(command, dir string, env []string, label string, secrets *reda
 		exited:     make(chan struct{}),
 		stderrDone: make(chan struct{}),
 	}
-	p.cmd = osexec.Command("/bin/sh", "-c", command)
+	p.cmd = osexec.Command("/bin/sh", "-c", shellScript(command))
 	p.cmd.Dir = dir
 	p.cmd.Env = env
 	stderrR, stderrW, err := os.Pipe()
@@ -109,9 +109,10 @@ func startProcess(command, dir string, env []string, label string, secrets *reda
 		return nil, fmt.Errorf("start %s: %w", label, err)
 	}
 	// Files, not writers, so that Wait returns when the child exits even if
-	// a grandchild keeps its output open.
-	p.cmd.Stdin = stdinR
-	p.cmd.Stdout = stdoutW
+	// a grandchild keeps its output open. The shell's own stdin and stdout
+	// are /dev/null: it hands the pipes, as descriptors 3 and 4, to the
+	// command alone (see shellScript).
+	p.cmd.ExtraFiles = []*os.File{stdinR, stdoutW}
 	p.cmd.Stderr = stderrW
 	p.cmd.SysProcAttr = sysProcAttr()
 	err = p.cmd.Start()
@@ -133,6 +134,28 @@ func startProcess(command, dir string, env []string, label string, secrets *reda
 	go p.read(stdoutR)
 	go p.wait()
 	return p, nil
+}
+
+// shellScript is the /bin/sh script that runs command with the pipes of
+// the protocol, handed to the shell as descriptors 3 (stdin's read end)
+// and 4 (stdout's write end), so that no process but the command's holds
+// them. A shell that runs a command as its child keeps its own stdin and
+// stdout open while it waits for it, and dash, Debian's /bin/sh, does so
+// even for a simple command given with -c, where bash would exec it
+// instead: a child that closed its stdout, or its stdin, would then not
+// be seen to, since the shell's copy keeps the pipe open, and its requests
+// would wait for their deadlines. So the command runs in an asynchronous
+// list, in a subshell that takes the pipes as its stdin and stdout, closes
+// the descriptors they came on, and execs the command's last simple
+// command, as a subshell does; the shell closes its copies and waits for
+// the list, exiting with its status. A command whose processes stay under
+// a shell of their own (a pipeline, a command followed by another) is not
+// helped: a wedged request then ends it at its deadline (see [wedges]).
+// An asynchronous list ignores SIGINT and SIGQUIT, which the harness never
+// sends; its stdin would be /dev/null but for the redirection. The
+// newlines around command end a comment or here-document at its end.
+func shellScript(command string) string {
+	return "{ exec <&3 >&4 3<&- 4>&-\n" + command + "\n} &\nexec 3<&- 4>&-\nwait $!\n"
 }
 
 // read matches answers to requests until stdout ends or breaks the protocol.

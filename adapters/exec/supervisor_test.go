@@ -680,3 +680,47 @@ func TestAWedgedChildIsKilledAndReplaced(t *testing.T) {
 		t.Errorf("the pool serves with %d processes; want process 2 of instance 1 alone", len(procs))
 	}
 }
+
+// TestAChildThatClosesItsStdoutUnderTheShellIsReplaced: a child run by a
+// command without exec in front, which /bin/sh (dash) runs as a child of
+// its own, that closes its stdout and keeps running is found out at once,
+// not at the deadline of the request it leaves unanswered: the shell
+// holds no copy of the pipe. The request fails unacknowledged, the
+// process is killed and counts as a crash, and a new one serves the next
+// request.
+func TestAChildThatClosesItsStdoutUnderTheShellIsReplaced(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	adapter, _, err := Probe(ctx, Config{Command: execchild.CommandUnderShell(execchild.CloseStdoutAtNth), Env: []string{execchild.EnvCrashAt + "=2"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	impl := instance(t, adapter, env(t))
+	if got, err := deliver(t, impl, "before", testTimeout); err != nil || got != adapters.Applied {
+		t.Fatalf("a delivery before the child closes its stdout: %v, %v", got, err)
+	}
+	first := serving(impl)[0]
+	began := time.Now()
+	_, err = deliver(t, impl, "closes", testTimeout)
+	took := time.Since(began)
+	if !errors.Is(err, errProcessFailed) || !strings.Contains(err.Error(), "closed its stdout but is still running") {
+		t.Errorf("the delivery the child closed its stdout at: %v; want the process failed for it", err)
+	}
+	if took > 2*time.Second {
+		t.Errorf("the delivery ended after %s; want at once, well before its deadline (%s)", took, testTimeout)
+	}
+	crashes := impl.Crashes()
+	if len(crashes) != 1 {
+		t.Fatalf("Crashes: %q; want the process that closed its stdout", crashes)
+	}
+	checkCrash(t, crashes[0], "process 1 of instance 1", "closed its stdout but is still running", "closing stdout at delivery 2")
+	if live := liveInGroup(t, first.cmd.Process.Pid); len(live) > 0 {
+		t.Errorf("processes %v of the failed process's group are alive", live)
+	}
+	if got, err := deliver(t, impl, "after", testTimeout); err != nil || got != adapters.Applied {
+		t.Errorf("the next delivery: %v, %v; want Applied by a new process", got, err)
+	}
+	if procs := serving(impl); len(procs) != 1 || procs[0].label != "process 2 of instance 1" {
+		t.Errorf("the pool serves with %d processes; want process 2 of instance 1 alone", len(procs))
+	}
+}
