@@ -532,6 +532,7 @@ func (p *pool) closeLocked() bool {
 // process failed removes the process from the pool, so that the next
 // request finds another.
 func (p *pool) call(ctx context.Context, method string, params, result any) error {
+	ctx = withBegun(ctx)
 	m, err := p.acquire(ctx)
 	if err != nil {
 		return err

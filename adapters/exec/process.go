@@ -418,9 +418,31 @@ func (p *process) wedged(ctx context.Context, req request, how string) bool {
 	if !wedges(req.method) || !ok || errors.Is(ctx.Err(), context.Canceled) || time.Now().Before(deadline) {
 		return false
 	}
+	if begun, ok := ctx.Value(begunKey{}).(time.Time); ok && deadline.Sub(req.sent) < deadline.Sub(begun)/2 {
+		// The pool spent most of the caller's time finding the request a
+		// process (starting one, waiting for a slot): the child had too
+		// little of it to be judged. If it is wedged, the next request,
+		// sent in time, finds out.
+		return false
+	}
 	allowed := deadline.Sub(req.sent).Round(10 * time.Millisecond)
 	p.fail(fmt.Errorf("%s within %s: killed with its process group and replaced", how, shortdur.Format(allowed)))
 	return true
+}
+
+// begunKey is the key of the time, in a request's context, when its
+// caller began to wait for it, before the pool found it a process (see
+// [withBegun]).
+type begunKey struct{}
+
+// withBegun notes in ctx that its caller begins to wait now, unless an
+// earlier caller did: a request sent with less than half of its caller's
+// time left does not make its process wedged (see [process.wedged]).
+func withBegun(ctx context.Context) context.Context {
+	if _, ok := ctx.Value(begunKey{}).(time.Time); ok {
+		return ctx
+	}
+	return context.WithValue(ctx, begunKey{}, time.Now())
 }
 
 // forget stops waiting for id; a late answer is dropped when abandon is set.

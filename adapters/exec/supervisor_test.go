@@ -724,3 +724,32 @@ func TestAChildThatClosesItsStdoutUnderTheShellIsReplaced(t *testing.T) {
 		t.Errorf("the pool serves with %d processes; want process 2 of instance 1 alone", len(procs))
 	}
 }
+
+// TestARequestSentLateDoesNotMakeItsProcessWedged: a delivery that the
+// pool could send only with less than half of its caller's time left
+// (it spent the rest starting a process or waiting for a slot) and that
+// goes unanswered does not kill its process: the child had too little
+// time to be judged wedged.
+func TestARequestSentLateDoesNotMakeItsProcessWedged(t *testing.T) {
+	impl, _ := start(t, execchild.HangOnDeliver, Config{})
+	ctx := context.WithValue(context.Background(), begunKey{}, time.Now().Add(-5*time.Second))
+	ctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+	defer cancel()
+	ev := adapters.Event{Namespace: "exec-test", ID: "late"}
+	_, err := impl.Deliver(ctx, adapters.Delivery{Event: ev, Attempt: 1})
+	if !errors.Is(err, errNoAnswer) || strings.Contains(err.Error(), wedgeKill) {
+		t.Errorf("the delivery sent late: %v; want it unanswered, its process left alone", err)
+	}
+	if got := impl.Crashes(); len(got) != 0 {
+		t.Errorf("Crashes: %q; want none", got)
+	}
+	procs := serving(impl)
+	if len(procs) != 1 {
+		t.Fatalf("the pool serves with %d processes; want the first alone", len(procs))
+	}
+	select {
+	case <-procs[0].failed:
+		t.Errorf("%s failed: %v", procs[0].label, procs[0].err)
+	default:
+	}
+}
