@@ -328,7 +328,11 @@ func waitGroupGone(t *testing.T, pgid int) {
 	}
 }
 
-// liveInGroup lists the processes of group pgid that are not zombies.
+// pfExiting is Linux's PF_EXITING, the flag of a process that is exiting.
+const pfExiting = 0x4
+
+// liveInGroup lists the processes of group pgid that are neither zombies
+// nor exiting.
 func liveInGroup(t *testing.T, pgid int) []int {
 	t.Helper()
 	dirs, err := os.ReadDir("/proc")
@@ -345,11 +349,18 @@ func liveInGroup(t *testing.T, pgid int) []int {
 		if err != nil {
 			continue // gone meanwhile
 		}
-		// Fields after the command, which is in parentheses: state, ppid, pgrp.
+		// Fields after the command, which is in parentheses: state, ppid,
+		// pgrp, session, tty_nr, tpgid, flags. A process with PF_EXITING
+		// (0x4) among its flags is past the point of no return: it is
+		// exiting, killed, and will run no more code of its own.
 		fields := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:]))
-		if len(fields) >= 3 && fields[2] == strconv.Itoa(pgid) && fields[0] != "Z" {
-			live = append(live, pid)
+		if len(fields) < 7 || fields[2] != strconv.Itoa(pgid) || fields[0] == "Z" {
+			continue
 		}
+		if flags, err := strconv.ParseUint(fields[6], 10, 64); err == nil && flags&pfExiting != 0 {
+			continue
+		}
+		live = append(live, pid)
 	}
 	return live
 }

@@ -71,6 +71,7 @@ type process struct {
 	exited     chan struct{} // closed when the process has been waited for
 	status     string        // exit status, once exited
 	exitedOK   bool          // whether it exited with status 0, once exited
+	outputDone chan struct{} // closed when stdout has been read to its end
 	stderrDone chan struct{} // closed when stderr has been read to its end
 }
 
@@ -96,6 +97,7 @@ func startProcess(command, dir string, env []string, label string, secrets *reda
 		writing:    make(chan struct{}, 1),
 		failed:     make(chan struct{}),
 		exited:     make(chan struct{}),
+		outputDone: make(chan struct{}),
 		stderrDone: make(chan struct{}),
 	}
 	p.cmd = osexec.Command("/bin/sh", "-c", shellScript(command))
@@ -158,9 +160,19 @@ func shellScript(command string) string {
 	return "{ exec <&3 >&4 3<&- 4>&-\n" + command + "\n} &\nexec 3<&- 4>&-\nwait $!\n"
 }
 
-// read matches answers to requests until stdout ends or breaks the protocol.
+// read matches answers to requests until stdout ends or breaks the
+// protocol; then it reads stdout to its end, which comes when every
+// process holding it has closed it, exiting if killed (see
+// [process.awaitExit]).
 func (p *process) read(stdout *os.File) {
+	defer close(p.outputDone)
 	defer stdout.Close()
+	defer func() {
+		// After a failure, the kill ends stdout at once; a stray holder
+		// outside the group is not waited for beyond a moment.
+		_ = stdout.SetReadDeadline(time.Now().Add(exitGrace))
+		_, _ = io.Copy(io.Discard, stdout)
+	}()
 	lines := protocol.NewLineReader(stdout, protocol.MaxAnswerBytes)
 	for {
 		line, err := lines.Next()
@@ -317,15 +329,34 @@ func (p *process) stop(reason harnessKill) {
 	p.kill()       // and its stray grandchildren, in that case
 }
 
-// awaitExit waits until the child has exited or ctx ends.
+// awaitExit waits until the child has exited or ctx ends. The process the
+// harness started is the shell that runs the command (see shellScript),
+// and the command's process is its child: killed with it, it may still be
+// exiting when the shell has been reaped. So awaitExit also waits, for a
+// moment at most, until the command's stdout and stderr have been read to
+// their ends, which comes when it has closed its descriptors as it exits,
+// its connections with them: what it held is gone when awaitExit returns.
+// A stray process outside the group that holds them open is not waited
+// for beyond that moment.
 func (p *process) awaitExit(ctx context.Context) error {
 	select {
 	case <-p.exited:
-		p.stdin.Close()
-		return nil
 	case <-ctx.Done():
 		return fmt.Errorf("%s was killed but had not exited when the wait ended: %w", p.label, context.Cause(ctx))
 	}
+	p.stdin.Close()
+	grace := time.NewTimer(exitGrace)
+	defer grace.Stop()
+	for _, done := range []chan struct{}{p.outputDone, p.stderrDone} {
+		select {
+		case <-done:
+		case <-grace.C:
+			return nil
+		case <-ctx.Done():
+			return nil // it has exited; its descriptors will follow
+		}
+	}
+	return nil
 }
 
 // failure is the error a caller gets once the process has failed. It waits

@@ -540,6 +540,9 @@ func TestAChildThatStopsReadingMidLineIsACrash(t *testing.T) {
 	if _, err := deliver(t, impl, "small", 500*time.Millisecond); !errors.Is(err, errNoAnswer) || !strings.Contains(err.Error(), "process 2 of instance 1") {
 		t.Errorf("the next delivery: %v; want it unanswered by a new process", err)
 	}
+	if err := first.awaitExit(t.Context()); err != nil {
+		t.Fatal(err)
+	}
 	if live := liveInGroup(t, first.cmd.Process.Pid); len(live) > 0 {
 		t.Errorf("processes %v of the killed process's group are alive", live)
 	}
@@ -627,6 +630,8 @@ func TestProcessesThatCrashTogetherAreNotACrashLoop(t *testing.T) {
 // deliveries after it are answered by a new process.
 func TestAWedgedChildIsKilledAndReplaced(t *testing.T) {
 	const wedgeAt, deadline = 5, 2 * time.Second
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
 	impl, _ := start(t, execchild.WedgeAtNth, Config{Env: []string{execchild.EnvCrashAt + "=" + strconv.Itoa(wedgeAt)}})
 	for i := 1; i < wedgeAt; i++ {
 		if got, err := deliver(t, impl, fmt.Sprint("before-", i), testTimeout); err != nil || got != adapters.Applied {
@@ -657,10 +662,8 @@ func TestAWedgedChildIsKilledAndReplaced(t *testing.T) {
 	if took := time.Since(began); took > deadline+2*time.Second {
 		t.Errorf("the delivery in flight alongside ended after %s; want it ended with the wedged process, at %s", took, deadline)
 	}
-	select {
-	case <-first.exited:
-	case <-time.After(testTimeout):
-		t.Fatal("the wedged process did not exit")
+	if err := first.awaitExit(ctx); err != nil {
+		t.Fatalf("the wedged process: %v", err)
 	}
 	if live := liveInGroup(t, first.cmd.Process.Pid); len(live) > 0 {
 		t.Errorf("processes %v of the wedged process's group are alive", live)
@@ -714,6 +717,9 @@ func TestAChildThatClosesItsStdoutUnderTheShellIsReplaced(t *testing.T) {
 		t.Fatalf("Crashes: %q; want the process that closed its stdout", crashes)
 	}
 	checkCrash(t, crashes[0], "process 1 of instance 1", "closed its stdout but is still running", "closing stdout at delivery 2")
+	if err := first.awaitExit(ctx); err != nil {
+		t.Fatalf("the failed process: %v", err)
+	}
 	if live := liveInGroup(t, first.cmd.Process.Pid); len(live) > 0 {
 		t.Errorf("processes %v of the failed process's group are alive", live)
 	}
