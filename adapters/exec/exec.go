@@ -13,9 +13,10 @@
 //
 // The harness is never at the mercy of the child. Every request has a
 // deadline; a process that crashes, closes its output, writes something that
-// is not the protocol or stops reading its input is killed with its process
-// group, and the requests it had in flight fail unacknowledged with an error
-// that says what happened and quotes the child's stderr. The instance supervises its processes as systemd or Kubernetes
+// is not the protocol, stops reading its input or leaves a delivery
+// unanswered until its deadline (wedged) is killed with its process group,
+// and the requests it had in flight fail unacknowledged with an error that
+// says what happened and quotes the child's stderr. The instance supervises its processes as systemd or Kubernetes
 // would a consumer that exits: the next request that needs a process starts
 // a new one, and the broker redelivers what was in flight. Restarts wait a
 // tenth of a second after a crash, and a child that keeps crashing is backed
@@ -59,7 +60,10 @@ const (
 
 // Config says how to run an external implementation.
 type Config struct {
-	// Command is run with /bin/sh -c, so it may use shell syntax.
+	// Command is run with /bin/sh -c, so it may use shell syntax. It runs
+	// in a subshell that alone holds the protocol's pipes, so that a child
+	// that closes its stdout or stdin is seen to at once, even when the
+	// shell does not exec it (see shellScript).
 	Command string
 	// Dir is the child's working directory; empty means the current one.
 	Dir string

@@ -275,19 +275,19 @@ func TestMisbehavingChildFailsItsDeliveryClearly(t *testing.T) {
 					checkCrash(t, c, fmt.Sprintf("process %d of instance 1", i+1), f.want...)
 				}
 			} else {
-				// A request without an answer is not a crash: the process
-				// stays, and is not killed.
-				if crashes := impl.Crashes(); len(crashes) != 0 {
-					t.Errorf("Crashes: %q; want none", crashes)
+				// A delivery without an answer by its deadline finds the
+				// process wedged: it is killed with its process group,
+				// counts as a crash and leaves the pool.
+				if !strings.Contains(err.Error(), wedgeKill) {
+					t.Errorf("error does not say that the process was killed: %v", err)
 				}
-				procs := serving(impl)
-				select {
-				case <-procs[0].failed:
-					t.Errorf("%s failed: %v", procs[0].label, procs[0].err)
-				default:
+				crashes := impl.Crashes()
+				if len(crashes) != 1 {
+					t.Fatalf("Crashes: %q; want the wedged process's", crashes)
 				}
-				if len(procs) != 1 || procs[0].label != "process 1 of instance 1" {
-					t.Errorf("the pool serves with %d processes, the first %s; want process 1 alone", len(procs), procs[0].label)
+				checkCrash(t, crashes[0], "process 1 of instance 1", "no answer to deliver request 3 within 3s: killed with its process group and replaced")
+				if procs := serving(impl); len(procs) != 0 {
+					t.Errorf("the pool still serves with %d processes, the first %s; want none", len(procs), procs[0].label)
 				}
 			}
 			entries, err := ledger.Entries(context.Background(), pgtest.Pool(t), e.Schema, "exec-test", "1")
@@ -328,7 +328,11 @@ func waitGroupGone(t *testing.T, pgid int) {
 	}
 }
 
-// liveInGroup lists the processes of group pgid that are not zombies.
+// pfExiting is Linux's PF_EXITING, the flag of a process that is exiting.
+const pfExiting = 0x4
+
+// liveInGroup lists the processes of group pgid that are neither zombies
+// nor exiting.
 func liveInGroup(t *testing.T, pgid int) []int {
 	t.Helper()
 	dirs, err := os.ReadDir("/proc")
@@ -345,11 +349,18 @@ func liveInGroup(t *testing.T, pgid int) []int {
 		if err != nil {
 			continue // gone meanwhile
 		}
-		// Fields after the command, which is in parentheses: state, ppid, pgrp.
+		// Fields after the command, which is in parentheses: state, ppid,
+		// pgrp, session, tty_nr, tpgid, flags. A process with PF_EXITING
+		// (0x4) among its flags is past the point of no return: it is
+		// exiting, killed, and will run no more code of its own.
 		fields := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:]))
-		if len(fields) >= 3 && fields[2] == strconv.Itoa(pgid) && fields[0] != "Z" {
-			live = append(live, pid)
+		if len(fields) < 7 || fields[2] != strconv.Itoa(pgid) || fields[0] == "Z" {
+			continue
 		}
+		if flags, err := strconv.ParseUint(fields[6], 10, 64); err == nil && flags&pfExiting != 0 {
+			continue
+		}
+		live = append(live, pid)
 	}
 	return live
 }

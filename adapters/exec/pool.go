@@ -21,8 +21,10 @@ import (
 // a time still sees real concurrency.
 //
 // The pool supervises its processes, as systemd or Kubernetes supervise a
-// consumer: a process that exits, crashes, breaks the protocol or stops
-// reading is removed, what it had in flight fails unacknowledged (the
+// consumer: a process that exits, crashes, breaks the protocol, stops
+// reading or is wedged (it leaves a deliver or purge unanswered until the
+// request's deadline, see [wedges]) is killed and removed, what it had in
+// flight fails unacknowledged (the
 // broker redelivers it), and the next request that needs a process starts
 // a new one. Every such failure is recorded (see [pool.Crashes]); the
 // instance itself lives on. Restarts are paced (see [restartDelay] and
@@ -267,14 +269,15 @@ var (
 // Crashes returns every failure of one of the instance's processes so far,
 // oldest first: one line each, with the process's label, when and how it
 // failed (it exited, its stdout broke the protocol, quoting the offending
-// line, it stopped reading), and the first lines of its stderr's last
-// crash report (see [stderrQuote.Excerpt]), the DSN's secrets masked. A
-// process that failed to start counts when it failed so, not when it
-// answered hello or setup with an error. The processes the harness kills
-// itself are not crashes: Abort's, those Close stops, one still starting
-// at the deadline of the request that needed it, and one that stopped
-// reading in the middle of a request line until the deadline. A process
-// that does not answer a request in time is not killed at all.
+// line, it stopped reading, it left a deliver or purge unanswered until
+// the request's deadline and was killed for it), and the first lines of
+// its stderr's last crash report (see [stderrQuote.Excerpt]), the DSN's
+// secrets masked. A process that failed to start counts when it failed
+// so, not when it answered hello or setup with an error. The processes
+// the harness kills for reasons of its own are not crashes: Abort's,
+// those Close stops, one still starting at the deadline of the request
+// that needed it, and one that stopped reading in the middle of the line
+// of a request other than deliver and purge until the deadline.
 func (p *pool) Crashes() []string {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -529,6 +532,7 @@ func (p *pool) closeLocked() bool {
 // process failed removes the process from the pool, so that the next
 // request finds another.
 func (p *pool) call(ctx context.Context, method string, params, result any) error {
+	ctx = withBegun(ctx)
 	m, err := p.acquire(ctx)
 	if err != nil {
 		return err
@@ -540,13 +544,14 @@ func (p *pool) call(ctx context.Context, method string, params, result any) erro
 }
 
 // settle takes note of the outcome of a request to a process of the pool:
-// a process that failed is removed, and an answer ends a crash loop.
+// a process that failed, or was killed because the request found it
+// wedged, is removed, and an answer ends a crash loop.
 func (p *pool) settle(err error) {
 	var answer *answerError
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	switch {
-	case errors.Is(err, errProcessFailed):
+	case errors.Is(err, errProcessFailed), errors.Is(err, errNoAnswer):
 		p.reapLocked()
 	case err == nil, errors.As(err, &answer):
 		p.servedLocked()

@@ -517,32 +517,34 @@ func TestCrashesMaskTheSecrets(t *testing.T) {
 	}
 }
 
-// TestAChildThatStopsReadingMidLineIsNotACrash: a request line that the
-// child stops reading in the middle of until the deadline cannot be
-// finished later without corrupting the stream, so the harness kills the
-// process: a hang, not a crash. The pool replaces the process.
-func TestAChildThatStopsReadingMidLineIsNotACrash(t *testing.T) {
+// TestAChildThatStopsReadingMidLineIsACrash: a child that stops reading
+// a delivery's line in the middle until the deadline is wedged: the
+// harness kills the process, which could not be sent the rest of the line
+// without corrupting the stream anyway, and counts a crash. The pool
+// replaces the process.
+func TestAChildThatStopsReadingMidLineIsACrash(t *testing.T) {
 	impl, _ := start(t, execchild.StopReading, Config{})
 	first := serving(impl)[0]
 	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
 	defer cancel()
 	ev := adapters.Event{Namespace: "exec-test", ID: "big", Payload: make([]byte, 1<<20)} // more than a pipe holds
 	_, err := impl.Deliver(ctx, adapters.Delivery{Event: ev, Attempt: 1})
-	if !errors.Is(err, errProcessFailed) || !strings.Contains(err.Error(), "in the middle of a request line") {
+	if !errors.Is(err, errNoAnswer) || !strings.Contains(err.Error(), "in the middle of deliver request 3") || !strings.Contains(err.Error(), wedgeKill) {
 		t.Fatalf("the delivery the child stopped reading: %v; want the process killed for it", err)
 	}
-	if got := impl.Crashes(); len(got) != 0 {
-		t.Errorf("Crashes: %q; a process the harness killed for hanging did not crash", got)
+	crashes := impl.Crashes()
+	if len(crashes) != 1 {
+		t.Fatalf("Crashes: %q; want the wedged process's", crashes)
 	}
+	checkCrash(t, crashes[0], "process 1 of instance 1", "it stopped reading its stdin in the middle of deliver request 3", "within 500ms: killed with its process group and replaced")
 	if _, err := deliver(t, impl, "small", 500*time.Millisecond); !errors.Is(err, errNoAnswer) || !strings.Contains(err.Error(), "process 2 of instance 1") {
 		t.Errorf("the next delivery: %v; want it unanswered by a new process", err)
 	}
+	if err := first.awaitExit(t.Context()); err != nil {
+		t.Fatal(err)
+	}
 	if live := liveInGroup(t, first.cmd.Process.Pid); len(live) > 0 {
 		t.Errorf("processes %v of the killed process's group are alive", live)
-	}
-	// The new process does not read shutdown either: do not wait for it.
-	if err := impl.Abort(t.Context()); err != nil {
-		t.Errorf("abort: %v", err)
 	}
 }
 
@@ -616,5 +618,144 @@ func TestProcessesThatCrashTogetherAreNotACrashLoop(t *testing.T) {
 	impl.mu.Unlock()
 	if streak != 0 {
 		t.Errorf("after answered requests, the crashes count as %d rounds; want none", streak)
+	}
+}
+
+// TestAWedgedChildIsKilledAndReplaced: a child that wedges at its fifth
+// delivery (it never answers it, nor anything after, and keeps running)
+// costs one deadline, not one per later request. The wedged delivery ends
+// unanswered at its deadline; a delivery in flight on the same process
+// with a later deadline fails with it, unacknowledged, as for a crash; the
+// process is killed with its process group and counts as a crash; and the
+// deliveries after it are answered by a new process.
+func TestAWedgedChildIsKilledAndReplaced(t *testing.T) {
+	const wedgeAt, deadline = 5, 2 * time.Second
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	impl, _ := start(t, execchild.WedgeAtNth, Config{Env: []string{execchild.EnvCrashAt + "=" + strconv.Itoa(wedgeAt)}})
+	for i := 1; i < wedgeAt; i++ {
+		if got, err := deliver(t, impl, fmt.Sprint("before-", i), testTimeout); err != nil || got != adapters.Applied {
+			t.Fatalf("delivery %d, before the wedge: %v, %v", i, got, err)
+		}
+	}
+	first := serving(impl)[0]
+
+	began := time.Now()
+	wedged := make(chan error, 1)
+	go func() { _, err := deliver(t, impl, "wedges", deadline); wedged <- err }()
+	eventually(t, "the child wedges", func() bool { return strings.Contains(first.stderr.Summary(), "wedged at delivery") })
+	// In flight on the wedged process, with a deadline far later.
+	alongside := make(chan error, 1)
+	go func() { _, err := deliver(t, impl, "alongside", testTimeout); alongside <- err }()
+
+	err := <-wedged
+	took := time.Since(began)
+	if !errors.Is(err, errNoAnswer) || !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), wedgeKill) {
+		t.Errorf("the wedged delivery: %v; want it unanswered at its deadline, and its process killed", err)
+	}
+	if took < deadline || took > deadline+time.Second {
+		t.Errorf("the wedged delivery ended after %s; want its deadline, %s", took, deadline)
+	}
+	if err := <-alongside; !errors.Is(err, errProcessFailed) || !strings.Contains(err.Error(), "no answer to deliver request 7 within 2s") {
+		t.Errorf("the delivery in flight alongside: %v; want it failed with the wedged process", err)
+	}
+	if took := time.Since(began); took > deadline+2*time.Second {
+		t.Errorf("the delivery in flight alongside ended after %s; want it ended with the wedged process, at %s", took, deadline)
+	}
+	if err := first.awaitExit(ctx); err != nil {
+		t.Fatalf("the wedged process: %v", err)
+	}
+	if live := liveInGroup(t, first.cmd.Process.Pid); len(live) > 0 {
+		t.Errorf("processes %v of the wedged process's group are alive", live)
+	}
+	crashes := impl.Crashes()
+	if len(crashes) != 1 {
+		t.Fatalf("Crashes: %q; want the wedged process's", crashes)
+	}
+	checkCrash(t, crashes[0], "process 1 of instance 1", "no answer to deliver request 7 within 2s: killed with its process group and replaced", "wedged at delivery 5")
+
+	for i := 1; i < wedgeAt; i++ {
+		if got, err := deliver(t, impl, fmt.Sprint("after-", i), testTimeout); err != nil || got != adapters.Applied {
+			t.Errorf("delivery %d after the wedge: %v, %v; want Applied by a new process", i, got, err)
+		}
+	}
+	if procs := serving(impl); len(procs) != 1 || procs[0].label != "process 2 of instance 1" {
+		t.Errorf("the pool serves with %d processes; want process 2 of instance 1 alone", len(procs))
+	}
+}
+
+// TestAChildThatClosesItsStdoutUnderTheShellIsReplaced: a child run by a
+// command without exec in front, which /bin/sh (dash) runs as a child of
+// its own, that closes its stdout and keeps running is found out at once,
+// not at the deadline of the request it leaves unanswered: the shell
+// holds no copy of the pipe. The request fails unacknowledged, the
+// process is killed and counts as a crash, and a new one serves the next
+// request.
+func TestAChildThatClosesItsStdoutUnderTheShellIsReplaced(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	adapter, _, err := Probe(ctx, Config{Command: execchild.CommandUnderShell(execchild.CloseStdoutAtNth), Env: []string{execchild.EnvCrashAt + "=2"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	impl := instance(t, adapter, env(t))
+	if got, err := deliver(t, impl, "before", testTimeout); err != nil || got != adapters.Applied {
+		t.Fatalf("a delivery before the child closes its stdout: %v, %v", got, err)
+	}
+	first := serving(impl)[0]
+	began := time.Now()
+	_, err = deliver(t, impl, "closes", testTimeout)
+	took := time.Since(began)
+	if !errors.Is(err, errProcessFailed) || !strings.Contains(err.Error(), "closed its stdout but is still running") {
+		t.Errorf("the delivery the child closed its stdout at: %v; want the process failed for it", err)
+	}
+	if took > 2*time.Second {
+		t.Errorf("the delivery ended after %s; want at once, well before its deadline (%s)", took, testTimeout)
+	}
+	crashes := impl.Crashes()
+	if len(crashes) != 1 {
+		t.Fatalf("Crashes: %q; want the process that closed its stdout", crashes)
+	}
+	checkCrash(t, crashes[0], "process 1 of instance 1", "closed its stdout but is still running", "closing stdout at delivery 2")
+	if err := first.awaitExit(ctx); err != nil {
+		t.Fatalf("the failed process: %v", err)
+	}
+	if live := liveInGroup(t, first.cmd.Process.Pid); len(live) > 0 {
+		t.Errorf("processes %v of the failed process's group are alive", live)
+	}
+	if got, err := deliver(t, impl, "after", testTimeout); err != nil || got != adapters.Applied {
+		t.Errorf("the next delivery: %v, %v; want Applied by a new process", got, err)
+	}
+	if procs := serving(impl); len(procs) != 1 || procs[0].label != "process 2 of instance 1" {
+		t.Errorf("the pool serves with %d processes; want process 2 of instance 1 alone", len(procs))
+	}
+}
+
+// TestARequestSentLateDoesNotMakeItsProcessWedged: a delivery that the
+// pool could send only with less than half of its caller's time left
+// (it spent the rest starting a process or waiting for a slot) and that
+// goes unanswered does not kill its process: the child had too little
+// time to be judged wedged.
+func TestARequestSentLateDoesNotMakeItsProcessWedged(t *testing.T) {
+	impl, _ := start(t, execchild.HangOnDeliver, Config{})
+	ctx := context.WithValue(context.Background(), begunKey{}, time.Now().Add(-5*time.Second))
+	ctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+	defer cancel()
+	ev := adapters.Event{Namespace: "exec-test", ID: "late"}
+	_, err := impl.Deliver(ctx, adapters.Delivery{Event: ev, Attempt: 1})
+	if !errors.Is(err, errNoAnswer) || strings.Contains(err.Error(), wedgeKill) {
+		t.Errorf("the delivery sent late: %v; want it unanswered, its process left alone", err)
+	}
+	if got := impl.Crashes(); len(got) != 0 {
+		t.Errorf("Crashes: %q; want none", got)
+	}
+	procs := serving(impl)
+	if len(procs) != 1 {
+		t.Fatalf("the pool serves with %d processes; want the first alone", len(procs))
+	}
+	select {
+	case <-procs[0].failed:
+		t.Errorf("%s failed: %v", procs[0].label, procs[0].err)
+	default:
 	}
 }

@@ -687,3 +687,67 @@ func correctVerdict(cert certificate.Certificate, r certificate.RuleResult) cert
 	}
 	return certificate.VerdictNotSupported
 }
+
+// TestAWedgingChildIsJudgedInBoundedTime certifies, on a throwaway
+// cluster, a child that handles one request at a time and wedges at one
+// delivery in five: each of its processes, at its fifth delivery, never
+// answers nor reads again, and keeps running, as a single-threaded
+// consumer stuck in a deadlock does. The harness kills each wedged process
+// at the deadline of the delivery it is stuck on and starts another, so a
+// wedge costs one delivery timeout, not one for every later request to the
+// process: the run ends within wedgedRunLimit. The verdict is the right
+// one: every rule a correct child would pass that this one fails, fails
+// on deliveries left unanswered, and the exit code agrees with it; the
+// certificate counts the wedged processes as crashes.
+//
+// The delivery timeout is 2 s. At the default 15 s no child that wedges
+// this often can be judged in minutes: concurrent-delivery alone plays
+// over 30 rounds of 16 deliveries at once, each redelivered until
+// terminal, and a round in which a process wedges waits for the deadline.
+// It takes minutes even so (2m52s and 3m50s in two runs on a shared
+// machine with 2 cores; without the kill, 6m56s, and 13 rules failed
+// instead of 5), so -short skips it.
+func TestAWedgingChildIsJudgedInBoundedTime(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a full certification of a child that wedges: about 3 minutes")
+	}
+	const wedgedRunLimit = 5 * time.Minute
+	bin := binary(t)
+	path := filepath.Join(t.TempDir(), "c.json")
+	command := execchild.EnvCrashAt + "=5 " + execchild.CommandMaxInFlight(execchild.WedgeAtNth, 1)
+	began := time.Now()
+	code, stdout, stderr := runCertify(t, bin, []string{"HARMLESS_DSN=", "DATABASE_URL="},
+		"--exec", command, "--provision", string(provision.KindCluster), "--delivery-timeout", "2s", "--json", path)
+	took := time.Since(began)
+	if code == exitUsage && strings.Contains(stderr, provision.ErrNoDatabase.Error()) && strings.Contains(stderr, ": not found") {
+		t.Skipf("no PostgreSQL server binaries for a throwaway cluster:\n%s", stderr)
+	}
+	t.Logf("the certification took %s and exited with %d", took.Round(time.Second), code)
+	if took > wedgedRunLimit {
+		t.Errorf("the certification took %s; want at most %s", took.Round(time.Second), wedgedRunLimit)
+	}
+	cert := readCertificate(t, path)
+	switch {
+	case code != exitCertified && code != exitNotCertified:
+		t.Errorf("exit code %d; want a verdict, %d or %d", code, exitCertified, exitNotCertified)
+	case (code == exitCertified) != cert.Certified:
+		t.Errorf("exit code %d, but the certificate says certified %t", code, cert.Certified)
+	}
+	const wedge = "within 2s: killed with its process group and replaced"
+	if cert.CrashCount() == 0 || !strings.Contains(stdout, "the implementation crashed") || !strings.Contains(stdout, wedge) {
+		t.Errorf("the certificate counts %d crashes, and the summary says:\n%s\nwant the wedged processes counted as crashes in both", cert.CrashCount(), stdout)
+	}
+	for _, r := range cert.Rules {
+		want := correctVerdict(cert, r)
+		switch {
+		case r.Verdict == want:
+		case r.Verdict != certificate.VerdictFail || !strings.Contains(r.Message, "no answer"):
+			t.Errorf("rule %s: %s; want %s, or a failure on deliveries left unanswered\n%s", r.ID, r.Verdict, want, r.Message)
+		default:
+			t.Logf("rule %s fails on deliveries left unanswered", r.ID)
+		}
+	}
+	if t.Failed() {
+		t.Logf("stdout:\n%s\nstderr:\n%s", stdout, stderr)
+	}
+}

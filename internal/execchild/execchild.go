@@ -148,6 +148,16 @@ const (
 	// EnvCrashAt: a child that crashes now and then, which its supervisor
 	// restarts, and which is correct while it lives.
 	CrashAtNth = "crash-at-nth"
+	// WedgeAtNth serves the reference, but each process wedges at its Nth
+	// delivery, N from EnvCrashAt: it never answers that delivery nor any
+	// later request, and keeps running and reading its stdin, as a child
+	// stuck in a deadlock or an endless loop does.
+	WedgeAtNth = "wedge-at-nth"
+	// CloseStdoutAtNth serves the reference, but at its Nth delivery, N
+	// from EnvCrashAt, each process closes its stdout and keeps running
+	// and reading its stdin, answering nothing: a child that can never
+	// answer again, though it lives.
+	CloseStdoutAtNth = "close-stdout-at-nth"
 	// AroundTheDSN serves the reference, but connects with the host and
 	// port of EnvServer instead of those of the DSN setup gives, as a
 	// service configured with an address of its own would: around the
@@ -159,8 +169,8 @@ const (
 // AroundTheDSN connects to.
 const EnvServer = "HARMLESS_EXECCHILD_SERVER"
 
-// EnvCrashAt names the variable holding the N of CrashAtNth, from 1;
-// DefaultCrashAt when unset.
+// EnvCrashAt names the variable holding the N of CrashAtNth, WedgeAtNth
+// and CloseStdoutAtNth, from 1; DefaultCrashAt when unset.
 const EnvCrashAt = "HARMLESS_EXECCHILD_CRASH_AT"
 
 // DefaultCrashAt is CrashAtNth's N unless EnvCrashAt says otherwise.
@@ -193,6 +203,14 @@ func Command(mode string) string {
 		panic(err)
 	}
 	return EnvMode + "=" + shellQuote(mode) + " exec " + shellQuote(self)
+}
+
+// CommandUnderShell returns the shell command that runs this test binary
+// as a child in mode, as most commands are written: without exec in
+// front, so that /bin/sh (dash, on Debian) runs it as a child of its own
+// and waits for it, rather than becoming it.
+func CommandUnderShell(mode string) string {
+	return strings.Replace(Command(mode), " exec ", " ", 1)
 }
 
 // CommandMaxInFlight is [Command] for a child that declares max_in_flight n.
@@ -483,6 +501,19 @@ func (c *child) deliver(req protocol.IncomingRequest) {
 		if c.deliveries.Add(1) >= crashAt() {
 			fmt.Fprintln(os.Stderr, LastWords)
 			os.Exit(3)
+		}
+	case WedgeAtNth:
+		if c.deliveries.Add(1) == crashAt() {
+			fmt.Fprintf(os.Stderr, "execchild: wedged at delivery %d (simulated)\n", crashAt())
+			c.outMu.Lock() // every answer waits for ever, this one's first
+			select {}
+		}
+	case CloseStdoutAtNth:
+		if c.deliveries.Add(1) == crashAt() {
+			fmt.Fprintf(os.Stderr, "execchild: closing stdout at delivery %d (simulated)\n", crashAt())
+			c.outMu.Lock() // nothing is written to it again
+			_ = syscall.Close(1)
+			select {}
 		}
 	case LogToStdout:
 		c.answer([]byte(StdoutLog+string(p.EventID)+"\n"), nil)
