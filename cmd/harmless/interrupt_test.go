@@ -254,6 +254,7 @@ const interruptPoints = 10
 // schema on a DSN.
 func TestAnInterruptAtAnyPointEndsTheRun(t *testing.T) {
 	requireServerBinaries(t)
+	t.Parallel() // beside the other long tests of the package
 	bin := binary(t)
 	code, _, whole := runCertify(t, bin, nil, "-v", "--adapter", "reference", "--provision", "cluster")
 	if code != exitCertified {
