@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -90,15 +91,41 @@ func TestListNamesAdaptersAndRules(t *testing.T) {
 	}
 }
 
-// binary builds the harmless command once per test binary.
+// built is the harmless command the test binary built for its tests, in
+// a directory of its own that TestMain removes: linking it takes seconds,
+// and some thirty tests run it. It is test-only process state.
+var built struct {
+	once     sync.Once
+	dir, bin string
+	err      error
+}
+
+// binary builds the harmless command once per test binary and returns
+// its path. The tests run it; none changes it.
 func binary(t *testing.T) string {
 	t.Helper()
-	bin := filepath.Join(t.TempDir(), "harmless")
-	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
-	if err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
+	built.once.Do(func() {
+		if built.dir, built.err = os.MkdirTemp("", "harmless-cmd-test-"); built.err != nil {
+			return
+		}
+		bin := filepath.Join(built.dir, "harmless")
+		if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+			built.err = fmt.Errorf("go build: %v\n%s", err, out)
+			return
+		}
+		built.bin = bin
+	})
+	if built.err != nil {
+		t.Fatal(built.err)
 	}
-	return bin
+	return built.bin
+}
+
+// removeBinary removes what binary built.
+func removeBinary() {
+	if built.dir != "" {
+		_ = os.RemoveAll(built.dir)
+	}
 }
 
 // runCertify runs the built command and returns its exit code and output.

@@ -34,7 +34,7 @@ import (
 
 func TestMain(m *testing.M) {
 	execchild.MaybeServe() // the exec tests run this binary as a child
-	pgtest.Main(m)
+	pgtest.Main(m, removeBinary)
 }
 
 // repoRoot is the repository's root, two levels above this package.

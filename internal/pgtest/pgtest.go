@@ -57,10 +57,14 @@ func server() (*provision.Server, error) {
 	return shared.srv, shared.err
 }
 
-// Main runs the tests of a package and then closes the shared server, if a
-// test opened it. Call it from TestMain; it does not return.
-func Main(m *testing.M) {
+// Main runs the tests of a package, then the cleanups given, and then
+// closes the shared server, if a test opened it. Call it from TestMain;
+// it does not return.
+func Main(m *testing.M, cleanups ...func()) {
 	code := m.Run()
+	for _, cleanup := range cleanups {
+		cleanup()
+	}
 	if shared.srv != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		if err := shared.srv.Close(ctx); err != nil {
