@@ -85,6 +85,7 @@ func javaOutsider(class string) func(t *testing.T, args ...string) string {
 // application_name, both failed every failure-after-marker and
 // ambiguous-commit rule, the cuts never reaching them.
 func TestOutsidersThatNameTheirConnectionsAreCertified(t *testing.T) {
+	t.Parallel() // beside the other long tests of the package
 	bin := binary(t)
 	for _, o := range outsiders {
 		t.Run(o.name, func(t *testing.T) {
@@ -123,6 +124,7 @@ func TestOutsidersThatNameTheirConnectionsAreCertified(t *testing.T) {
 // cuts catch it: the rules that judge a cut before COMMIT fail, which
 // proves that the cuts reach a consumer however it names its connections.
 func TestOutsidersWithoutTheirProtectionFail(t *testing.T) {
+	t.Parallel() // beside the other long tests of the package
 	bin := binary(t)
 	dsn := pgtest.DSN(t)
 	for _, o := range outsiders {
