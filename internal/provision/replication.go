@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -15,6 +16,27 @@ import (
 
 // haSetTimeout bounds SetSynchronous when ctx has no earlier deadline.
 const haSetTimeout = time.Minute
+
+// setQuorumTries is how often `pg_autoctl set node replication-quorum` is
+// tried when the monitor reports a deadlock.
+const setQuorumTries = 3
+
+// setQuorum sets n's replication-quorum. The monitor runs the set in a
+// transaction that may deadlock with its own work for the node (seen
+// after a failover: "Monitor ERROR: deadlock detected", exit 6), and then
+// aborts it, changing nothing: the set, which only states a value, is
+// tried again. Any other failure is returned at once.
+func (f *formation) setQuorum(ctx context.Context, n *instance, on bool) error {
+	var err error
+	for range setQuorumTries {
+		err = f.autoctl(ctx, n.name+"-set", "set", "node", "replication-quorum", "--pgdata", n.data, strconv.FormatBool(on))
+		if err == nil || !strings.Contains(err.Error(), "deadlock detected") || ctx.Err() != nil {
+			return err
+		}
+		f.logf("%s: the monitor deadlocked on the replication-quorum set; trying again", n.name)
+	}
+	return err
+}
 
 // SetSynchronous makes replication synchronous (on, pg_auto_failover's
 // default: a commit on the primary returns once the secondary has it) or
@@ -40,7 +62,7 @@ func (fm *Formation) SetSynchronous(ctx context.Context, on bool) error {
 		return err
 	}
 	for _, n := range f.nodes {
-		if err := f.autoctl(ctx, n.name+"-set", "set", "node", "replication-quorum", "--pgdata", n.data, strconv.FormatBool(on)); err != nil {
+		if err := f.setQuorum(ctx, n, on); err != nil {
 			return fmt.Errorf("provision: %s: %w", n.name, err)
 		}
 	}
