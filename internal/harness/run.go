@@ -116,6 +116,9 @@ func Start(ctx context.Context, opts Options) (_ *Run, err error) {
 		return nil, fmt.Errorf("connect to %s database: %w", r.server.Kind, err)
 	}
 	adminCfg.BeforeConnect = r.toCurrentServer
+	// Plays run side by side, and each reads the ledger at every
+	// acknowledgement and polls the activity of its instances.
+	adminCfg.MaxConns = max(adminCfg.MaxConns, adminConns)
 	if r.admin, err = pgxpool.NewWithConfig(ctx, adminCfg); err != nil {
 		return nil, fmt.Errorf("connect to %s database: %w", r.server.Kind, err)
 	}
@@ -398,6 +401,27 @@ func (r *Run) openPlays() []*Play {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return slices.Collect(maps.Keys(r.open))
+}
+
+// adminConns is the least size of the run's admin pool: enough for the
+// plays that run side by side to read the ledger and the server's activity
+// without queueing behind one another.
+const adminConns = 8
+
+// FreeConnections is how many more connections the server accepts from the
+// run's role now: its max_connections, less the slots reserved for
+// superusers unless the role is one, less those open. The engine sizes
+// how many plays run side by side from it.
+func (r *Run) FreeConnections(ctx context.Context) (int, error) {
+	var free int
+	err := r.admin.QueryRow(ctx, `SELECT current_setting('max_connections')::int
+	- CASE WHEN (SELECT rolsuper FROM pg_roles WHERE rolname = current_user) THEN 0
+	       ELSE current_setting('superuser_reserved_connections')::int END
+	- (SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend')::int`).Scan(&free)
+	if err != nil {
+		return 0, fmt.Errorf("count the server's free connections: %w", err)
+	}
+	return free, nil
 }
 
 // WithApplicationName returns dsn with its application_name set to name. It

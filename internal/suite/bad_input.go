@@ -129,7 +129,7 @@ func (s *state) badInput() {
 			for i, odd := range events {
 				wg.Add(1)
 				go func() {
-					defer s.recoverGather()
+					defer s.recoverGather(ctx)
 					defer wg.Done()
 					slots <- struct{}{}
 					defer func() { <-slots }()

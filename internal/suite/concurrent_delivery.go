@@ -265,7 +265,7 @@ func (s *state) race(ctx context.Context, play *harness.Play, ev adapters.Event,
 		ready.Add(1)
 		done.Add(1)
 		go func() {
-			defer s.recoverGather()
+			defer s.recoverGather(ctx)
 			defer done.Done()
 			ready.Done()
 			<-release

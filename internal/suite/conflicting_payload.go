@@ -217,7 +217,7 @@ func (s *state) conflictOverlapping(ctx context.Context, play *harness.Play, id 
 	attempt1 := make(chan harness.Attempt, 1)
 	p1Done := make(chan []harness.Attempt, 1)
 	go func() {
-		defer s.recoverGather()
+		defer s.recoverGather(ctx)
 		a := play.Deliver(ctx, 1, p1.ev)
 		attempt1 <- a
 		p1Done <- play.RedeliverUntilTerminal(ctx, 1, p1.ev, []harness.Attempt{a})
@@ -228,7 +228,7 @@ func (s *state) conflictOverlapping(ctx context.Context, play *harness.Play, id 
 	var p2Answered atomic.Int64
 	p2Done := make(chan []harness.Attempt, 1)
 	go func() {
-		defer s.recoverGather()
+		defer s.recoverGather(ctx)
 		a := play.Deliver(ctx, 2, p2.ev)
 		p2Answered.Store(1)
 		p2Done <- play.RedeliverUntilTerminal(ctx, 2, p2.ev, []harness.Attempt{a})

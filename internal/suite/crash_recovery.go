@@ -46,15 +46,27 @@ func (s *state) crashSkip() judgement {
 	return skipFor(s.applies(crashRecoveryID, nil), "")
 }
 
-// crashAndRestart crashes the run's server and starts it again. It fails
-// the node when either cannot be done; the recovery's evidence says
-// whether the crash was real.
+// crashAndRestart crashes the run's server and starts it again, once the
+// other crash-recovery plays running beside this one are ready for it too
+// (see sharedCrash). It fails the node when either cannot be done; the
+// recovery's evidence says whether the crash was real.
 func (s *state) crashAndRestart(ctx context.Context) harness.Recovery {
-	c, err := s.run.CrashServer(ctx)
-	must(err, "crash the server")
-	rec, err := s.run.RestartServer(ctx, c)
-	must(err, "restart the server after the crash")
+	rec, err := s.crashShare.crash(ctx, s.crashServer)
+	must(err)
 	return rec
+}
+
+// crashServer crashes the run's server and starts it again.
+func (s *state) crashServer(ctx context.Context) (harness.Recovery, error) {
+	c, err := s.run.CrashServer(ctx)
+	if err != nil {
+		return harness.Recovery{}, fmt.Errorf("crash the server: %w", err)
+	}
+	rec, err := s.run.RestartServer(ctx, c)
+	if err != nil {
+		return rec, fmt.Errorf("restart the server after the crash: %w", err)
+	}
+	return rec, nil
 }
 
 // The ids of the fixture and its rules, written once, here: the
@@ -75,7 +87,7 @@ func crashRecoveryDefinition() Definition {
 		Fixture: fixtures.Fixture{
 			ID:       crashRecoveryID,
 			Requires: []fixtures.Requirement{catalogid.NeedsOwnedServer, catalogid.NeedsSingleServer},
-			Doc:      "Crash the database server the harness started for the run (an immediate shutdown of a throwaway cluster, SIGKILL to a container) and start it again, while the implementation keeps running and reaches the server through the harness's wire proxy, which follows it to its new address: once after a delivery was acknowledged, and once each with sixteen deliveries in flight, held inside their transactions by a database-side sleep at the effect, or stopped at their first write to the implementation's tables by a lock the harness holds. Before the in-flight deliveries, sixteen events are delivered at once to warm the implementation up; the harness crashes the server once the deliveries are held in the database, and disarms its faults first, so that none fires after the restart. Then redeliver what was not acknowledged, to the same instances. On a server named by a DSN its rules are not-supported.",
+			Doc:      "Crash the database server the harness started for the run (an immediate shutdown of a throwaway cluster, SIGKILL to a container) and start it again, while the implementation keeps running and reaches the server through the harness's wire proxy, which follows it to its new address: once after a delivery was acknowledged, and once each with sixteen deliveries in flight, held inside their transactions by a database-side sleep at the effect, or stopped at their first write to the implementation's tables by a lock the harness holds. Before the in-flight deliveries, sixteen events are delivered at once to warm the implementation up; the harness crashes the server once the deliveries are held in the database, and disarms its faults first, so that none fires after the restart. The three plays run side by side, with no other play beside them, and share one crash: each holds what it holds until all three are ready. Then redeliver what was not acknowledged, to the same instances. On a server named by a DSN its rules are not-supported.",
 			Rules: []fixtures.Rule{
 				{
 					ID: crashRecoveryAppliedSurvives, Level: fixtures.Must,
@@ -120,7 +132,7 @@ func (s *state) crashAfterAck() {
 		)
 		// One instance to build; a delivery until terminal before the
 		// crash, a redelivery until terminal after it; the restart.
-		pn := s.play(crashRecoveryID+" / after an acknowledged delivery", work{calls: 1, waits: restartBudget}.plus(untilTerminal(2)))
+		pn := s.play(crashRecoveryID+" / after an acknowledged delivery", work{calls: 1, waits: restartBudget}.plus(untilTerminal(2))).alone().crashesTogether()
 		pn.gather(func(ctx context.Context) {
 			if skip = s.crashSkip(); skip.final() {
 				return
@@ -280,12 +292,12 @@ type flight struct {
 
 // deliverAll starts deliver for every event at once, each on a goroutine
 // of its own.
-func (s *state) deliverAll(fs []*inFlight, deliver func(*inFlight)) *flight {
+func (s *state) deliverAll(ctx context.Context, fs []*inFlight, deliver func(*inFlight)) *flight {
 	fl := &flight{}
 	for _, f := range fs {
 		fl.done.Add(1)
 		go func() {
-			defer s.recoverGather()
+			defer s.recoverGather(ctx)
 			defer fl.done.Done()
 			fl.started.Add(1)
 			deliver(f)
@@ -324,7 +336,7 @@ func (s *state) warmUp(ctx context.Context, play *harness.Play, fs []*inFlight) 
 	}
 	gate, err := play.GateEffects(ctx, events, limit)
 	must(err, "hold the warm-up deliveries at their effects")
-	fl := s.deliverAll(fs, func(f *inFlight) {
+	fl := s.deliverAll(ctx, fs, func(f *inFlight) {
 		f.attempts = play.DeliverUntilTerminal(ctx, f.instance, f.ev)
 	})
 	atOnce, heldErr := awaitStall(ctx, gate.Waiting, fl, len(fs), stallSettleMin, 0, limit)
@@ -386,7 +398,7 @@ func (s *state) crashInFlight(st stall) {
 		// another.
 		_, stallLimit := stallTiming(s.cfg.deliveryTimeout, 0)
 		pn := s.play(crashRecoveryID+" / with deliveries in flight, "+st.name,
-			work{calls: 3, waits: 2*stallLimit + restartBudget}.plus(untilTerminal(2)))
+			work{calls: 3, waits: 2*stallLimit + restartBudget}.plus(untilTerminal(2))).alone().crashesTogether()
 		pn.gather(func(ctx context.Context) {
 			if skip = s.crashSkip(); skip.final() {
 				return
@@ -407,7 +419,7 @@ func (s *state) crashInFlight(st stall) {
 			}
 
 			began := time.Now()
-			fl := s.deliverAll(flying, func(f *inFlight) {
+			fl := s.deliverAll(ctx, flying, func(f *inFlight) {
 				f.attempts = []harness.Attempt{play.Deliver(ctx, f.instance, f.ev)}
 			})
 			settle, limit := stallTiming(s.cfg.deliveryTimeout, slowestWarmUp)
@@ -431,7 +443,7 @@ func (s *state) crashInFlight(st stall) {
 				}
 			}
 			redelivered = len(unacked)
-			s.deliverAll(unacked, func(f *inFlight) {
+			s.deliverAll(ctx, unacked, func(f *inFlight) {
 				f.attempts = play.RedeliverUntilTerminal(ctx, f.instance, f.ev, f.attempts)
 			}).wait()
 			for _, f := range all {

@@ -178,7 +178,7 @@ func (s *state) playClaimant(ctx context.Context, play *harness.Play, v claimant
 	p.claimantInstance = instances[order[0]]
 	claimantDone := make(chan harness.Attempt)
 	go func() {
-		defer s.recoverGather()
+		defer s.recoverGather(ctx)
 		defer close(claimantDone)
 		p.claimant = play.Deliver(ctx, p.claimantInstance, ev)
 	}()
@@ -236,7 +236,7 @@ func (s *state) releaseContenders(ctx context.Context, play *harness.Play, ev ad
 		ready.Add(1)
 		r.done.Add(1)
 		go func() {
-			defer s.recoverGather()
+			defer s.recoverGather(ctx)
 			defer r.done.Done()
 			ready.Done()
 			<-release

@@ -172,7 +172,7 @@ func (s *state) failoverSync(w failoverWay) {
 		// the held and lagging deliveries, at once; the redeliveries
 		// until terminal, side by side; every acknowledged event once
 		// more; a new event to each instance, side by side.
-		pn := s.play(failoverID+" / "+w.name, work{calls: 4, waits: failoverWaits}.plus(untilTerminal(4)))
+		pn := s.play(failoverID+" / "+w.name, work{calls: 4, waits: failoverWaits}.plus(untilTerminal(4))).alone()
 		pn.gather(func(ctx context.Context) {
 			if r.skip = skipFor(s.applies(failoverID, nil), w.id); r.skip.final() {
 				return
@@ -203,7 +203,7 @@ func (s *state) failoverSync(w failoverWay) {
 				must(err, "arm a sleep at %s for %s", point, f.ev)
 				sleeps = append(sleeps, fault)
 			}
-			heldFlight := s.deliverAll(held, func(f *inFlight) {
+			heldFlight := s.deliverAll(ctx, held, func(f *inFlight) {
 				f.attempts = []harness.Attempt{play.Deliver(ctx, f.instance, f.ev)}
 			})
 			settle, limit := stallTiming(s.cfg.deliveryTimeout, slowest)
@@ -223,7 +223,7 @@ func (s *state) failoverSync(w failoverWay) {
 				pn.at("stalling the replication")
 				stall, err = s.run.StallReplication(ctx)
 				must(err, "make the standby lag")
-				lagFlight = s.deliverAll(lagging, func(f *inFlight) {
+				lagFlight = s.deliverAll(ctx, lagging, func(f *inFlight) {
 					f.attempts = []harness.Attempt{play.Deliver(ctx, f.instance, f.ev)}
 				})
 				lagReturned, lagWaited = waitReturned(ctx, lagFlight, len(lagging), min(max(lagWindowMin, 2*slowest), lagWindowMax))
@@ -253,7 +253,7 @@ func (s *state) failoverSync(w failoverWay) {
 			// instance, as after an acknowledgement lost with the old
 			// primary's connections.
 			pn.at("redelivering after the failover")
-			s.deliverAll(r.all, func(f *inFlight) {
+			s.deliverAll(ctx, r.all, func(f *inFlight) {
 				if f.last().Terminal() {
 					f.attempts = append(f.attempts, play.DeliverUntilTerminal(ctx, 3-f.instance, f.ev)...)
 					return
@@ -262,7 +262,7 @@ func (s *state) failoverSync(w failoverWay) {
 			}).wait()
 			pn.at("a new event to each instance")
 			r.fresh = failoverEvents("after", 2)
-			s.deliverAll(r.fresh, func(f *inFlight) {
+			s.deliverAll(ctx, r.fresh, func(f *inFlight) {
 				f.attempts = play.DeliverUntilTerminal(ctx, f.instance, f.ev)
 			}).wait()
 			for _, f := range append(append([]*inFlight(nil), r.all...), r.fresh...) {
@@ -464,7 +464,7 @@ func (s *state) failoverAsync() {
 			lagging  []*inFlight
 			returned int64
 		)
-		pn := s.play(failoverID+" / asynchronous replication", work{calls: 4, waits: failoverWaits}.plus(untilTerminal(2)))
+		pn := s.play(failoverID+" / asynchronous replication", work{calls: 4, waits: failoverWaits}.plus(untilTerminal(2))).alone()
 		pn.gather(func(ctx context.Context) {
 			if r.skip = skipFor(s.applies(failoverID, nil), "async-replication"); r.skip.final() {
 				return
@@ -486,7 +486,7 @@ func (s *state) failoverAsync() {
 			pn.at("stalling the replication")
 			stall, err := s.run.StallReplication(ctx)
 			must(err, "make the standby lag")
-			fl := s.deliverAll(lagging, func(f *inFlight) {
+			fl := s.deliverAll(ctx, lagging, func(f *inFlight) {
 				f.attempts = []harness.Attempt{play.Deliver(ctx, f.instance, f.ev)}
 			})
 			returned, _ = waitReturned(ctx, fl, len(lagging), min(max(lagWindowMin, 2*slowest), lagWindowMax))
@@ -512,7 +512,7 @@ func (s *state) failoverAsync() {
 			// after a replay or acknowledgements lost with the old
 			// primary's connections, the events the failover lost.
 			pn.at("redelivering after the failover")
-			s.deliverAll(r.all, func(f *inFlight) {
+			s.deliverAll(ctx, r.all, func(f *inFlight) {
 				switch {
 				case !f.last().Terminal():
 					f.attempts = play.RedeliverUntilTerminal(ctx, f.instance, f.ev, f.attempts)

@@ -439,7 +439,7 @@ func (s *state) failureAfterMarker() {
 							id += fmt.Sprintf("-%d", k+1)
 						}
 						wg.Go(func() {
-							defer s.recoverGather()
+							defer s.recoverGather(ctx)
 							events[k] = failEvent(ctx, play, newEvent(failureAfterMarkerID, id), arm)
 						})
 					}

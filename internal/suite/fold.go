@@ -1,6 +1,7 @@
 package suite
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"maps"
@@ -30,13 +31,14 @@ func (s *state) certificate() certificate.Certificate {
 		Declared:     s.adapter.Declares,
 		Seed:         s.seed,
 		Faults:       map[string]int64{},
-		Crashes:      s.crashes,
+		Crashes:      s.inPlayOrder(s.crashes),
 		Redelivery:   s.redelivery,
 		Started:      s.started,
 	}
 	s.mu.Lock()
-	cert.Reports = s.reports
+	cert.Reports = slices.Clone(s.reports)
 	s.mu.Unlock()
+	s.sortReports(cert.Reports)
 	if !s.started.IsZero() {
 		cert.Duration = time.Since(s.started).Seconds()
 	}
@@ -107,4 +109,27 @@ func status(setupErr string, rules []certificate.RuleResult) certificate.Status 
 		return certificate.StatusNotCertified
 	}
 	return certificate.StatusOf(rules)
+}
+
+// inPlayOrder returns the crashes sorted by their plays' order in the
+// tree: plays run side by side close in any order, and the certificate
+// lists them as if they had run one after another.
+func (s *state) inPlayOrder(crashes []certificate.Crash) []certificate.Crash {
+	order := make(map[string]int)
+	for i, pn := range s.root.plays() {
+		order[pn.name] = i
+	}
+	out := slices.Clone(crashes)
+	slices.SortStableFunc(out, func(a, b certificate.Crash) int { return cmp.Compare(order[a.Play], order[b.Play]) })
+	return out
+}
+
+// sortReports sorts the fixtures' reports in catalogue order, keeping the
+// order of each fixture's own.
+func (s *state) sortReports(reports []certificate.Report) {
+	order := make(map[string]int)
+	for i, fx := range s.root.children {
+		order[fx.fixture] = i
+	}
+	slices.SortStableFunc(reports, func(a, b certificate.Report) int { return cmp.Compare(order[a.Fixture], order[b.Fixture]) })
 }

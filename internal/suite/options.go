@@ -34,6 +34,9 @@ type config struct {
 	// rules, when not nil, are the ids of the only rules the run plays
 	// (see WithRules).
 	rules []string
+	// playsAtOnce, when set, bounds the plays Certify runs side by side
+	// (see WithPlaysAtOnce).
+	playsAtOnce int
 }
 
 func newConfig(opts []Option) config {
@@ -56,6 +59,14 @@ func newConfig(opts []Option) config {
 // concurrent-delivery fixture's overlapping rounds and the
 // conflicting-payload fixture's copy in flight.
 const DefaultOverlapSleep = 250 * time.Millisecond
+
+// WithPlaysAtOnce bounds how many plays [Certify] runs side by side; 1
+// runs them one after another. The default is as many as the machine was
+// measured to gain from, fewer when the server has few free connections.
+// Plays that crash, restart or fail over the server always run alone.
+// Register's specs run one after another whatever it says: Ginkgo runs
+// them.
+func WithPlaysAtOnce(n int) Option { return func(c *config) { c.playsAtOnce = n } }
 
 // WithDSN runs the suite against the database at dsn instead of provisioning
 // one. See package internal/provision for the order of choice without it.

@@ -56,7 +56,7 @@ func (s *state) playPairs(ctx context.Context, play *harness.Play, pairs []ident
 	for i, p := range pairs {
 		wg.Add(1)
 		go func() {
-			defer s.recoverGather()
+			defer s.recoverGather(ctx)
 			defer wg.Done()
 			slots <- struct{}{}
 			defer func() { <-slots }()

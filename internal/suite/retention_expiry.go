@@ -613,7 +613,7 @@ func (s *state) sideBySide(ctx context.Context, play *harness.Play, n int, event
 	for i, ev := range events {
 		wg.Add(1)
 		go func() {
-			defer s.recoverGather()
+			defer s.recoverGather(ctx)
 			defer wg.Done()
 			tries[i] = play.DeliverUntilTerminal(ctx, n, ev)
 		}()
@@ -704,7 +704,7 @@ func (s *state) retentionPurgeRace(r retention) {
 			for c := range raceContenders {
 				contenders.Add(1)
 				go func() {
-					defer s.recoverGather()
+					defer s.recoverGather(ctx)
 					defer contenders.Done()
 					n := 1 + c%2
 					for k := range raceSteps {
@@ -794,7 +794,7 @@ func (s *state) retentionPurgeRace(r retention) {
 			for range 2 * raceContenders {
 				redeliveries.Add(1)
 				go func() {
-					defer s.recoverGather()
+					defer s.recoverGather(ctx)
 					defer redeliveries.Done()
 					for e := range queue {
 						e.after = play.DeliverUntilTerminal(ctx, 3-e.instance, e.ev)

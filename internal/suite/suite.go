@@ -55,10 +55,10 @@ type state struct {
 	root, building *node
 	order          []*specRecord
 
-	// current is the play that runs, which a failure in one of its
-	// goroutines fails (see recoverGather).
-	mu      sync.Mutex
-	current *playNode
+	mu sync.Mutex
+	// crashShare is where the crash-recovery plays running side by side
+	// meet to crash the server once for all of them.
+	crashShare sharedCrash
 
 	cancelled   bool      // whether the run stopped because ctx was done
 	interrupted string    // why a hosting test framework interrupted the run, if it did
@@ -283,6 +283,8 @@ func (c config) validate() error {
 		return fmt.Errorf("delivery timeout must be positive, not %s", c.deliveryTimeout)
 	case c.redeliveryPatience <= 0:
 		return fmt.Errorf("the redelivery patience must be positive, not %s", c.redeliveryPatience)
+	case c.playsAtOnce < 0:
+		return fmt.Errorf("plays at once must be at least 1, not %d", c.playsAtOnce)
 	}
 	return nil
 }

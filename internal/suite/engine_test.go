@@ -1,0 +1,177 @@
+package suite
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/harmless-dev/harmless/adapters/reference"
+	"github.com/harmless-dev/harmless/fixtures"
+	"github.com/harmless-dev/harmless/internal/harness"
+	"github.com/harmless-dev/harmless/internal/provision"
+)
+
+// TestPlaysRunSideBySideAndCrashesAlone certifies the reference on a
+// throwaway cluster and checks how the engine scheduled its plays, from
+// the fixtures' progress: reported once each, in catalogue order; some
+// fixtures played at the same time; crash-recovery's plays, which crash
+// the server, beside no other fixture's, and all three of them with one
+// crash of the server between them.
+func TestPlaysRunSideBySideAndCrashesAlone(t *testing.T) {
+	var progress []FixtureProgress
+	cert, err := Certify(t.Context(), reference.Adapter(), WithProvisioning(string(provision.KindCluster)),
+		WithFixtureProgress(func(p FixtureProgress) { progress = append(progress, p) }))
+	if err != nil {
+		skipWithoutServer(t, provision.KindCluster, err.Error())
+		t.Fatal(err)
+	}
+	if !cert.Certified {
+		t.Fatalf("the reference is not certified:\n%s", cert.Table())
+	}
+	var order []string
+	for _, f := range fixtures.Catalog() {
+		order = append(order, f.ID)
+	}
+	var reported []string
+	spans := map[string][2]time.Time{}
+	for _, p := range progress {
+		reported = append(reported, p.Fixture)
+		if p.Duration > 0 {
+			spans[p.Fixture] = [2]time.Time{p.Started, p.Started.Add(p.Duration)}
+		}
+	}
+	if want := slices.DeleteFunc(slices.Clone(order), func(id string) bool { return !slices.Contains(reported, id) }); !slices.Equal(reported, want) {
+		t.Errorf("fixtures reported in the order %v; want the catalogue's, %v", reported, want)
+	}
+	overlap := func(a, b [2]time.Time) bool { return a[0].Before(b[1]) && b[0].Before(a[1]) }
+	crash, ok := spans[crashRecoveryID]
+	if !ok {
+		t.Fatalf("crash-recovery did not play: %v", reported)
+	}
+	sideBySide := false
+	for id, span := range spans {
+		if id != crashRecoveryID && overlap(span, crash) {
+			t.Errorf("%s played from %s to %s, beside crash-recovery (%s to %s), which crashes the server", id,
+				span[0].Format(time.StampMilli), span[1].Format(time.StampMilli), crash[0].Format(time.StampMilli), crash[1].Format(time.StampMilli))
+		}
+		for other, o := range spans {
+			sideBySide = sideBySide || (other != id && overlap(span, o))
+		}
+	}
+	if !sideBySide {
+		t.Errorf("no two fixtures played at the same time: %v", spans)
+	}
+	if n := cert.Faults["server:crash"]; n != 1 {
+		t.Errorf("the server crashed %d times; want once, for crash-recovery's three plays together", n)
+	}
+}
+
+// TestSharedCrash checks the meeting of the plays that crash the server
+// together: one crash when every member asks for it, made by the last to
+// ask; a member that ends without asking lets the others have theirs; a
+// play alone crashes at once.
+func TestSharedCrash(t *testing.T) {
+	ctx := t.Context()
+	var crashes atomic.Int32
+	crash := func(context.Context) (harness.Recovery, error) {
+		crashes.Add(1)
+		return harness.Recovery{Down: time.Duration(crashes.Load())}, nil
+	}
+
+	t.Run("every member asks", func(t *testing.T) {
+		crashes.Store(0)
+		var c sharedCrash
+		for range 3 {
+			c.join()
+		}
+		var wg sync.WaitGroup
+		got := make([]harness.Recovery, 3)
+		for i := range 3 {
+			wg.Go(func() {
+				rec, err := c.crash(ctx, crash)
+				if err != nil {
+					t.Error(err)
+				}
+				got[i] = rec
+			})
+		}
+		wg.Wait()
+		if n := crashes.Load(); n != 1 {
+			t.Errorf("%d crashes for three members; want 1", n)
+		}
+		for i, rec := range got {
+			if rec.Down != 1 {
+				t.Errorf("member %d learnt of crash %d; want the one crash", i, rec.Down)
+			}
+		}
+	})
+
+	t.Run("a member leaves without asking", func(t *testing.T) {
+		crashes.Store(0)
+		var c sharedCrash
+		c.join()
+		c.join()
+		done := make(chan error)
+		go func() {
+			_, err := c.crash(ctx, crash)
+			done <- err
+		}()
+		select {
+		case <-done:
+			t.Fatal("the crash came before the other member asked or left")
+		case <-time.After(50 * time.Millisecond):
+		}
+		c.leave(ctx, crash)
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		if n := crashes.Load(); n != 1 {
+			t.Errorf("%d crashes; want 1", n)
+		}
+	})
+
+	t.Run("alone", func(t *testing.T) {
+		crashes.Store(0)
+		var c sharedCrash
+		for range 2 {
+			if _, err := c.crash(ctx, crash); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if n := crashes.Load(); n != 2 {
+			t.Errorf("%d crashes for two plays one after another; want 2", n)
+		}
+	})
+
+	t.Run("a waiting member's context ends", func(t *testing.T) {
+		crashes.Store(0)
+		var c sharedCrash
+		c.join()
+		c.join()
+		wctx, cancel := context.WithCancel(ctx)
+		cancel()
+		if _, err := c.crash(wctx, crash); !errors.Is(err, context.Canceled) {
+			t.Errorf("error %v; want the context's", err)
+		}
+		if n := crashes.Load(); n != 0 {
+			t.Errorf("%d crashes; want none", n)
+		}
+	})
+}
+
+// TestPlaysAtOnceIsValidated refuses a negative bound on the plays run
+// side by side before anything starts.
+func TestPlaysAtOnceIsValidated(t *testing.T) {
+	cert, err := Certify(t.Context(), reference.Adapter(), WithPlaysAtOnce(-1), WithDSN("postgres://nobody@127.0.0.1:1/none"))
+	if !errors.Is(err, ErrSetup) || cert.Error == "" {
+		t.Fatalf("error %v, certificate error %q; want ErrSetup saying why", err, cert.Error)
+	}
+	if want := "plays at once must be at least 1, not -1"; !strings.Contains(cert.Error, want) {
+		t.Errorf("certificate error %q; want it to say %q", cert.Error, want)
+	}
+}
