@@ -8,6 +8,7 @@ import (
 	"maps"
 	"runtime/debug"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -193,6 +194,11 @@ func (s *state) dispatch(plays []*enginePlay, atOnce int) {
 // crashTogether runs plays, which share their crash (see sharedCrash), side
 // by side, and returns once they have all ended.
 func (s *state) crashTogether(plays []*enginePlay) {
+	var names []string
+	for _, ep := range plays {
+		names = append(names, ep.pn.name)
+	}
+	s.cfg.logf("%d plays that crash the server start side by side, with no other, to share the crash: %s", len(plays), strings.Join(names, "; "))
 	var running sync.WaitGroup
 	for _, ep := range plays {
 		if s.ctx.Err() != nil {
