@@ -120,7 +120,7 @@ func (s *state) crashAfterAck() {
 		)
 		// One instance to build; a delivery until terminal before the
 		// crash, a redelivery until terminal after it; the restart.
-		pn := s.play(crashRecoveryID+" / after an acknowledged delivery", work{calls: 1, waits: restartBudget}.plus(untilTerminal(2)))
+		pn := s.play(crashRecoveryID+" / after an acknowledged delivery", work{calls: 1, waits: restartBudget}.plus(untilTerminal(2))).disruptsServer()
 		pn.gather(func(ctx context.Context) {
 			if skip = s.crashSkip(); skip.final() {
 				return
@@ -386,7 +386,7 @@ func (s *state) crashInFlight(st stall) {
 		// another.
 		_, stallLimit := stallTiming(s.cfg.deliveryTimeout, 0)
 		pn := s.play(crashRecoveryID+" / with deliveries in flight, "+st.name,
-			work{calls: 3, waits: 2*stallLimit + restartBudget}.plus(untilTerminal(2)))
+			work{calls: 3, waits: 2*stallLimit + restartBudget}.plus(untilTerminal(2))).disruptsServer()
 		pn.gather(func(ctx context.Context) {
 			if skip = s.crashSkip(); skip.final() {
 				return
