@@ -42,6 +42,7 @@ import (
 	"github.com/harmless-dev/harmless/internal/adapters/broken/outboxdeletefirst"
 	"github.com/harmless-dev/harmless/internal/adapters/broken/randomkey"
 	"github.com/harmless-dev/harmless/internal/adapters/broken/rebuildpurge"
+	"github.com/harmless-dev/harmless/internal/adapters/broken/redeliveryerrors"
 	"github.com/harmless-dev/harmless/internal/adapters/broken/retrynotoken"
 	"github.com/harmless-dev/harmless/internal/adapters/broken/retryswallows"
 	"github.com/harmless-dev/harmless/internal/adapters/broken/sendaftercommit"
@@ -157,6 +158,17 @@ func Entries() []Entry {
 				"concurrent-delivery.one-applied", "concurrent-delivery.failed-claimant-not-lost",
 				"failure-after-marker.not-acknowledged", "failure-after-marker.retry-applies",
 				"ambiguous-commit.redelivery-duplicate",
+			},
+		},
+		{
+			Adapter: redeliveryerrors.Adapter(), Models: "the effect, then a plain INSERT of the marker, in one transaction: a redelivery of an applied event fails on the unique key (SQLSTATE 23505), is rolled back and returned as an error, never acknowledged",
+			Fails: []string{
+				"double-delivery.redelivery-duplicate", "concurrent-delivery.one-applied",
+				"conflicting-payload.conflict-detected", "conflicting-payload.original-still-duplicate",
+				"retention-expiry.kept-inside-window", "retention-expiry.concurrent-purge-safe",
+				"bad-input.exactly-once-or-rejected",
+				"identity-fidelity.bytes-kept", "identity-fidelity.text-kept", "identity-fidelity.length-kept", "identity-fidelity.namespace-kept",
+				"ambiguous-commit.redelivery-duplicate", "crash-recovery.applied-survives",
 			},
 		},
 		{
