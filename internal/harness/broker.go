@@ -60,6 +60,13 @@ func Backoff(k int, rng *rand.Rand) time.Duration {
 // or refused (a terminal attempt, see [Attempt.Terminal]); until the next
 // such progress it redelivers nothing more. A correct implementation makes
 // progress far inside the patience, and never sees the difference.
+//
+// Two shortcuts span the run, since some evidence is the run's, not the
+// play's: an implementation that has acknowledged nothing in the whole
+// run is not waited for in later plays (see [Run.hopeless]), nor one that
+// has left a redelivery of an applied event unacknowledged for a whole
+// patience, for its failed redeliveries of applied events (see
+// [Run.missingAcks] and [Play.RedeliverUntilTerminal]).
 type broker struct {
 	patience time.Duration
 
@@ -73,6 +80,9 @@ type broker struct {
 	stallFrom time.Time
 	// gaveUp is set when the patience ran out, and cleared by progress.
 	gaveUp string
+	// spentFrom is when the stall that ran the patience out began, while
+	// gaveUp says so; zero when gaveUp is for another reason, or unset.
+	spentFrom time.Time
 	// wake is closed and replaced on progress and on giving up, for the
 	// episodes waiting out a backoff.
 	wake chan struct{}
@@ -98,7 +108,7 @@ func (b *broker) progress() {
 		b.longest = max(b.longest, time.Since(b.stallFrom))
 	}
 	b.stallFrom = time.Now()
-	b.gaveUp = ""
+	b.gaveUp, b.spentFrom = "", time.Time{}
 	b.wakeLocked()
 }
 
@@ -158,26 +168,29 @@ func (b *broker) backoff(k int) time.Duration {
 // await waits out a pause of d before a redelivery. It returns why the
 // broker gives up instead, "" when it redelivers: the patience ran out
 // (now or before), ctx ended, or the run is known to acknowledge nothing.
-// onGiveUp is called, once, by the episode that finds the patience spent.
-func (b *broker) await(ctx context.Context, d time.Duration, onGiveUp func()) string {
+// When it is the patience, spentFrom is when the stall that ran it out
+// began; it is zero otherwise. onGiveUp is called, once, by the episode
+// that finds the patience spent.
+func (b *broker) await(ctx context.Context, d time.Duration, onGiveUp func()) (why string, spentFrom time.Time) {
 	timer := time.NewTimer(d)
 	defer timer.Stop()
 	for {
 		b.mu.Lock()
 		if b.gaveUp != "" {
-			why := b.gaveUp
+			why, spentFrom := b.gaveUp, b.spentFrom
 			b.mu.Unlock()
-			return why
+			return why, spentFrom
 		}
 		left := b.patience - time.Since(b.stallFrom)
 		if left <= 0 {
 			b.gaveUp = fmt.Sprintf("none of the play's deliveries was acknowledged or refused for %s, the broker's patience (--redelivery-patience)", shortdur.Format(b.patience))
+			b.spentFrom = b.stallFrom
 			b.gaveUps++
 			b.wakeLocked()
-			why := b.gaveUp
+			why, spentFrom := b.gaveUp, b.spentFrom
 			b.mu.Unlock()
 			onGiveUp()
-			return why
+			return why, spentFrom
 		}
 		wake := b.wake
 		b.mu.Unlock()
@@ -191,14 +204,14 @@ func (b *broker) await(ctx context.Context, d time.Duration, onGiveUp func()) st
 			spent := b.gaveUp == "" && time.Since(b.stallFrom) >= b.patience
 			b.mu.Unlock()
 			if !spent {
-				return ""
+				return "", time.Time{}
 			}
 		case <-patience.C:
 		case <-wake:
 			patience.Stop()
 		case <-ctx.Done():
 			patience.Stop()
-			return fmt.Sprintf("the play ended (%v)", context.Cause(ctx))
+			return fmt.Sprintf("the play ended (%v)", context.Cause(ctx)), time.Time{}
 		}
 	}
 }

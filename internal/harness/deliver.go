@@ -224,6 +224,19 @@ func (s *Play) checkAck(ctx context.Context, ev adapters.Event) AckCheck {
 // too, when no delivery of the run has been acknowledged and an earlier
 // play's patience ran out, when ctx ends, or when the play's budget runs
 // out.
+//
+// And it gives up on one event at once, without waiting out the play's
+// patience, once the run has shown that the implementation leaves
+// acknowledgements missing: a play's patience ran out, earlier in the
+// run, on an event whose effect was committed (see [Run.missingAcks],
+// which says why this changes no verdict). From then on a failed
+// redelivery of an event whose effect was committed before it is the
+// event's last. The broker waits out the play's patience as before when
+// the failure is not the implementation's answer: a crash of its process
+// (which its supervisor restarts, and the next redelivery may find back)
+// or a failure the harness injected; and in a play that disrupts the
+// server (PlayOptions.DisruptsServer), or while one is open, which
+// neither gives the evidence nor is cut short by it.
 func (s *Play) DeliverUntilTerminal(ctx context.Context, n int, ev adapters.Event) []Attempt {
 	return s.RedeliverUntilTerminal(ctx, n, ev, []Attempt{s.Deliver(ctx, n, ev)})
 }
@@ -244,14 +257,16 @@ func (s *Play) RedeliverUntilTerminal(ctx context.Context, n int, ev adapters.Ev
 	}
 	why := s.broker.open(s.run.hopeless)
 	defer s.broker.close()
+	var spentFrom time.Time
 	for k := 1; why == ""; k++ {
-		if why = s.broker.await(ctx, s.broker.backoff(k), s.run.gaveUp); why != "" {
+		if why, spentFrom = s.broker.await(ctx, s.broker.backoff(k), s.run.gaveUp); why != "" {
 			break
 		}
 		if !s.awaitAlone(ctx, ev) {
 			return attempts
 		}
 		prev := attempts[len(attempts)-1]
+		before := s.beforeRedelivery(ctx, n, ev)
 		a := s.Deliver(ctx, n, ev)
 		a.Delay = a.Started - prev.Ended
 		s.setAttempt(a)
@@ -259,11 +274,88 @@ func (s *Play) RedeliverUntilTerminal(ctx context.Context, n int, ev adapters.Ev
 		if done(a) {
 			return attempts
 		}
+		why = s.onlyMissing(before, n, a)
+	}
+	if !spentFrom.IsZero() {
+		s.spentOn(ctx, ev, s.started.Add(attempts[0].Started), spentFrom)
 	}
 	last := &attempts[len(attempts)-1]
 	last.GaveUp = why
 	s.setAttempt(*last)
 	return attempts
+}
+
+// spentOn notes, for the run, that the play's patience ran out, in a
+// stall that began at stalled, while ev, first delivered in this episode
+// at began, awaited redelivery: if ev was delivered before the stall began
+// and its effect is committed, the implementation has left its
+// acknowledgement missing for a whole patience (see [Run.missingAcks]).
+// An event first delivered during the stall was not waited for that long.
+// A play that disrupts the server, or a stall that overlapped one, is no
+// such evidence: the implementation may have been reconnecting all along.
+func (s *Play) spentOn(ctx context.Context, ev adapters.Event, began, stalled time.Time) {
+	if s.opts.DisruptsServer || began.After(stalled) || !s.run.calm(stalled) {
+		return
+	}
+	if c := s.checkAck(ctx, ev); c.Read && c.Effects > 0 && s.run.calm(stalled) {
+		s.run.noteMissingAck(s.title(), ev)
+	}
+}
+
+// redelivery is what the broker saw right before a redelivery, to judge
+// after it whether the implementation only left an acknowledgement
+// missing (see [Play.onlyMissing]).
+type redelivery struct {
+	// evidence is the run's evidence that the implementation leaves
+	// acknowledgements missing ([Run.missingAcks]), set only when the
+	// redelivery's event had its effect committed and no play disrupted
+	// the server: "" when the redelivery cannot end the event's episode
+	// early.
+	evidence string
+	// at is when the broker looked, crashes how often instance n's
+	// processes had failed by then.
+	at      time.Time
+	crashes int
+}
+
+// beforeRedelivery looks at what the broker needs, before redelivering ev
+// to instance n, to judge the redelivery with [Play.onlyMissing]. It reads
+// the ledger only once the run has shown that the implementation leaves
+// acknowledgements missing: a correct implementation costs nothing.
+func (s *Play) beforeRedelivery(ctx context.Context, n int, ev adapters.Event) redelivery {
+	if s.opts.DisruptsServer {
+		return redelivery{}
+	}
+	evidence := s.run.missingAcks()
+	if evidence == "" {
+		return redelivery{}
+	}
+	at := time.Now()
+	if !s.run.calm(at) {
+		return redelivery{}
+	}
+	if c := s.checkAck(ctx, ev); !c.Read || c.Effects == 0 {
+		return redelivery{}
+	}
+	return redelivery{evidence: evidence, at: at, crashes: s.processCrashes(n)}
+}
+
+// onlyMissing says why the broker redelivers ev no more after a, a
+// redelivery to instance n that was not terminal, when before shows that
+// its event's effect was committed before it and the run holds the
+// evidence that the implementation leaves such acknowledgements missing;
+// "" when the broker goes on. A failure that is not the implementation's
+// answer goes on: a crash of its process (a panic of its own, or a process
+// its supervisor restarts), a failure the harness injected, the play's
+// budget, or a play that disrupted the server in the meantime.
+func (s *Play) onlyMissing(before redelivery, n int, a Attempt) string {
+	if before.evidence == "" || a.Terminal() || errors.Is(a.Err, hooks.ErrInjected) || errors.Is(a.Err, ErrBudgetExpired) {
+		return ""
+	}
+	if _, crashed := PanicCrash(a); crashed || s.processCrashes(n) > before.crashes || !s.run.calm(before.at) {
+		return ""
+	}
+	return "the event's effect was committed before this redelivery, which failed; " + before.evidence
 }
 
 // setAttempt replaces a's entry in the history with a.

@@ -140,6 +140,15 @@ func (s *Play) Schema() string { return s.schema }
 // connections (see [ProxyClient]).
 func (s *Play) AppNamePrefix() string { return s.run.AppNamePrefix() + s.name + "-" }
 
+// title names the play in the broker's messages: its name, and what it
+// plays when PlayOptions.Title says.
+func (s *Play) title() string {
+	if s.opts.Title == "" {
+		return "play " + s.name
+	}
+	return fmt.Sprintf("play %s (%s)", s.name, s.opts.Title)
+}
+
 // Adapter is the adapter under test.
 func (s *Play) Adapter() adapters.Adapter { return s.adapter }
 
@@ -257,6 +266,19 @@ func (s *Play) Instance(ctx context.Context, n int) (adapters.Implementation, er
 // harness supervises (an exec pool): Crashes lists every failure of one
 // of their processes so far, which the harness restarted.
 type crashReporter interface{ Crashes() []string }
+
+// processCrashes counts the failures of instance n's processes so far
+// (see crashReporter); 0 for an instance not built, or one that runs in
+// the harness's own process.
+func (s *Play) processCrashes(n int) int {
+	s.mu.Lock()
+	impl := s.instances[n]
+	s.mu.Unlock()
+	if r, ok := impl.(crashReporter); ok {
+		return len(r.Crashes())
+	}
+	return 0
+}
 
 // CrashesOf returns the crashes of instance n in the play: each failure of
 // one of its processes (an exec pool's, see crashReporter) and each

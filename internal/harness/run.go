@@ -64,6 +64,16 @@ type Run struct {
 	// hopelessSince is set when a play's broker gave up while the run had
 	// acknowledged nothing; "" until then.
 	hopelessSince string
+	// unacked is the first play whose broker ran out of patience on an
+	// event whose effect was committed, and that event (see
+	// noteMissingAck); nil until then.
+	unacked *missingAck
+	// disrupting counts the open plays that disrupt the server
+	// (PlayOptions.DisruptsServer), and calmSince is when the last of them
+	// closed: a stall that overlaps one proves nothing of the
+	// implementation's own (see calm).
+	disrupting int
+	calmSince  time.Time
 	// stalls are the replication stalls of StallReplication, resumed by
 	// the close of every play (see resumeStalls).
 	stalls []*provision.ReplicationStall
@@ -302,6 +312,18 @@ type PlayOptions struct {
 	// adapter accepts the harness's: a soak's purges compare claim times
 	// with the real time.
 	SystemClock bool
+	// Title says what the play is in the broker's messages, beside its
+	// name s<n>: the fixture and variant it plays, e.g. "double-delivery".
+	Title string
+	// DisruptsServer marks a play that crashes, restarts or fails over
+	// the run's server. Its broker keeps to the play's own patience:
+	// while the server is away, or just back, a correct implementation's
+	// redeliveries fail for a while, even of events whose effect is
+	// committed, until it has reconnected. So no stall of such a play,
+	// nor of any play while one is open, counts as evidence that the
+	// implementation leaves acknowledgements missing, and none is cut
+	// short by that evidence (see [Play.RedeliverUntilTerminal]).
+	DisruptsServer bool
 }
 
 // NewPlayWith is NewPlay with options.
@@ -319,6 +341,9 @@ func (r *Run) NewPlayWith(ctx context.Context, adapter adapters.Adapter, opts Pl
 	}
 	r.mu.Lock()
 	r.open[s] = struct{}{}
+	if opts.DisruptsServer {
+		r.disrupting++
+	}
 	r.mu.Unlock()
 	if err := s.install(ctx); err != nil {
 		s.Close(context.WithoutCancel(ctx))
@@ -393,7 +418,63 @@ func (r *Run) hopeless() string {
 func (r *Run) forget(s *Play) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if _, open := r.open[s]; open && s.opts.DisruptsServer {
+		r.disrupting--
+		r.calmSince = time.Now()
+	}
 	delete(r.open, s)
+}
+
+// missingAck is the run's evidence that the implementation leaves
+// acknowledgements missing: a play whose broker redelivered an event for a
+// whole patience without a terminal attempt, while the event's effect was
+// committed.
+type missingAck struct {
+	play  string // the play, as [Play.title] gives it
+	event adapters.Event
+}
+
+// noteMissingAck records that the broker of play ran out of patience on
+// ev, whose effect was committed, unless the run has such evidence
+// already: the first is kept.
+func (r *Run) noteMissingAck(play string, ev adapters.Event) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.unacked == nil {
+		r.unacked = &missingAck{play: play, event: ev}
+	}
+}
+
+// missingAcks says, when the run has the evidence of noteMissingAck, what
+// it is and what the broker makes of it; "" while it has none.
+//
+// An implementation that has been redelivered an event whose effect was
+// committed for a whole patience, without answering Duplicate (or
+// anything a broker stops at), does not answer such redeliveries: it errs
+// on them, by design or by a bug (a unique violation passed up as an
+// error, say). Waiting a whole patience again in each later play, for an
+// acknowledgement the implementation has shown it does not give, changes
+// no verdict: the rules judge the missing acknowledgement, not how long it
+// was awaited. A correct implementation never gives this evidence: the
+// effect it commits is answered Duplicate on the next redelivery.
+func (r *Run) missingAcks() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.unacked == nil {
+		return ""
+	}
+	return fmt.Sprintf("in %s the broker redelivered such an event, %s, for a whole patience (%s) without an acknowledgement, so it waits no more for acknowledgements that are only missing in this run",
+		r.unacked.play, r.unacked.event, shortdur.Format(r.opts.RedeliveryPatience))
+}
+
+// calm reports whether no play that disrupts the server
+// (PlayOptions.DisruptsServer) is open, nor closed after since: what the
+// implementation did since then is its own doing, not the aftermath of a
+// crash or a failover.
+func (r *Run) calm(since time.Time) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.disrupting == 0 && !r.calmSince.After(since)
 }
 
 // openPlays returns the plays not closed yet.

@@ -57,6 +57,9 @@ var crashCases = map[string]crashCase{
 	"broken-effect-first": builtinCase("broken-effect-first", pass, twoEffects),
 	// No tables: the write hold has nothing to hold, the sleep does.
 	"broken-in-memory": builtinCase("broken-in-memory", pass, pass),
+	// It reconnects, and errs on the redelivery all the same: the message
+	// says so, not that it did not reconnect.
+	"broken-redelivery-errors": builtinCase("broken-redelivery-errors", expect{certificate.VerdictFail, "it reconnected (the server completed"}, pass),
 	// The reference Store on an UNLOGGED table: crash recovery empties it.
 	"unlogged": {
 		adapter: unloggedAdapter(),
@@ -262,10 +265,10 @@ func TestCrashChild(t *testing.T) {
 
 // TestCrashRecovery runs the crash-recovery fixture for real, on a
 // throwaway cluster of its own, in a child process each: the reference
-// passes, the adapters that commit the marker and the effect apart fail as
-// the verdict matrix says, and so do an UNLOGGED marker table and an
-// implementation that never reconnects; single-threaded processes that
-// start slowly pass. It is skipped only where no PostgreSQL server
+// passes, the adapters that commit the marker and the effect apart, or
+// err on a redelivery, fail as the verdict matrix says, and so do an
+// UNLOGGED marker table and an implementation that never reconnects;
+// single-threaded processes that start slowly pass. It is skipped only where no PostgreSQL server
 // binaries are found.
 func TestCrashRecovery(t *testing.T) {
 	for name, c := range crashCases {

@@ -398,7 +398,7 @@ func (s *state) closePlay(pn *playNode) error {
 // once pn's rules are judged, when the crashes of its instances are kept
 // for the certificate.
 func (s *state) newPlay(ctx context.Context, pn *playNode) *harness.Play {
-	play, err := s.run.NewPlay(ctx, s.adapter)
+	play, err := s.run.NewPlayWith(ctx, s.adapter, harness.PlayOptions{Title: pn.name, DisruptsServer: pn.disrupts})
 	must(err, "create the play's environment")
 	pn.closers = append(pn.closers, func(ctx context.Context) error {
 		for _, n := range slices.Sorted(maps.Keys(play.CrashCounts())) {

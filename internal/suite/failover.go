@@ -172,7 +172,7 @@ func (s *state) failoverSync(w failoverWay) {
 		// the held and lagging deliveries, at once; the redeliveries
 		// until terminal, side by side; every acknowledged event once
 		// more; a new event to each instance, side by side.
-		pn := s.play(failoverID+" / "+w.name, work{calls: 4, waits: failoverWaits}.plus(untilTerminal(4))).alone()
+		pn := s.play(failoverID+" / "+w.name, work{calls: 4, waits: failoverWaits}.plus(untilTerminal(4))).disruptsServer()
 		pn.gather(func(ctx context.Context) {
 			if r.skip = skipFor(s.applies(failoverID, nil), w.id); r.skip.final() {
 				return
@@ -464,7 +464,7 @@ func (s *state) failoverAsync() {
 			lagging  []*inFlight
 			returned int64
 		)
-		pn := s.play(failoverID+" / asynchronous replication", work{calls: 4, waits: failoverWaits}.plus(untilTerminal(2))).alone()
+		pn := s.play(failoverID+" / asynchronous replication", work{calls: 4, waits: failoverWaits}.plus(untilTerminal(2))).disruptsServer()
 		pn.gather(func(ctx context.Context) {
 			if r.skip = skipFor(s.applies(failoverID, nil), "async-replication"); r.skip.final() {
 				return

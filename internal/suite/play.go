@@ -65,6 +65,10 @@ type playNode struct {
 	work   work   // what it does one after another, at most
 	budget time.Duration
 
+	// disrupts marks a play that crashes, restarts or fails over the
+	// server (see disruptsServer).
+	disrupts bool
+
 	node    *node                     // where the play is in the tree
 	gatherF func(ctx context.Context) // plays and gathers (see gather)
 	rules   []*specRecord             // its rules, in the order described
@@ -118,6 +122,15 @@ func (s *state) play(name string, w work) *playNode {
 	}
 	pn := &playNode{s: s, name: name, work: w, budget: budget}
 	s.attach(pn)
+	return pn
+}
+
+// disruptsServer marks pn as a play that crashes, restarts or fails over
+// the run's server, and returns it: its broker keeps to the play's own
+// patience, since a correct implementation's redeliveries fail while it
+// reconnects (see harness.PlayOptions.DisruptsServer).
+func (pn *playNode) disruptsServer() *playNode {
+	pn.disrupts = true
 	return pn
 }
 

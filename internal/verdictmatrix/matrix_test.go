@@ -5,10 +5,12 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -37,6 +39,29 @@ const (
 	exitPartial      = 3
 )
 
+// adaptersFlag, when set, names the only adapters TestVerdictMatrix
+// certifies, comma-separated: a change to a few entries of the registry
+// is proved in minutes, before the whole matrix runs.
+var adaptersFlag = flag.String("matrix-adapters", "", "certify only these built-in adapters in TestVerdictMatrix, comma-separated (all when empty)")
+
+// selected returns the registry's entries that adaptersFlag names, or
+// every entry when it names none; a name that is no built-in adapter
+// fails the test.
+func selected(t *testing.T) []builtin.Entry {
+	if *adaptersFlag == "" {
+		return builtin.Entries()
+	}
+	var rows []builtin.Entry
+	for name := range strings.SplitSeq(*adaptersFlag, ",") {
+		e, err := builtin.EntryOf(strings.TrimSpace(name))
+		if err != nil {
+			t.Fatalf("-matrix-adapters: %v", err)
+		}
+		rows = append(rows, e)
+	}
+	return rows
+}
+
 // run is one certification and what came of it.
 type run struct {
 	code           int
@@ -55,8 +80,8 @@ func TestVerdictMatrix(t *testing.T) {
 	if testing.Short() {
 		t.Skip("certifies every built-in adapter, which takes minutes")
 	}
+	rows := selected(t)
 	bin := build(t)
-	rows := builtin.Entries()
 	// One certification per adapter, and one per fixture for the slow
 	// adapter, whose whole run would take longer than all the others.
 	type job struct {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/harmless-dev/harmless/adapters"
 	"github.com/harmless-dev/harmless/adapters/reference"
@@ -43,6 +44,8 @@ const (
 	singleHost      = "broken-single-host"
 	sqlSplice       = "broken-sql-splice"
 	truncatedKey    = "broken-truncated-key"
+	// It errs on every redelivery of an applied event.
+	redeliveryErrors = "broken-redelivery-errors"
 	// Their bug lies at the external boundary; without a destination they
 	// are the reference.
 	outboxDeleteFirst = "broken-outbox-delete-first"
@@ -51,7 +54,7 @@ const (
 	sendInTx          = "broken-send-in-tx"
 )
 
-var names = []string{asyncCommit, busyIsDuplicate, cachedClaims, caseFolded, checkThenInsert, earlyPurge, effectFirst, ignorePayload, inMemory, lossyKey, markerFirst, noNamespace, noPurge, rebuildPurge, singleHost, sqlSplice, truncatedKey,
+var names = []string{asyncCommit, busyIsDuplicate, cachedClaims, caseFolded, checkThenInsert, earlyPurge, effectFirst, ignorePayload, inMemory, lossyKey, markerFirst, noNamespace, noPurge, rebuildPurge, redeliveryErrors, singleHost, sqlSplice, truncatedKey,
 	outboxDeleteFirst, randomKey, sendAfterCommit, sendInTx}
 
 // external is what the adapters whose bug lies at the external boundary
@@ -298,6 +301,9 @@ func TestEveryBrokenAdapterIsBuiltInAndDeclaresWhatTheReferenceDoes(t *testing.T
 // adapter gets right: one instance, one delivery at a time, no failures.
 func TestOneInstanceInSequenceIsHandledLikeTheReference(t *testing.T) {
 	for _, name := range names {
+		if name == redeliveryErrors {
+			continue // its bug: attempt 2 errs where the reference is Duplicate
+		}
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			w := newWorld(t, name)
@@ -501,6 +507,18 @@ func TestBugs(t *testing.T) {
 			w.expect(1, ev, 2, adapters.Duplicate)
 			w.expect(2, ev, 3, adapters.Applied)
 			w.effects(ev, 2)
+		}},
+		{redeliveryErrors, "every redelivery of an applied event fails on the marker's unique key, with nothing doubled, and is never Duplicate nor Rejected", func(w *world) {
+			w.expect(1, ev, 1, adapters.Applied)
+			for i, again := range []adapters.Event{ev, ev, event(ev.Namespace, ev.ID, "another payload")} {
+				_, err := w.deliver(1+i%2, again, i+2)
+				var pgErr *pgconn.PgError
+				if !errors.As(err, &pgErr) || pgErr.Code != "23505" || errors.Is(err, adapters.ErrPayloadConflict) {
+					w.t.Fatalf("attempt %d of %s %q: err = %v; want the unique violation (SQLSTATE 23505), not a payload conflict", i+2, again, again.Payload, err)
+				}
+			}
+			w.effects(ev, 1)
+			w.expect(1, event("refunds", ev.ID, "x"), 1, adapters.Applied)
 		}},
 		{rebuildPurge, "a claim committed while Purge copies the table is lost when it swaps", func(w *world) {
 			w.showLostClaim()

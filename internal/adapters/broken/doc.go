@@ -35,6 +35,7 @@
 // | broken-outbox-delete-first | outboxdeletefirst | the relay deletes the outbox row and commits, then sends |
 // | broken-random-key        | randomkey       | an outbox relay making a new idempotency key for every send     |
 // | broken-rebuild-purge     | rebuildpurge    | Purge copies the kept markers to a new table, drops the old one and renames |
+// | broken-redelivery-errors | redeliveryerrors | the effect, then a plain INSERT of the marker: every redelivery errs on the key |
 // | broken-retry-no-token    | retrynotoken    | a retry helper taking a COMMIT whose answer was lost for a success |
 // | broken-retry-swallows    | retryswallows   | a retry helper acknowledging a transaction that failed for good |
 // | broken-send-after-commit | sendaftercommit | the external call after COMMIT with no outbox                   |

@@ -42,6 +42,7 @@ import (
 	"github.com/harmless-dev/harmless/internal/adapters/broken/outboxdeletefirst"
 	"github.com/harmless-dev/harmless/internal/adapters/broken/randomkey"
 	"github.com/harmless-dev/harmless/internal/adapters/broken/rebuildpurge"
+	"github.com/harmless-dev/harmless/internal/adapters/broken/redeliveryerrors"
 	"github.com/harmless-dev/harmless/internal/adapters/broken/retrynotoken"
 	"github.com/harmless-dev/harmless/internal/adapters/broken/retryswallows"
 	"github.com/harmless-dev/harmless/internal/adapters/broken/sendaftercommit"
@@ -160,6 +161,17 @@ func Entries() []Entry {
 			},
 			MayFail: map[string]string{
 				"crash-recovery.in-flight-exactly-once": "its five tries at the effect last about half a second; a server that takes longer than that to restart after the crash (a loaded machine) outlasts them, and the event is abandoned and answered Duplicate with no effect: the bug itself, seen only when the outage is long enough",
+			},
+		},
+		{
+			Adapter: redeliveryerrors.Adapter(), Models: "the effect, then a plain INSERT of the marker, in one transaction: a redelivery of an applied event fails on the unique key (SQLSTATE 23505), is rolled back and returned as an error, never acknowledged",
+			Fails: []string{
+				"double-delivery.redelivery-duplicate", "concurrent-delivery.one-applied",
+				"conflicting-payload.conflict-detected", "conflicting-payload.original-still-duplicate",
+				"retention-expiry.kept-inside-window", "retention-expiry.concurrent-purge-safe",
+				"bad-input.exactly-once-or-rejected",
+				"identity-fidelity.bytes-kept", "identity-fidelity.text-kept", "identity-fidelity.length-kept", "identity-fidelity.namespace-kept",
+				"ambiguous-commit.redelivery-duplicate", "crash-recovery.applied-survives",
 			},
 		},
 		{
