@@ -277,8 +277,10 @@ type Env struct {
 // external effect committed before the call has been acknowledged by the
 // destination, or with ctx's error when ctx ends first. The harness drains
 // before it counts what reached the destination; without Drain it waits
-// until the destination has heard nothing for a while, a slower and weaker
-// signal.
+// until every effect committed has arrived there, then until the
+// destination has heard nothing for as long as the implementation was seen
+// to wait before its sends (or for its send pace while an effect is still
+// owed), a slower and weaker signal.
 type Drainer interface {
 	Drain(ctx context.Context) error
 }

@@ -195,7 +195,8 @@ func (s *Server) refuse() bool {
 		return false
 	}
 	s.outage.fire()
-	s.record(&Record{At: time.Now(), Outcome: Refused, Fault: s.outage.kind})
+	s.refused = time.Now()
+	s.record(&Record{At: s.refused, Outcome: Refused, Fault: s.outage.kind})
 	s.touchLocked()
 	return true
 }

@@ -53,8 +53,20 @@ type Server struct {
 	planned   map[slot]*Fault
 	outage    *Fault // non-nil while down
 	inFlight  int
-	last      time.Time     // last arrival or completion, for Quiet
-	changed   chan struct{} // closed and replaced on every arrival and completion
+	last      time.Time     // last arrival or completion, for Quiet and Settle
+	changed   chan struct{} // closed and replaced on every arrival and completion, and by Expect
+
+	// For Settle: each identity's requests, when a connection was last
+	// refused, the effects owed (with their commit times, zero when
+	// unknown), how many of those are not yet acknowledged, and the
+	// longest the sender was seen to wait before a send of one (evidence
+	// tells that one was seen).
+	progress    map[Identity]*progress
+	refused     time.Time
+	expected    map[Identity]time.Time
+	outstanding int
+	observed    time.Duration
+	evidence    bool
 }
 
 // entry is what the destination remembers of a key: the request that took
@@ -93,6 +105,8 @@ func Start(ctx context.Context, logf func(string, ...any)) (*Server, error) {
 		processed: map[Identity]int{},
 		keys:      map[string]*entry{},
 		planned:   map[slot]*Fault{},
+		progress:  map[Identity]*progress{},
+		expected:  map[Identity]time.Time{},
 		last:      time.Now(),
 		changed:   make(chan struct{}),
 	}
@@ -240,9 +254,14 @@ func (s *Server) end() {
 	s.touchLocked()
 }
 
-// touchLocked notes activity for Quiet and Close.
+// touchLocked notes activity for Quiet, Settle and Close.
 func (s *Server) touchLocked() {
 	s.last = time.Now()
+	s.notifyLocked()
+}
+
+// notifyLocked wakes whoever waits on s.changed.
+func (s *Server) notifyLocked() {
 	close(s.changed)
 	s.changed = make(chan struct{})
 }
@@ -278,6 +297,10 @@ func (s *Server) handle(w http.ResponseWriter, r *http.Request) {
 		s.attempts[req.id]++
 		rec.Attempt = s.attempts[req.id]
 		f = s.planned[slot{req.id, rec.Attempt}]
+		s.beginLocked(req.id)
+		// Deferred after s.end, so it runs before it: how the request
+		// ended is noted by the time it stops being in flight.
+		defer s.ended(rec)
 	}
 	s.mu.Unlock()
 	if derr != nil {

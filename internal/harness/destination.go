@@ -10,12 +10,15 @@ import (
 
 	"github.com/harmless-dev/harmless/adapters"
 	"github.com/harmless-dev/harmless/internal/destination"
+	"github.com/harmless-dev/harmless/internal/ledger"
 	"github.com/harmless-dev/harmless/internal/shortdur"
 )
 
-// DefaultSendPace is how long the destination must have had no request
-// before the harness takes the sends of an implementation that declares no
-// [adapters.Declaration.MaxSendDelay] to be done. It certifies a relay
+// DefaultSendPace is the send pace of an implementation that declares no
+// [adapters.Declaration.MaxSendDelay]: how long the destination must have
+// had no request, while an effect is still owed to it, before the harness
+// takes the sends to be done, and the longest settle once none is (see
+// [Play.Drain]). It certifies a relay
 // that polls its outbox every 3 s and retries a failed send on its next
 // poll: the gaps between its requests are at most about 3 s, and 2 s more
 // cover a poll that starts late on a loaded machine, its query and its
@@ -44,8 +47,9 @@ const quietBoundPaces = 10
 // destination was still receiving requests.
 var ErrStillSending = errors.New("the destination was still receiving requests")
 
-// SendPace is how long the destination must have had no request before the
-// harness takes an implementation's sends to be done: its declared
+// SendPace is how long the destination must have had no request, while an
+// effect is still owed to it, before the harness takes an implementation's
+// sends to be done, and the longest settle once none is: its declared
 // MaxSendDelay and a margin (half of it, at least a second), else
 // [DefaultSendPace].
 func SendPace(d adapters.Declaration) time.Duration {
@@ -235,13 +239,18 @@ func (s *Play) Stop(ctx context.Context, n int) (string, error) {
 // Drain waits until the play's instances have made the external effects
 // committed so far, at the implementation's pace ([SendPace]). It calls
 // Drain on every instance that implements [adapters.Drainer], each bounded
-// by the delivery timeout or the send pace, whichever is longer. When an
-// instance cannot be drained (no Drainer, or an error wrapping
-// errors.ErrUnsupported, as from an exec child without drain), when there
-// is no instance, or when the adapter declares MaxSendDelay (a Drain that
-// returns early must not make the harness judge before the declared
-// pace), it then waits until the destination has had no request for the
-// send pace, counted from the start of that wait: a relay that never sends
+// by the delivery timeout or the send pace, whichever is longer. When every
+// instance was drained and the adapter declares no MaxSendDelay, that is
+// all. Otherwise (an instance cannot be drained: no Drainer, or an error
+// wrapping errors.ErrUnsupported, as from an exec child without drain;
+// there is no instance; or the adapter declares MaxSendDelay, and a Drain
+// that returns early must not make the harness judge before the declared
+// pace) it waits on the destination, knowing from the ledger what is owed
+// to it ([Play.settle]): until every effect committed has been
+// acknowledged there and the destination has then had no request for a
+// settle bounded by what it saw of the implementation's pace, or, while an
+// effect is still owed, until it has had no request for the whole send
+// pace, counted from the start of that wait: a relay that never sends
 // costs one pace. A destination that keeps receiving requests is waited
 // for at most [QuietBound], then Drain returns an error wrapping
 // [ErrStillSending]. It returns what it did and for how long, for the
@@ -299,32 +308,181 @@ func (s *Play) Drain(ctx context.Context) (string, error) {
 	default:
 		return strings.Join(what, ", "), nil
 	}
-	why := "the default send pace; declare max_send_delay_s to change it"
+	paceWhy := "the default send pace; declare max_send_delay_s to change it"
 	if declared.MaxSendDelay > 0 {
-		why = fmt.Sprintf("the declared max_send_delay_s of %s and a margin", shortdur.Format(declared.MaxSendDelay))
+		paceWhy = fmt.Sprintf("the declared max_send_delay_s of %s and a margin", shortdur.Format(declared.MaxSendDelay))
 	}
 	bound := QuietBound(declared, s.run.opts.DeliveryTimeout)
 	waited := time.Now()
 	qctx, cancel := context.WithTimeoutCause(ctx, bound, ErrStillSending)
 	defer cancel()
-	err := s.dest.server.Quiet(qctx, pace)
+	st, err := s.settle(qctx, pace)
 	took := elapsed(waited)
 	switch {
+	case err == nil && st.Settled:
+		what = append(what, fmt.Sprintf("so waited until the destination had acknowledged %s, then had had no request for %s (%s): %s in all",
+			owedEffects(st.Expected), shortdur.Format(rounded(st.Quiet)), settleWhy(st, pace, paceWhy), took))
+		return strings.Join(what, ", "), nil
 	case err == nil:
-		what = append(what, fmt.Sprintf("so waited until the destination had had no request for %s (%s): %s in all", shortdur.Format(pace), why, took))
+		what = append(what, fmt.Sprintf("so waited until the destination had had no request for %s (%s), with %s: %s in all", shortdur.Format(pace), paceWhy, owedState(st), took))
 		return strings.Join(what, ", "), nil
 	case ctx.Err() == nil && errors.Is(context.Cause(qctx), ErrStillSending):
-		what = append(what, fmt.Sprintf("so waited for the destination to have had no request for %s (%s), and stopped after %s, the longest the harness waits (%d times that pace, or the delivery timeout when longer): the destination was still receiving requests", shortdur.Format(pace), why, took, quietBoundPaces))
+		what = append(what, fmt.Sprintf("so waited for the destination to acknowledge what was owed and go quiet, for no request for %s at most (%s), and stopped after %s, the longest the harness waits (%d times that pace, or the delivery timeout when longer): the destination was still receiving requests, with %s",
+			shortdur.Format(pace), paceWhy, took, quietBoundPaces, owedState(st)))
 		return strings.Join(what, ", "), fmt.Errorf("drain: %w %s after the harness began waiting for %s without one", ErrStillSending, took, shortdur.Format(pace))
 	default:
-		what = append(what, fmt.Sprintf("so waited for the destination to have had no request for %s (%s), cut short after %s", shortdur.Format(pace), why, took))
+		what = append(what, fmt.Sprintf("so waited for the destination to acknowledge what was owed and go quiet, for no request for %s at most (%s), cut short after %s, with %s", shortdur.Format(pace), paceWhy, took, owedState(st)))
 		return strings.Join(what, ", "), err
 	}
 }
 
+// minSettle is the shortest settle [Play.settle] waits once nothing is
+// owed: a relay woken by its commit sends at once and shows no delay at
+// all, while its next poll, which is when it would send an effect again,
+// may come a moment later (the reference's relay polls every 500 ms); and
+// a second covers the scheduling of a loaded machine, as minSendMargin
+// does.
+const minSettle = time.Second
+
+// settle waits on the play's destination until nothing is owed to it and
+// it has settled, or until it has had no request for pace while something
+// still is (see [destination.Server.Settle]). What is owed is read from
+// the ledger, the harness's own record of the effects committed, and from
+// the history (an event acknowledged Applied is owed its effect, as the
+// rules judge it): each such event is owed one effect at the destination,
+// committed when the delivery that applied it ended. An effect is owed
+// until it has been processed and the last request for it answered for
+// good: a request that merely arrived, and was dropped or answered 5xx,
+// will be retried by a correct relay, and the retry is what the
+// dropped-answer play judges (a new key there is a second effect).
+//
+// Once every effect owed has been acknowledged, the destination is still
+// watched for a settle: the longest the implementation was seen to wait
+// before a send (from a commit to the first request for its effect, from
+// the end of a request to the next for the same effect), at least
+// [minSettle] and at most pace, from the last request. The rules that
+// judge requests made after an effect was acknowledged need it:
+// exactly-once-at-destination, stable-key and no-new-key-for-duplicates
+// fail on a second send of an effect already made, which a relay that
+// lost track of its row makes at its own pace, a poll or a backoff after
+// the first. How long it waited before the sends it made is the evidence
+// the play gives of that pace. Waiting the whole pace after every play, as
+// the harness did before it knew what was owed, made a relay that sends
+// within a second cost five seconds a play, most of a certification. What
+// the settle gives up is a resend later than anything the relay was seen
+// to wait in the play (and within the pace, where the old wait caught
+// it): a relay with a pace the play could not observe, which a drained
+// instance is too, whose Drain the harness trusts without any wait.
+//
+// Effects committed while it waits (a delivery whose call timed out and
+// committed later) are found when nothing else is owed: the ledger is read
+// again, and any new effect is waited for in turn.
+func (s *Play) settle(ctx context.Context, pace time.Duration) (destination.Settlement, error) {
+	server := s.dest.server
+	var st destination.Settlement
+	var seq int64
+	for first := true; ; first = false {
+		owed, next, err := s.owed(ctx, seq)
+		if err != nil {
+			return st, fmt.Errorf("the effects owed to the destination: %w", err)
+		}
+		seq = next
+		if added := server.Expect(owed); added == 0 && !first {
+			return st, nil
+		}
+		if st, err = server.Settle(ctx, pace, minSettle); err != nil || !st.Settled {
+			return st, err
+		}
+	}
+}
+
+// owed returns the identities owed an effect at the destination, each with
+// when its effect was committed (the end of the delivery attempt that
+// wrote it; zero when the play keeps no history), from the effects in the
+// ledger with a seq above after and the deliveries acknowledged Applied;
+// and the ledger's last seq.
+func (s *Play) owed(ctx context.Context, after int64) (map[destination.Identity]time.Time, int64, error) {
+	entries, err := ledger.After(ctx, s.run.admin, s.schema, after)
+	if err != nil {
+		return nil, after, err
+	}
+	type attempt struct {
+		id destination.Identity
+		n  int
+	}
+	s.mu.Lock()
+	ended := make(map[attempt]time.Time, len(s.history))
+	owed := map[destination.Identity]time.Time{}
+	for _, a := range s.history {
+		id := destination.IdentityOf(a.Delivery.Event)
+		ended[attempt{id, a.Delivery.Attempt}] = s.started.Add(a.Ended)
+		if a.Acked() && a.Outcome == adapters.Applied {
+			owed[id] = earliest(owed[id], s.started.Add(a.Ended))
+		}
+	}
+	s.mu.Unlock()
+	for _, e := range entries {
+		id := destination.Identity{Namespace: e.Namespace, ID: e.ID}
+		owed[id] = earliest(owed[id], ended[attempt{id, e.Attempt}])
+		after = e.Seq
+	}
+	return owed, after, nil
+}
+
+// earliest is the earlier of two times, a zero time standing for none.
+func earliest(a, b time.Time) time.Time {
+	if a.IsZero() || (!b.IsZero() && b.Before(a)) {
+		return b
+	}
+	return a
+}
+
+// owedEffects says how many effects were owed, for a message.
+func owedEffects(n int) string {
+	switch n {
+	case 0:
+		return "no effect, none having committed"
+	case 1:
+		return "the one effect committed"
+	}
+	return fmt.Sprintf("the %d effects committed", n)
+}
+
+// settleWhy says why a settle lasted what it did, for a message.
+func settleWhy(st destination.Settlement, pace time.Duration, paceWhy string) string {
+	why := fmt.Sprintf("the longest the implementation was seen to wait before a send, after a commit or after an earlier request for the same effect: %s", shortdur.Format(rounded(st.Observed)))
+	switch {
+	case st.Quiet == pace:
+		why += fmt.Sprintf("; at most the send pace of %s, %s", shortdur.Format(pace), paceWhy)
+	case st.Quiet > st.Observed:
+		why += fmt.Sprintf("; at least %s", shortdur.Format(minSettle))
+	}
+	return why
+}
+
+// owedState says what was owed when a wait ended, for a message.
+func owedState(st destination.Settlement) string {
+	switch {
+	case st.Expected == 0:
+		return "no effect committed"
+	case st.Owed == 0 && !st.Settled:
+		return owedEffects(st.Expected) + " acknowledged, but when they committed unknown"
+	case st.Owed == 0:
+		return owedEffects(st.Expected) + " acknowledged"
+	case st.Expected == 1:
+		return "the one effect committed not acknowledged"
+	}
+	return fmt.Sprintf("%d of the %d effects committed not acknowledged", st.Owed, st.Expected)
+}
+
 // elapsed is the time since start, rounded for a message.
 func elapsed(start time.Time) time.Duration {
-	return time.Since(start).Round(100 * time.Millisecond)
+	return rounded(time.Since(start))
+}
+
+// rounded is d rounded for a message.
+func rounded(d time.Duration) time.Duration {
+	return d.Round(100 * time.Millisecond)
 }
 
 // destinationURL is the destination's URL, "" without one.

@@ -91,6 +91,14 @@ func All(ctx context.Context, db DB, schema string) ([]Entry, error) {
 FROM %s ORDER BY seq`, Table(schema)))
 }
 
+// After returns the committed effects in schema's ledger whose seq is
+// above seq, oldest first: those committed since a reader saw seq (0 for
+// every effect).
+func After(ctx context.Context, db DB, schema string, seq int64) ([]Entry, error) {
+	return query(ctx, db, fmt.Sprintf(`SELECT seq, namespace, event_id, payload_digest, attempt, recorded_at, backend_pid
+FROM %s WHERE seq > $1 ORDER BY seq`, Table(schema)), seq)
+}
+
 func query(ctx context.Context, db DB, sql string, args ...any) ([]Entry, error) {
 	rows, err := db.Query(ctx, sql, args...)
 	if err != nil {
