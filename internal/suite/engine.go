@@ -32,7 +32,7 @@ const gatherGrace = 30 * time.Second
 // certify plays every fixture of the tree that the selection keeps and
 // builds the certificate. Plays run side by side, at most
 // [state.playsAtOnce] at a time, except those that crash, restart or fail
-// over the server, which run alone (see [playNode.alone]): every play has
+// over the server, which run alone (see [playNode.disruptsServer]): every play has
 // its own schema, ledger, proxy and instances, so the others share only
 // the server, which they only use. Their verdicts are reported in
 // catalogue order all the same, each fixture's once all its plays have
@@ -64,7 +64,7 @@ func (s *state) certify() error {
 	// play, each having its own schema, instances and random choices.
 	byTurn := slices.Clone(plays)
 	slices.SortStableFunc(byTurn, func(a, b *enginePlay) int {
-		return cmp.Compare(boolRank(a.pn.runsAlone), boolRank(b.pn.runsAlone))
+		return cmp.Compare(boolRank(a.pn.disrupts), boolRank(b.pn.disrupts))
 	})
 	dispatched := make(chan struct{})
 	go func() {
@@ -156,7 +156,7 @@ func (s *state) dispatch(plays []*enginePlay, atOnce int) {
 	defer running.Wait()
 	for i := 0; i < len(plays); i++ {
 		ep := plays[i]
-		if ep.pn.runsAlone {
+		if ep.pn.disrupts {
 			running.Wait()
 		}
 		if ep.pn.sharesCrash {
@@ -185,7 +185,7 @@ func (s *state) dispatch(plays []*enginePlay, atOnce int) {
 			defer close(ep.done)
 			ep.closeErr = s.playOne(ep.pn)
 		}()
-		if ep.pn.runsAlone {
+		if ep.pn.disrupts {
 			running.Wait()
 		}
 	}

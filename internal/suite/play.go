@@ -87,28 +87,17 @@ type playNode struct {
 	started, ended time.Time
 	// closers release the play, once its rules are judged.
 	closers []func(context.Context) error
-	// runsAlone says the play crashes, restarts or fails over the run's
-	// server: the engine runs it with no other play beside it (see
-	// [state.certify]).
-	runsAlone bool
 	// sharesCrash says the play crashes the server through
 	// [state.crashAndRestart], and may run beside the others that do.
 	sharesCrash bool
 }
 
-// crashesTogether marks pn, a play that runs alone, as one that crashes
+// crashesTogether marks pn, a play that disrupts the server, as one that crashes
 // the server through [state.crashAndRestart] only: the engine runs it
 // beside the others that do, and they share the crash (see sharedCrash).
 // It returns pn.
 func (pn *playNode) crashesTogether() *playNode {
 	pn.sharesCrash = true
-	return pn
-}
-
-// alone marks pn as a play that crashes, restarts or fails over the run's
-// server, which every other play uses: it runs alone. It returns pn.
-func (pn *playNode) alone() *playNode {
-	pn.runsAlone = true
 	return pn
 }
 
@@ -126,9 +115,11 @@ func (s *state) play(name string, w work) *playNode {
 }
 
 // disruptsServer marks pn as a play that crashes, restarts or fails over
-// the run's server, and returns it: its broker keeps to the play's own
-// patience, since a correct implementation's redeliveries fail while it
-// reconnects (see harness.PlayOptions.DisruptsServer).
+// the run's server, which every other play uses, and returns it: the
+// engine runs it with no other play beside it (see [state.certify]), and
+// its broker keeps to the play's own patience, since a correct
+// implementation's redeliveries fail while it reconnects (see
+// harness.PlayOptions.DisruptsServer).
 func (pn *playNode) disruptsServer() *playNode {
 	pn.disrupts = true
 	return pn
