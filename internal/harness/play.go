@@ -95,11 +95,20 @@ func (s *Play) install(ctx context.Context) error {
 	// One transaction: the schema never exists half installed, nor without
 	// the marker by which a later run tells it from a user's schema of a
 	// similar name.
+	//
+	// Once CREATE SCHEMA has succeeded in it, the play counts the schema
+	// as its own, whether or not the transaction then commits: a COMMIT
+	// whose answer is lost (the run interrupted, the connection cut) may
+	// have committed it, and Close drops it only if it exists and carries
+	// this play's marker.
 	err := pgx.BeginFunc(ctx, s.run.admin, func(tx pgx.Tx) error {
 		quoted := pgx.Identifier{s.schema}.Sanitize()
 		if _, err := tx.Exec(ctx, `CREATE SCHEMA `+quoted); err != nil {
 			return fmt.Errorf("create schema %s: %w", s.schema, err)
 		}
+		s.mu.Lock()
+		s.created = true
+		s.mu.Unlock()
 		// COMMENT takes no parameters: the marker is quoted as a literal.
 		marker := schemaMarker(s.run.id, s.name)
 		if _, err := tx.Exec(ctx, `COMMENT ON SCHEMA `+quoted+` IS `+quoteLiteral(marker)); err != nil {
@@ -116,9 +125,6 @@ func (s *Play) install(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	s.mu.Lock()
-	s.created = true
-	s.mu.Unlock()
 	return nil
 }
 
