@@ -318,20 +318,24 @@ func (s *Play) Drain(ctx context.Context) (string, error) {
 	defer cancel()
 	st, err := s.settle(qctx, pace)
 	took := elapsed(waited)
+	owed := ""
+	if st.known {
+		owed = ", with " + owedState(st)
+	}
 	switch {
 	case err == nil && st.Settled:
 		what = append(what, fmt.Sprintf("so waited until the destination had acknowledged %s, then had had no request for %s (%s): %s in all",
 			owedEffects(st.Expected), shortdur.Format(rounded(st.Quiet)), settleWhy(st, pace, paceWhy), took))
 		return strings.Join(what, ", "), nil
 	case err == nil:
-		what = append(what, fmt.Sprintf("so waited until the destination had had no request for %s (%s), with %s: %s in all", shortdur.Format(pace), paceWhy, owedState(st), took))
+		what = append(what, fmt.Sprintf("so waited until the destination had had no request for %s (%s)%s: %s in all", shortdur.Format(pace), paceWhy, owed, took))
 		return strings.Join(what, ", "), nil
 	case ctx.Err() == nil && errors.Is(context.Cause(qctx), ErrStillSending):
-		what = append(what, fmt.Sprintf("so waited for the destination to acknowledge what was owed and go quiet, for no request for %s at most (%s), and stopped after %s, the longest the harness waits (%d times that pace, or the delivery timeout when longer): the destination was still receiving requests, with %s",
-			shortdur.Format(pace), paceWhy, took, quietBoundPaces, owedState(st)))
+		what = append(what, fmt.Sprintf("so waited for the destination to acknowledge what was owed and go quiet, for no request for %s at most (%s), and stopped after %s, the longest the harness waits (%d times that pace, or the delivery timeout when longer): the destination was still receiving requests%s",
+			shortdur.Format(pace), paceWhy, took, quietBoundPaces, owed))
 		return strings.Join(what, ", "), fmt.Errorf("drain: %w %s after the harness began waiting for %s without one", ErrStillSending, took, shortdur.Format(pace))
 	default:
-		what = append(what, fmt.Sprintf("so waited for the destination to acknowledge what was owed and go quiet, for no request for %s at most (%s), cut short after %s, with %s", shortdur.Format(pace), paceWhy, took, owedState(st)))
+		what = append(what, fmt.Sprintf("so waited for the destination to acknowledge what was owed and go quiet, for no request for %s at most (%s), cut short after %s%s", shortdur.Format(pace), paceWhy, took, owed))
 		return strings.Join(what, ", "), err
 	}
 }
@@ -377,9 +381,17 @@ const minSettle = time.Second
 // Effects committed while it waits (a delivery whose call timed out and
 // committed later) are found when nothing else is owed: the ledger is read
 // again, and any new effect is waited for in turn.
-func (s *Play) settle(ctx context.Context, pace time.Duration) (destination.Settlement, error) {
+//
+// A play that keeps no history (a soak's) knows no commit times, so the
+// destination could never settle sooner than the pace: it waits as one
+// that does not know what is owed ([destination.Server.Quiet]), and spares
+// reading a ledger of millions of effects; what it returns is not known.
+func (s *Play) settle(ctx context.Context, pace time.Duration) (settlement, error) {
 	server := s.dest.server
-	var st destination.Settlement
+	if s.opts.NoHistory {
+		return settlement{Settlement: destination.Settlement{Quiet: pace}}, server.Quiet(ctx, pace)
+	}
+	st := settlement{known: true}
 	var seq int64
 	for first := true; ; first = false {
 		owed, next, err := s.owed(ctx, seq)
@@ -390,10 +402,17 @@ func (s *Play) settle(ctx context.Context, pace time.Duration) (destination.Sett
 		if added := server.Expect(owed); added == 0 && !first {
 			return st, nil
 		}
-		if st, err = server.Settle(ctx, pace, minSettle); err != nil || !st.Settled {
+		if st.Settlement, err = server.Settle(ctx, pace, minSettle); err != nil || !st.Settled {
 			return st, err
 		}
 	}
+}
+
+// settlement is how [Play.settle] ended; known tells that it knew what was
+// owed.
+type settlement struct {
+	destination.Settlement
+	known bool
 }
 
 // owed returns the identities owed an effect at the destination, each with
@@ -449,7 +468,7 @@ func owedEffects(n int) string {
 }
 
 // settleWhy says why a settle lasted what it did, for a message.
-func settleWhy(st destination.Settlement, pace time.Duration, paceWhy string) string {
+func settleWhy(st settlement, pace time.Duration, paceWhy string) string {
 	why := fmt.Sprintf("the longest the implementation was seen to wait before a send, after a commit or after an earlier request for the same effect: %s", shortdur.Format(rounded(st.Observed)))
 	switch {
 	case st.Quiet == pace:
@@ -461,7 +480,7 @@ func settleWhy(st destination.Settlement, pace time.Duration, paceWhy string) st
 }
 
 // owedState says what was owed when a wait ended, for a message.
-func owedState(st destination.Settlement) string {
+func owedState(st settlement) string {
 	switch {
 	case st.Expected == 0:
 		return "no effect committed"

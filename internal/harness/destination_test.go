@@ -74,7 +74,10 @@ type relay struct {
 // effects included) whose instance 1 runs r; drain, when not nil, is the
 // instance's Drain. It returns the play once instance 1 is built and its
 // relay is running. The relay stops, and is waited for, when the test
-// ends.
+// ends. Its event is never delivered: the ledger owes the destination
+// nothing, and no commit tells anything of the relay's pace, so Drain
+// waits for the whole send pace without a request (settle_test.go has
+// relays of effects committed).
 func relayPlay(t *testing.T, declares adapters.Declaration, r relay, drain func(context.Context) error) *harness.Play {
 	t.Helper()
 	run := startRun(t, shortTimeout)

@@ -255,3 +255,38 @@ func TestDrainWaitsOutARetryAfterADroppedAnswer(t *testing.T) {
 	}
 	settled(t, play, returned, 2, ev)
 }
+
+// TestDrainOfAPlayWithoutHistory: a play that keeps no history, as a
+// soak's, knows no commit times, so the settle could never be shorter
+// than the pace: Drain waits the pace without a request, as it did before
+// it knew what was owed, and does not read the ledger for it.
+func TestDrainOfAPlayWithoutHistory(t *testing.T) {
+	t.Parallel()
+	declares := adapters.Declaration{ExternalEffects: adapters.Outbox, MaxSendDelay: 300 * time.Millisecond}
+	adapter := outboxAdapter(t, script{delay: 100 * time.Millisecond})
+	adapter.Declares = declares
+	run := startRun(t, ampleTimeout)
+	play, err := run.NewPlayWith(t.Context(), adapter, harness.PlayOptions{NoHistory: true})
+	if err != nil {
+		t.Fatalf("new play: %v", err)
+	}
+	atEnd(t, "play "+play.Schema(), play.Close)
+	if _, err := play.OpenDestination(t.Context()); err != nil {
+		t.Fatalf("open the destination: %v", err)
+	}
+	ev := event("unhistoried-" + randomHex(t, 4))
+	if a := play.Deliver(t.Context(), 1, ev); a.Outcome != adapters.Applied {
+		t.Fatalf("deliver %s: %s; want Applied", ev, a.Result())
+	}
+	what, _, err := drain(t, play)
+	returned := time.Now()
+	if err != nil {
+		t.Fatalf("Drain: %v", err)
+	}
+	if quiet, pace := settled(t, play, returned, 1, ev), harness.SendPace(declares); quiet < pace {
+		t.Errorf("Drain returned %s after the relay's request; want the whole pace %s", quiet, pace)
+	}
+	if want := "so waited until the destination had had no request for 1.3s (the declared max_send_delay_s of 300ms and a margin): "; !strings.Contains(what, want) {
+		t.Errorf("Drain said %q; want it to say %q", what, want)
+	}
+}
