@@ -106,6 +106,7 @@ func Entries() []Entry {
 		{Adapter: polling.Adapter(), Models: "correct: a claim committed on its own; contenders poll it every 20 ms until done, taking over a claim unfinished for 1 s; the effect and done in one transaction while the claim is still the delivery's", OnFormation: true},
 		{Adapter: retrytoken.Adapter(), Models: "correct: the reference pattern in a retry helper inside the delivery (a lost connection, 57P01-57P03, 40001, 40P01), with a claim token in the marker that tells its own COMMIT, landed though its answer was lost, from another delivery's claim", OnFormation: true},
 		{Adapter: slowrelay.Adapter(), Models: "correct: the reference pattern with an outbox whose relay polls every 3 s, retries at its next poll and cannot be drained", OnFormation: true},
+		{Adapter: slowrelay.QuickAdapter(), Models: "correct: alt-slow-relay whose relay polls every 500 ms: a forwarder that sends within a second and cannot be drained"},
 		{
 			Adapter: checktheninsert.Adapter(), Models: "SELECT for the marker, then INSERT it, with no unique constraint",
 			Fails: []string{

@@ -1,6 +1,7 @@
 // Package slowrelay is the `alt-slow-relay` adapter: the reference's claim
 // with a transactional outbox for the external effect, whose relay only
-// polls, every three seconds.
+// polls, every three seconds; and `alt-quick-relay`, the same relay
+// polling every half second.
 //
 // # The technique
 //
@@ -69,18 +70,38 @@ const Name = "alt-slow-relay"
 // PollEvery is how often the relay looks at the outbox.
 const PollEvery = 3 * time.Second
 
+// QuickName is the name of the same adapter with a relay that polls every
+// [QuickPollEvery]: a forwarder that sends within a second and cannot be
+// drained either, the case where how long the harness waits on the
+// destination shows most, against how long the relay takes.
+const QuickName = "alt-quick-relay"
+
+// QuickPollEvery is how often alt-quick-relay's relay looks at the outbox.
+const QuickPollEvery = 500 * time.Millisecond
+
 // batch bounds the rows one tick takes.
 const batch = 100
 
 // Adapter returns the `alt-slow-relay` adapter. It declares the
 // reference's claims about the database, and an outbox.
-func Adapter() adapters.Adapter {
+func Adapter() adapters.Adapter { return polling(Name, PollEvery) }
+
+// QuickAdapter returns the `alt-quick-relay` adapter: alt-slow-relay
+// whose relay polls every [QuickPollEvery].
+func QuickAdapter() adapters.Adapter { return polling(QuickName, QuickPollEvery) }
+
+// polling is the adapter named name whose relays poll every every.
+func polling(name string, every time.Duration) adapters.Adapter {
 	declares := reference.Adapter().Declares
 	declares.ExternalEffects = adapters.Outbox
-	return adapters.Adapter{Name: Name, Declares: declares, New: open}
+	return adapters.Adapter{Name: name, Declares: declares, New: func(ctx context.Context, env adapters.Env) (adapters.Implementation, error) {
+		return open(ctx, env, name, every)
+	}}
 }
 
 type implementation struct {
+	name        string        // the adapter's, for messages
+	every       time.Duration // how often the relay polls
 	pool        *pgxpool.Pool
 	store       *reference.Store
 	outbox      string // quoted, schema-qualified
@@ -94,12 +115,14 @@ type implementation struct {
 	stopped sync.WaitGroup
 }
 
-func open(ctx context.Context, env adapters.Env) (adapters.Implementation, error) {
+func open(ctx context.Context, env adapters.Env, name string, every time.Duration) (adapters.Implementation, error) {
 	pool, err := kit.Pool(ctx, env.DSN)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", Name, err)
+		return nil, fmt.Errorf("%s: %w", name, err)
 	}
 	i := &implementation{
+		name:        name,
+		every:       every,
 		pool:        pool,
 		store:       reference.NewStore(pool, reference.Config{Schema: env.Schema, Table: "slow_relay_events", Now: env.Clock.Now}),
 		outbox:      kit.Table(env.Schema, "slow_relay_outbox"),
@@ -115,7 +138,7 @@ func open(ctx context.Context, env adapters.Env) (adapters.Implementation, error
 	}
 	if err := i.migrate(ctx); err != nil {
 		pool.Close()
-		return nil, fmt.Errorf("%s: %w", Name, err)
+		return nil, fmt.Errorf("%s: %w", name, err)
 	}
 	if i.destination != "" {
 		// The relay outlives the construction's ctx: Close stops it.
@@ -172,7 +195,7 @@ VALUES ($1, $2, $3, $4, $5)`, d.Namespace, d.ID, payload, external.Key(d.Event),
 
 // relay sends the outbox at every tick until ctx ends.
 func (i *implementation) relay(ctx context.Context) {
-	tick := time.NewTicker(PollEvery)
+	tick := time.NewTicker(i.every)
 	defer tick.Stop()
 	for {
 		select {
@@ -181,7 +204,7 @@ func (i *implementation) relay(ctx context.Context) {
 		case <-tick.C:
 		}
 		if sent, err := i.sendPending(ctx); err != nil && ctx.Err() == nil {
-			i.logf("%s relay: sent %d, then %v; retrying at the next poll, in %s", Name, sent, err, PollEvery)
+			i.logf("%s relay: sent %d, then %v; retrying at the next poll, in %s", i.name, sent, err, i.every)
 		}
 	}
 }
@@ -219,7 +242,7 @@ WHERE refused IS NULL ORDER BY seq LIMIT $1 FOR UPDATE SKIP LOCKED`, batch)
 	for _, o := range pending {
 		statement, args := `DELETE FROM `+i.outbox+` WHERE seq = $1`, []any{o.seq}
 		if err := external.Send(ctx, i.client, i.destination, o.key, o.ev); errors.Is(err, external.ErrConflict) {
-			i.logf("%s relay: %v; refused for good, not retried", Name, err)
+			i.logf("%s relay: %v; refused for good, not retried", i.name, err)
 			statement, args = `UPDATE `+i.outbox+` SET refused = $2 WHERE seq = $1`, []any{o.seq, err.Error()}
 		} else if err != nil {
 			failed = fmt.Errorf("send %s: %w", o.ev, err)
