@@ -210,7 +210,6 @@ func unsetenv(t *testing.T, names ...string) {
 }
 
 func TestCertify(t *testing.T) {
-	t.Parallel() // a certification, mostly waiting for its server
 	bin := binary(t)
 	dsn := pgtest.DSN(t)
 

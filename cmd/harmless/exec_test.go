@@ -2,13 +2,11 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -36,27 +34,7 @@ import (
 
 func TestMain(m *testing.M) {
 	execchild.MaybeServe() // the exec tests run this binary as a child
-	runWaitingTestsTogether()
 	pgtest.Main(m, removeBinary)
-}
-
-// parallelTests is how many of the package's parallel tests run at once
-// unless -test.parallel says otherwise: most of them certify, which on two
-// cores is mostly waiting for a server, a child process or a sleep the
-// fixtures plan, so Go's default (GOMAXPROCS) leaves the machine idle.
-const parallelTests = 4
-
-// runWaitingTestsTogether raises -test.parallel to parallelTests, unless
-// it was given.
-func runWaitingTestsTogether() {
-	flag.Parse()
-	given := false
-	flag.Visit(func(f *flag.Flag) { given = given || f.Name == "test.parallel" })
-	if !given {
-		if err := flag.Set("test.parallel", strconv.Itoa(max(parallelTests, runtime.GOMAXPROCS(0)))); err != nil {
-			panic(err)
-		}
-	}
 }
 
 // repoRoot is the repository's root, two levels above this package.
@@ -164,7 +142,6 @@ func workflowCertifyStep(t *testing.T) string {
 // be there and parse, the step summary included. It is skipped where no
 // PostgreSQL server binaries are found.
 func TestWorkflowCertifiesThePythonExample(t *testing.T) {
-	t.Parallel() // a certification, mostly waiting for its server
 	needPsycopg(t)
 	line := workflowCertifyStep(t)
 	for _, flag := range []string{"--exec", "--junit", "--json", "--markdown"} {
@@ -222,7 +199,6 @@ func TestWorkflowCertifiesThePythonExample(t *testing.T) {
 // broken Python implementation: the race between two processes (and
 // threads) must be caught across the process boundary.
 func TestBrokenPythonExampleFailsConcurrentDelivery(t *testing.T) {
-	t.Parallel() // a certification, mostly waiting for its server
 	needPsycopg(t)
 	bin := binary(t)
 	path := filepath.Join(t.TempDir(), "c.json")
@@ -274,7 +250,6 @@ func TestExecVerdictNamesTheImplementation(t *testing.T) {
 // rules with the child's last words in the message and the run finishes; a
 // child that cannot complete the handshake is an environment error.
 func TestExecFailuresAreReported(t *testing.T) {
-	t.Parallel() // a certification, mostly waiting for its server
 	bin := binary(t)
 	dsn := pgtest.DSN(t)
 
@@ -618,7 +593,6 @@ func TestNodeExampleIsCertified(t *testing.T) {
 // and the run is certified; the SHOULD rule that reports the crash fails,
 // quoting the crash report, and the summary counts the crashes.
 func TestAChildThatDiesOnAKilledConnectionIsCertified(t *testing.T) {
-	t.Parallel() // a certification, mostly waiting for its server
 	bin := binary(t)
 	path := filepath.Join(t.TempDir(), "c.json")
 	code, stdout, stderr := runCertify(t, bin, unset("HARMLESS_DSN", "DATABASE_URL"),
@@ -660,7 +634,6 @@ func TestAChildThatDiesOnAKilledConnectionIsCertified(t *testing.T) {
 // transaction's first statement has no transaction to cut, and that
 // variant alone is inconclusive, saying so: every rule passes.
 func TestAChildInAutocommitIsCertified(t *testing.T) {
-	t.Parallel() // a certification, mostly waiting for its server
 	bin := binary(t)
 	path := filepath.Join(t.TempDir(), "c.json")
 	code, stdout, stderr := runCertify(t, bin, unset("HARMLESS_DSN", "DATABASE_URL"),

@@ -154,7 +154,6 @@ func checkNoSecret(t *testing.T, core, stdout, stderr string, p reportPaths) int
 // holds the password of its role, so that the test works on a server that
 // asks for it (one harmless starts) as on one that trusts every login.
 func TestSecretsStayOutOfReports(t *testing.T) {
-	t.Parallel() // a certification, mostly waiting for its server
 	bin := binary(t)
 	role, nologin, short := newSecretRole(t)
 

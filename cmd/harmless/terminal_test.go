@@ -100,7 +100,6 @@ func TestTerminalReportIsShort(t *testing.T) {
 // problems: each failed rule's report on stdout stays short (a run printed
 // 345 KB before), while the JSON certificate keeps every problem.
 func TestCrashingChildReportIsShort(t *testing.T) {
-	t.Parallel() // a certification, mostly waiting for its server
 	bin := binary(t)
 	dsn := pgtest.DSN(t)
 	path := filepath.Join(t.TempDir(), "c.json")
