@@ -197,7 +197,7 @@ func openCluster(ctx context.Context, st settings) (srv *Server, err error) {
 	}
 	began := time.Now()
 	// MkdirTemp makes it 0700.
-	dir, err := os.MkdirTemp("", fmt.Sprintf("%s%d-", clusterDirPrefix, os.Getpid()))
+	dir, err := os.MkdirTemp(st.serverDir, fmt.Sprintf("%s%d-", clusterDirPrefix, os.Getpid()))
 	if err != nil {
 		return nil, fmt.Errorf("create cluster directory: %w", err)
 	}
@@ -413,11 +413,12 @@ func stopAndRemoveCluster(ctx context.Context, dir, bin string, as runner) error
 	return nil
 }
 
-// cleanLeftoverClusters removes the cluster directories in os.TempDir whose
-// owner is dead, stopping their servers first. Failures are logged, not
-// returned: they must not keep this run from starting.
+// cleanLeftoverClusters removes the cluster directories, in any of
+// leftoverParents, whose owner is dead, stopping their servers first.
+// Failures are logged, not returned: they must not keep this run from
+// starting.
 func cleanLeftoverClusters(ctx context.Context, st settings) {
-	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), clusterDirPrefix+"*"))
+	dirs := globLeftovers(clusterDirPrefix)
 	for _, dir := range dirs {
 		if fi, err := os.Lstat(dir); err != nil || !fi.IsDir() {
 			continue

@@ -176,7 +176,7 @@ func openHA(ctx context.Context, st settings) (srv *Server, err error) {
 	}
 	began := time.Now()
 	// MkdirTemp makes it 0700.
-	dir, err := os.MkdirTemp("", fmt.Sprintf("%s%d-", haDirPrefix, os.Getpid()))
+	dir, err := os.MkdirTemp(st.serverDir, fmt.Sprintf("%s%d-", haDirPrefix, os.Getpid()))
 	if err != nil {
 		return nil, fmt.Errorf("create the formation directory: %w", err)
 	}

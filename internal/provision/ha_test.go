@@ -67,8 +67,8 @@ func TestFormation(t *testing.T) {
 		if srv.Kind != KindHA || !srv.Owned() || srv.Version == "" {
 			t.Errorf("kind %s, owned %v, version %q; want ha, owned, a version", srv.Kind, srv.Owned(), srv.Version)
 		}
-		if filepath.Dir(f.dir) != filepath.Clean(os.TempDir()) || !strings.HasPrefix(filepath.Base(f.dir), fmt.Sprintf("%s%d-", haDirPrefix, os.Getpid())) {
-			t.Errorf("formation directory %s, want %s/%s%d-*", f.dir, os.TempDir(), haDirPrefix, os.Getpid())
+		if parent := filepath.Clean(serverParent(os.Getenv)); filepath.Dir(f.dir) != parent || !strings.HasPrefix(filepath.Base(f.dir), fmt.Sprintf("%s%d-", haDirPrefix, os.Getpid())) {
+			t.Errorf("formation directory %s, want %s/%s%d-*", f.dir, parent, haDirPrefix, os.Getpid())
 		}
 		if o, _, marked := dirOwner(f.dir, haDirPrefix); !marked || o != self() {
 			t.Errorf("owner file says %+v (marked %v), want %+v", o, marked, self())

@@ -10,14 +10,14 @@ import (
 	"syscall"
 )
 
-// cleanLeftoverFormations removes the formation directories in os.TempDir
-// whose owner is dead, killing their processes first: the pg_autoctl run
-// processes recorded in the directory (if they are still the processes
-// that started then), every process working in the directory or naming it,
-// and the postmasters of its PGDATAs. Failures are logged, not returned:
+// cleanLeftoverFormations removes the formation directories, in any of
+// leftoverParents, whose owner is dead, killing their processes first:
+// the pg_autoctl run processes recorded in the directory (if they are
+// still the processes that started then), every process working in the
+// directory or naming it, and the postmasters of its PGDATAs. Failures are logged, not returned:
 // they must not keep this run from starting.
 func cleanLeftoverFormations(ctx context.Context, st settings) {
-	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), haDirPrefix+"*"))
+	dirs := globLeftovers(haDirPrefix)
 	for _, dir := range dirs {
 		if fi, err := os.Lstat(dir); err != nil || !fi.IsDir() {
 			continue

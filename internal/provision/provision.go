@@ -20,7 +20,8 @@
 //  3. A throwaway cluster from local server binaries (initdb and pg_ctl in
 //     Options.BinDir, else $HARMLESS_PG_BINDIR, else on $PATH, else in the
 //     newest /usr/lib/postgresql/*/bin), in a fresh directory harmless-pg-*
-//     under os.TempDir, listening on 127.0.0.1 on a free port and on a unix
+//     under /dev/shm when it is a tmpfs with room and TMPDIR is unset, else
+//     under os.TempDir (see serverdir.go for why), listening on 127.0.0.1 on a free port and on a unix
 //     socket in that directory, fsync off. When running as root, the
 //     cluster runs as the postgres user, since initdb and pg_ctl refuse to
 //     run as root.
@@ -38,7 +39,7 @@
 // (Debian's pg-auto-failover-cli) and the server binaries of a major
 // version for which the pgautofailover extension is installed
 // (postgresql-<major>-auto-failover), in a fresh directory harmless-ha-*
-// under os.TempDir. It is private as a cluster is (its unix sockets, in
+// where a cluster's would be. It is private as a cluster is (its unix sockets, in
 // that directory, take only the server's user, by peer authentication).
 // Server.DSN names both nodes, the current primary first, with
 // target_session_attrs=read-write; Server.Formation makes the faults
@@ -201,13 +202,16 @@ type settings struct {
 	binDir         string
 	binDirSource   string
 	path           string
-	logf           func(format string, args ...any)
-	container      StartContainer
+	// serverDir is the directory in which a throwaway server's directory
+	// is made (see serverParent).
+	serverDir string
+	logf      func(format string, args ...any)
+	container StartContainer
 }
 
 func (o Options) resolve() (settings, error) {
 	getenv := o.getenv()
-	s := settings{logf: o.Logf, path: getenv("PATH"), container: o.Container}
+	s := settings{logf: o.Logf, path: getenv("PATH"), container: o.Container, serverDir: serverParent(getenv)}
 	if s.logf == nil {
 		s.logf = func(string, ...any) {}
 	}

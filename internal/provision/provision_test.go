@@ -333,8 +333,8 @@ func TestClusterCrashRestart(t *testing.T) {
 	if srv.Kind != KindCluster || !srv.Owned() || srv.Version == "" {
 		t.Fatalf("got %s, owned %v", srv, srv.Owned())
 	}
-	if filepath.Dir(c.dir) != filepath.Clean(os.TempDir()) || !strings.HasPrefix(filepath.Base(c.dir), fmt.Sprintf("harmless-pg-%d-", os.Getpid())) {
-		t.Errorf("cluster directory %s, want %s/harmless-pg-%d-*", c.dir, os.TempDir(), os.Getpid())
+	if parent := filepath.Clean(serverParent(os.Getenv)); filepath.Dir(c.dir) != parent || !strings.HasPrefix(filepath.Base(c.dir), fmt.Sprintf("harmless-pg-%d-", os.Getpid())) {
+		t.Errorf("cluster directory %s, want %s/harmless-pg-%d-*", c.dir, parent, os.Getpid())
 	}
 	if o, _, _ := clusterOwner(c.dir); o != self() {
 		t.Errorf("owner file says %+v, want %+v", o, self())
@@ -378,6 +378,10 @@ func TestLeftoverClustersOfDeadRunsAreRemoved(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(lc.dir, ownerFile), info, 0o644); err != nil {
 		t.Fatal(err)
 	}
+	// The leftover is where clusters are made, in memory on a machine
+	// with room there (serverParent); the next ones are in os.TempDir,
+	// where TMPDIR puts them: both are looked in.
+	t.Logf("leftover cluster in %s", lc.dir)
 	// An empty directory of a dead process, killed before its owner file
 	// was written.
 	early := filepath.Join(os.TempDir(), fmt.Sprintf("%s%d-early", clusterDirPrefix, deadPID(t)))
