@@ -138,7 +138,7 @@ func (s *state) concurrentDelivery() {
 				// Two instances to build; in each play of a round the
 				// contenders race in parallel, each delivered until
 				// terminal.
-				pn := s.play(concurrentDeliveryID+" / "+v.name, work{calls: 2}.plus(untilTerminal(n*plays)))
+				pn := s.play(concurrentDeliveryID+" / "+v.name, work{calls: 2}.plus(untilTerminal(n*plays))).takesLong()
 				pn.gather(func(ctx context.Context) {
 					play := pn.begin(ctx)
 					rounds = make([]roundResult, 0, n)

@@ -60,11 +60,15 @@ func (s *state) certify() error {
 		}
 	}
 	// The plays that run alone go last, so that the others fill the time
-	// before them side by side: the order in which plays run changes no
-	// play, each having its own schema, instances and random choices.
+	// before them side by side, and of those the long ones first, so that
+	// the short ones fill the time beside them (the reference's certify
+	// took 4.2 s instead of 4.65 s so, medians of 4 on 2 cores): the
+	// order in which plays run changes no play, each having its own
+	// schema, instances and random choices.
 	byTurn := slices.Clone(plays)
 	slices.SortStableFunc(byTurn, func(a, b *enginePlay) int {
-		return cmp.Compare(boolRank(a.pn.disrupts), boolRank(b.pn.disrupts))
+		return cmp.Or(cmp.Compare(boolRank(a.pn.disrupts), boolRank(b.pn.disrupts)),
+			cmp.Compare(boolRank(!a.pn.long), boolRank(!b.pn.long)))
 	})
 	dispatched := make(chan struct{})
 	go func() {

@@ -66,6 +66,15 @@ func TestPlaysRunSideBySideAndCrashesAlone(t *testing.T) {
 	if !sideBySide {
 		t.Errorf("no two fixtures played at the same time: %v", spans)
 	}
+	// The fixtures whose plays take long (takesLong) start before those
+	// whose plays do not, which fill the time beside them.
+	for _, long := range []string{concurrentDeliveryID, externalEffectID} {
+		for _, short := range []string{doubleDeliveryID, failureAfterMarkerID, identityFidelityID, ambiguousCommitID} {
+			if l, s := spans[long], spans[short]; s[0].Before(l[0]) {
+				t.Errorf("%s started at %s, before %s, whose plays take long, at %s", short, s[0].Format(time.StampMilli), long, l[0].Format(time.StampMilli))
+			}
+		}
+	}
 	if n := cert.Faults["server:crash"]; n != 1 {
 		t.Errorf("the server crashed %d times; want once, for crash-recovery's three plays together", n)
 	}

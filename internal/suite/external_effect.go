@@ -300,7 +300,9 @@ func (s *state) externalEffect() {
 				// for a first send, and the drain of two instances at
 				// the implementation's pace.
 				waits := x.sendWait() + harness.DrainLimit(s.adapter.Declares, s.cfg.deliveryTimeout, 2) + slowAnswer + stopGrace
-				x.pn = s.play(externalEffectID+" / "+v.name, work{calls: 2 + 4*2, waits: waits}.plus(untilTerminal(4)))
+				// Long: each waits for the destination, a slow answer or,
+				// without a drain, the relay's quiet.
+				x.pn = s.play(externalEffectID+" / "+v.name, work{calls: 2 + 4*2, waits: waits}.plus(untilTerminal(4))).takesLong()
 				x.pn.gather(func(ctx context.Context) {
 					if app = s.applies(externalEffectID, nil); !app.Runs {
 						return

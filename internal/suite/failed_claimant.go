@@ -61,7 +61,7 @@ func (s *state) failedClaimant(v claimantVariant) {
 		// Two instances to build; every play of every round delivers the
 		// claimant and, at once, the contenders, then redelivers until a
 		// copy is acknowledged; a round is played up to overlapTries times.
-		pn := s.play(concurrentDeliveryID+" / "+v.name, work{calls: 2 + n*overlapTries*3}.plus(untilTerminal(n*overlapTries)))
+		pn := s.play(concurrentDeliveryID+" / "+v.name, work{calls: 2 + n*overlapTries*3}.plus(untilTerminal(n*overlapTries))).takesLong()
 		pn.gather(func(ctx context.Context) {
 			play := pn.begin(ctx)
 			for round := 1; round <= n && ctx.Err() == nil && !pn.expired(); round++ {

@@ -68,6 +68,9 @@ type playNode struct {
 	// disrupts marks a play that crashes, restarts or fails over the
 	// server (see disruptsServer).
 	disrupts bool
+	// long marks a play that takes longer than most on any
+	// implementation (see takesLong).
+	long bool
 
 	node    *node                     // where the play is in the tree
 	gatherF func(ctx context.Context) // plays and gathers (see gather)
@@ -122,6 +125,17 @@ func (s *state) play(name string, w work) *playNode {
 // harness.PlayOptions.DisruptsServer).
 func (pn *playNode) disruptsServer() *playNode {
 	pn.disrupts = true
+	return pn
+}
+
+// takesLong marks pn as a play that takes longer than most on any
+// implementation, by what it plays (rounds held until the others are
+// seen, a destination that answers slowly), and returns it: the engine
+// starts it before the plays that do not, so that those fill the time
+// beside it rather than leave it running alone at the end (see
+// [state.certify]).
+func (pn *playNode) takesLong() *playNode {
+	pn.long = true
 	return pn
 }
 
