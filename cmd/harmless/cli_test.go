@@ -209,7 +209,22 @@ func unsetenv(t *testing.T, names ...string) {
 	}
 }
 
+// besideOthers lets t, a test that certifies or soaks on the package's
+// shared server, run beside the package's other such tests when the test
+// binary started that server: most of a run is waiting (on the server, a
+// child, a sleep a fixture plans), and the server's connections are the
+// tests' alone. On a server named by a DSN, which others may be using, the
+// tests run one at a time, so that none is refused for the connections
+// another holds.
+func besideOthers(t *testing.T) {
+	t.Helper()
+	if pgtest.Owned(t) {
+		t.Parallel()
+	}
+}
+
 func TestCertify(t *testing.T) {
+	besideOthers(t)
 	bin := binary(t)
 	dsn := pgtest.DSN(t)
 

@@ -142,6 +142,7 @@ func workflowCertifyStep(t *testing.T) string {
 // be there and parse, the step summary included. It is skipped where no
 // PostgreSQL server binaries are found.
 func TestWorkflowCertifiesThePythonExample(t *testing.T) {
+	t.Parallel() // a certification on a cluster of its own, mostly waiting
 	needPsycopg(t)
 	line := workflowCertifyStep(t)
 	for _, flag := range []string{"--exec", "--junit", "--json", "--markdown"} {
@@ -199,6 +200,7 @@ func TestWorkflowCertifiesThePythonExample(t *testing.T) {
 // broken Python implementation: the race between two processes (and
 // threads) must be caught across the process boundary.
 func TestBrokenPythonExampleFailsConcurrentDelivery(t *testing.T) {
+	besideOthers(t)
 	needPsycopg(t)
 	bin := binary(t)
 	path := filepath.Join(t.TempDir(), "c.json")
@@ -250,6 +252,7 @@ func TestExecVerdictNamesTheImplementation(t *testing.T) {
 // rules with the child's last words in the message and the run finishes; a
 // child that cannot complete the handshake is an environment error.
 func TestExecFailuresAreReported(t *testing.T) {
+	besideOthers(t)
 	bin := binary(t)
 	dsn := pgtest.DSN(t)
 
@@ -549,6 +552,7 @@ func TestNodeExampleTriesTheHostsInOrder(t *testing.T) {
 // is skipped when node, the example's packages or PostgreSQL's server
 // binaries are missing.
 func TestNodeExampleIsCertified(t *testing.T) {
+	t.Parallel() // a certification on a cluster of its own, mostly waiting
 	command := needNodePg(t)
 	bin := binary(t)
 	path := filepath.Join(t.TempDir(), "c.json")
@@ -593,6 +597,7 @@ func TestNodeExampleIsCertified(t *testing.T) {
 // and the run is certified; the SHOULD rule that reports the crash fails,
 // quoting the crash report, and the summary counts the crashes.
 func TestAChildThatDiesOnAKilledConnectionIsCertified(t *testing.T) {
+	t.Parallel() // a certification on a cluster of its own, mostly waiting
 	bin := binary(t)
 	path := filepath.Join(t.TempDir(), "c.json")
 	code, stdout, stderr := runCertify(t, bin, unset("HARMLESS_DSN", "DATABASE_URL"),
@@ -634,6 +639,7 @@ func TestAChildThatDiesOnAKilledConnectionIsCertified(t *testing.T) {
 // transaction's first statement has no transaction to cut, and that
 // variant alone is inconclusive, saying so: every rule passes.
 func TestAChildInAutocommitIsCertified(t *testing.T) {
+	t.Parallel() // a certification on a cluster of its own, mostly waiting
 	bin := binary(t)
 	path := filepath.Join(t.TempDir(), "c.json")
 	code, stdout, stderr := runCertify(t, bin, unset("HARMLESS_DSN", "DATABASE_URL"),

@@ -415,6 +415,7 @@ func TestReportsAreDocumented(t *testing.T) {
 // certificate's commit must still be the checkout's, `git rev-parse
 // HEAD` (with -dirty when the tree has changes), asked of git, and say so.
 func TestCertificateRecordsTheCommitWithoutAStamp(t *testing.T) {
+	besideOthers(t)
 	root := repoRoot(t)
 	head, err := exec.Command("git", "-C", root, "rev-parse", "HEAD").Output()
 	if err != nil {

@@ -154,6 +154,7 @@ func checkNoSecret(t *testing.T, core, stdout, stderr string, p reportPaths) int
 // holds the password of its role, so that the test works on a server that
 // asks for it (one harmless starts) as on one that trusts every login.
 func TestSecretsStayOutOfReports(t *testing.T) {
+	besideOthers(t)
 	bin := binary(t)
 	role, nologin, short := newSecretRole(t)
 

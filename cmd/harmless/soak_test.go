@@ -41,6 +41,7 @@ func runSoak(t *testing.T, bin string, args ...string) (int, soak.Report, string
 // an in-memory claim duplicates across instances (exit 1), and both reports
 // are written.
 func TestSoakCommand(t *testing.T) {
+	besideOthers(t)
 	bin := binary(t)
 
 	t.Run("reference is clean", func(t *testing.T) {
@@ -84,6 +85,7 @@ func TestSoakExecPython(t *testing.T) {
 // SIGINT ends the load: the soak heals, settles, checks what ran, writes its
 // report marked interrupted and exits 130.
 func TestSoakInterrupt(t *testing.T) {
+	besideOthers(t)
 	bin := binary(t)
 	path := filepath.Join(t.TempDir(), "soak.json")
 	ctx, cancel := context.WithTimeout(t.Context(), interruptLimit)
@@ -142,6 +144,7 @@ func TestSoakInterrupt(t *testing.T) {
 // --no-ack-timeout, long before its duration, with exit 4 and the crash
 // named, not with every event lost.
 func TestSoakOfACrashingChild(t *testing.T) {
+	besideOthers(t)
 	bin := binary(t)
 
 	t.Run("crashes now and then", func(t *testing.T) {

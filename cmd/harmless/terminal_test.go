@@ -100,6 +100,7 @@ func TestTerminalReportIsShort(t *testing.T) {
 // problems: each failed rule's report on stdout stays short (a run printed
 // 345 KB before), while the JSON certificate keeps every problem.
 func TestCrashingChildReportIsShort(t *testing.T) {
+	besideOthers(t)
 	bin := binary(t)
 	dsn := pgtest.DSN(t)
 	path := filepath.Join(t.TempDir(), "c.json")

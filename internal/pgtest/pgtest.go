@@ -105,3 +105,16 @@ func PoolOn(t testing.TB, dsn string) *pgxpool.Pool {
 	t.Cleanup(pool.Close)
 	return pool
 }
+
+// Owned reports whether the shared server is one the test binary started
+// (a container or a throwaway cluster), whose connections are the tests'
+// alone, rather than one named by a DSN, which others may be using. It
+// fails the test, saying why, when no server can be had.
+func Owned(t testing.TB) bool {
+	t.Helper()
+	srv, err := server()
+	if err != nil {
+		t.Fatalf("pgtest: %v", err)
+	}
+	return srv.Owned()
+}

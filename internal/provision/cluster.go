@@ -154,6 +154,12 @@ type cluster struct {
 	logf     func(format string, args ...any)
 }
 
+// clusterMaxConnections is a throwaway cluster's max_connections: room
+// for four runs' plays side by side, at 16 contenders each (a run asks
+// for 24 connections per play), beside the connections of their
+// instances' pools.
+const clusterMaxConnections = 400
+
 // Parts of a cluster directory.
 const (
 	clusterDataDir   = "data"
@@ -233,8 +239,12 @@ func openCluster(ctx context.Context, st settings) (srv *Server, err error) {
 	// password_encryption is scram-sha-256 by default from PostgreSQL 14
 	// on; older servers need it said, so that a password set later (ALTER
 	// ROLE ... PASSWORD) is not stored as md5.
+	//
+	// max_connections is raised from 100 to clusterMaxConnections: the
+	// server is the run's alone, and several runs may share one (a test
+	// binary's, see internal/pgtest).
 	conf := fmt.Sprintf("\n# harmless throwaway cluster\nlisten_addresses = '127.0.0.1'\n"+
-		"unix_socket_directories = '%s'\npassword_encryption = 'scram-sha-256'\nfsync = off\n", c.socketDir())
+		"unix_socket_directories = '%s'\npassword_encryption = 'scram-sha-256'\nfsync = off\nmax_connections = %d\n", c.socketDir(), clusterMaxConnections)
 	if err := appendFile(filepath.Join(c.data(), "postgresql.conf"), conf); err != nil {
 		return nil, fmt.Errorf("configure cluster: %w", err)
 	}

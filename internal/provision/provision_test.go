@@ -340,6 +340,14 @@ func TestClusterCrashRestart(t *testing.T) {
 		t.Errorf("owner file says %+v, want %+v", o, self())
 	}
 
+	var maxConns int
+	if err := connect(t, ctx, srv.DSN()).QueryRow(ctx, "SELECT current_setting('max_connections')::int").Scan(&maxConns); err != nil {
+		t.Fatal(err)
+	}
+	if maxConns != clusterMaxConnections {
+		t.Errorf("max_connections %d, want %d", maxConns, clusterMaxConnections)
+	}
+
 	crashAndRecover(t, ctx, srv, func() string { return c.logSince(0) }, nil)
 
 	if err := srv.Close(ctx); err != nil {
