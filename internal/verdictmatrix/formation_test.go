@@ -37,6 +37,10 @@ func TestVerdictMatrixOnAFormation(t *testing.T) {
 	if testing.Short() {
 		t.Skip("certifies on replicated formations, which takes minutes")
 	}
+	// Beside TestVerdictMatrix: a formation's run is mostly waiting for
+	// its monitor and its failovers, while the matrix's keep the cores
+	// busy.
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	choice, err := provision.Options{Only: provision.KindHA}.Choose(ctx)

@@ -80,6 +80,7 @@ func TestVerdictMatrix(t *testing.T) {
 	if testing.Short() {
 		t.Skip("certifies every built-in adapter, which takes minutes")
 	}
+	t.Parallel() // beside TestVerdictMatrixOnAFormation
 	rows := selected(t)
 	bin := build(t)
 	// One certification per adapter, and one per fixture for the slow
