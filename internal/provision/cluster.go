@@ -233,8 +233,16 @@ func openCluster(ctx context.Context, st settings) (srv *Server, err error) {
 	}
 	st.logf("starting throwaway cluster in %s (binaries: %s)", dir, bin)
 
-	if err := c.initdb(ctx); err != nil {
-		return nil, err
+	fromTemplate := true
+	if err := c.initFromTemplate(ctx); err != nil {
+		st.logf("no template for the cluster (%v): running initdb", err)
+		if err := os.RemoveAll(c.data()); err != nil {
+			return nil, fmt.Errorf("remove what the template left: %w", err)
+		}
+		if err := c.initdb(ctx); err != nil {
+			return nil, err
+		}
+		fromTemplate = false
 	}
 	// password_encryption is scram-sha-256 by default from PostgreSQL 14
 	// on; older servers need it said, so that a password set later (ALTER
@@ -252,7 +260,11 @@ func openCluster(ctx context.Context, st settings) (srv *Server, err error) {
 	if err != nil {
 		return nil, err
 	}
-	st.logf("cluster ready in %.1fs on 127.0.0.1:%d (PostgreSQL %s)", time.Since(began).Seconds(), c.port, version)
+	how := "initdb"
+	if fromTemplate {
+		how = "a template"
+	}
+	st.logf("cluster ready in %.1fs on 127.0.0.1:%d (PostgreSQL %s), made from %s", time.Since(began).Seconds(), c.port, version, how)
 	return &Server{Kind: KindCluster, Version: version, dsn: c.dsn(), b: c, logf: st.logf, secrets: []string{password}}, nil
 }
 

@@ -479,6 +479,8 @@ func Open(ctx context.Context, opts Options) (*Server, error) {
 	}
 	cleanLeftoverClusters(ctx, st)
 	cleanLeftoverFormations(ctx, st)
+	bin, _ := findBinaries(st)
+	cleanLeftoverTemplates(bin)
 
 	why := [3]string{"not tried", "not tried", "not tried"}
 	if st.only != "" {
