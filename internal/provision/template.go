@@ -136,7 +136,8 @@ func (c *cluster) setPassword(ctx context.Context) error {
 // the half-made templates of dead runs and the templates of other
 // binaries than bin's (none when bin is ""), which this machine's runs
 // no longer use. A run that still copies one of those falls back to
-// initdb.
+// initdb. Only what is named exactly as a template is, and holds a data
+// directory, is touched: a directory of someone else's named alike stays.
 func cleanLeftoverTemplates(bin string) {
 	key := ""
 	if bin != "" {
@@ -144,15 +145,32 @@ func cleanLeftoverTemplates(bin string) {
 	}
 	for _, dir := range globLeftovers(templatePrefix) {
 		name := strings.TrimPrefix(filepath.Base(dir), templatePrefix)
-		if _, rest, half := strings.Cut(name, ".tmp-"); half {
+		k, rest, half := strings.Cut(name, ".tmp-")
+		if !isKey(k) {
+			continue
+		}
+		if fi, err := os.Lstat(filepath.Join(dir, clusterDataDir)); err != nil || !fi.IsDir() {
+			continue
+		}
+		if half {
 			pid, _, _ := strings.Cut(rest, "-")
 			if n, err := strconv.Atoi(pid); err == nil && (owner{pid: n}).dead() {
 				_ = os.RemoveAll(dir)
 			}
 			continue
 		}
-		if key != "" && name != key {
+		if key != "" && k != key {
 			_ = os.RemoveAll(dir)
 		}
 	}
+}
+
+// isKey reports whether k is a key templateKey could return: 16 hex
+// digits.
+func isKey(k string) bool {
+	if len(k) != 16 {
+		return false
+	}
+	_, err := hex.DecodeString(k)
+	return err == nil && strings.ToLower(k) == k
 }

@@ -14,7 +14,7 @@ import (
 // test's clusters and templates are made there, away from other tests'.
 func privateTmpdir(t *testing.T) (string, func(string) (string, bool)) {
 	t.Helper()
-	dir, err := os.MkdirTemp("", "harmless-template-test-")
+	dir, err := os.MkdirTemp("", "harmless-provision-test-")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -125,13 +125,19 @@ func TestLeftoverTemplatesAreRemoved(t *testing.T) {
 	stale := filepath.Join(dir, templatePrefix+"0123456789abcdef")
 	dead := filepath.Join(dir, fmt.Sprintf("%s%s.tmp-%d-1", templatePrefix, key, deadPID(t)))
 	live := filepath.Join(dir, fmt.Sprintf("%s%s.tmp-%d-1", templatePrefix, key, os.Getpid()))
-	for _, d := range []string{mine, stale, dead, live} {
+	// Named like templates, but not ones: not a key, or no data directory.
+	notes := filepath.Join(dir, templatePrefix+"notes")
+	empty := filepath.Join(dir, templatePrefix+"fedcba9876543210")
+	for _, d := range []string{mine, stale, dead, live, notes} {
 		if err := os.MkdirAll(filepath.Join(d, clusterDataDir), 0o700); err != nil {
 			t.Fatal(err)
 		}
 	}
+	if err := os.Mkdir(empty, 0o700); err != nil {
+		t.Fatal(err)
+	}
 	cleanLeftoverTemplates(bin)
-	for d, kept := range map[string]bool{mine: true, stale: false, dead: false, live: true} {
+	for d, kept := range map[string]bool{mine: true, stale: false, dead: false, live: true, notes: true, empty: true} {
 		if _, err := os.Stat(d); (err == nil) != kept {
 			t.Errorf("%s: kept %t, want %t", filepath.Base(d), err == nil, kept)
 		}
