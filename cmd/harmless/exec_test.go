@@ -2,11 +2,13 @@ package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -34,7 +36,30 @@ import (
 
 func TestMain(m *testing.M) {
 	execchild.MaybeServe() // the exec tests run this binary as a child
+	runWaitingTestsTogether()
 	pgtest.Main(m, removeBinary)
+}
+
+// parallelTests is how many of the package's parallel tests run at once
+// unless -test.parallel says otherwise: they certify, soak or interrupt
+// runs, which is mostly waiting for a server, a child process or a sleep
+// a fixture plans, so Go's default (GOMAXPROCS, 2 on CI's machine) left
+// the package's last minute to one test's subtests. Those that certify on
+// the package's shared server run in parallel only where the test binary
+// owns it (see besideOthers), whose connections are theirs.
+const parallelTests = 4
+
+// runWaitingTestsTogether raises -test.parallel to parallelTests, unless
+// it was given.
+func runWaitingTestsTogether() {
+	flag.Parse()
+	given := false
+	flag.Visit(func(f *flag.Flag) { given = given || f.Name == "test.parallel" })
+	if !given {
+		if err := flag.Set("test.parallel", strconv.Itoa(max(parallelTests, runtime.GOMAXPROCS(0)))); err != nil {
+			panic(err)
+		}
+	}
 }
 
 // repoRoot is the repository's root, two levels above this package.
