@@ -2,13 +2,11 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -36,31 +34,17 @@ import (
 
 func TestMain(m *testing.M) {
 	execchild.MaybeServe() // the exec tests run this binary as a child
-	runWaitingTestsTogether()
+	pgtest.RaiseParallel(parallelTests)
 	pgtest.Main(m, removeBinary)
 }
 
-// parallelTests is how many of the package's parallel tests run at once
-// unless -test.parallel says otherwise: they certify, soak or interrupt
-// runs, which is mostly waiting for a server, a child process or a sleep
-// a fixture plans, so Go's default (GOMAXPROCS, 2 on CI's machine) left
-// the package's last minute to one test's subtests. Those that certify on
-// the package's shared server run in parallel only where the test binary
-// owns it (see besideOthers), whose connections are theirs.
+// parallelTests is how many of the package's parallel tests run at once,
+// where the test binary owns its server (see pgtest.RaiseParallel): they
+// certify, soak or interrupt runs, mostly waiting, and Go's default (2 on
+// CI's machine) left the package's last minute to one test's subtests.
+// Those that certify on the package's shared server run in parallel only
+// there too (see besideOthers).
 const parallelTests = 4
-
-// runWaitingTestsTogether raises -test.parallel to parallelTests, unless
-// it was given.
-func runWaitingTestsTogether() {
-	flag.Parse()
-	given := false
-	flag.Visit(func(f *flag.Flag) { given = given || f.Name == "test.parallel" })
-	if !given {
-		if err := flag.Set("test.parallel", strconv.Itoa(max(parallelTests, runtime.GOMAXPROCS(0)))); err != nil {
-			panic(err)
-		}
-	}
-}
 
 // repoRoot is the repository's root, two levels above this package.
 func repoRoot(t *testing.T) string {

@@ -22,8 +22,11 @@ package pgtest
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"os"
+	"runtime"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -117,4 +120,28 @@ func Owned(t testing.TB) bool {
 		t.Fatalf("pgtest: %v", err)
 	}
 	return srv.Owned()
+}
+
+// RaiseParallel raises -test.parallel to n, unless the command line gave
+// it or the shared server will be one named by a DSN (which
+// provision.Options.Planned tells without starting anything). Call it
+// from TestMain, before Main. Tests that certify are mostly waiting for
+// the server, a child process or a sleep a fixture plans, so Go's default
+// (GOMAXPROCS) leaves a small machine idle; on a server the test binary
+// starts, their connections are theirs alone, while on one named by a
+// DSN, which others may be using, more runs at once could take the
+// connections each run counts on.
+func RaiseParallel(n int) {
+	flag.Parse()
+	given := false
+	flag.Visit(func(f *flag.Flag) { given = given || f.Name == "test.parallel" })
+	if given || n <= runtime.GOMAXPROCS(0) {
+		return
+	}
+	if kind, err := (provision.Options{Container: provision.Engine(docker.Start)}).Planned(); err != nil || kind == provision.KindDSN {
+		return
+	}
+	if err := flag.Set("test.parallel", strconv.Itoa(n)); err != nil {
+		panic(err)
+	}
 }

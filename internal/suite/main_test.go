@@ -22,5 +22,6 @@ func TestMain(m *testing.M) {
 			panic(err)
 		}
 	}
+	pgtest.RaiseParallel(4) // its subtests certify, mostly waiting
 	pgtest.Main(m)
 }
