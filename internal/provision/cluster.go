@@ -251,8 +251,14 @@ func openCluster(ctx context.Context, st settings) (srv *Server, err error) {
 	// max_connections is raised from 100 to clusterMaxConnections: the
 	// server is the run's alone, and several runs may share one (a test
 	// binary's, see internal/pgtest).
+	//
+	// dynamic_shared_memory_type is mmap, whose segments are files in the
+	// data directory, rather than posix, whose segments are files in
+	// /dev/shm that a crashed server never removes: each crash harmless
+	// made left up to 1 MB there until the machine restarted.
 	conf := fmt.Sprintf("\n# harmless throwaway cluster\nlisten_addresses = '127.0.0.1'\n"+
-		"unix_socket_directories = '%s'\npassword_encryption = 'scram-sha-256'\nfsync = off\nmax_connections = %d\n", c.socketDir(), clusterMaxConnections)
+		"unix_socket_directories = '%s'\npassword_encryption = 'scram-sha-256'\nfsync = off\nmax_connections = %d\n"+
+		"dynamic_shared_memory_type = mmap\n", c.socketDir(), clusterMaxConnections)
 	if err := appendFile(filepath.Join(c.data(), "postgresql.conf"), conf); err != nil {
 		return nil, fmt.Errorf("configure cluster: %w", err)
 	}

@@ -347,6 +347,15 @@ func TestClusterCrashRestart(t *testing.T) {
 	if maxConns != clusterMaxConnections {
 		t.Errorf("max_connections %d, want %d", maxConns, clusterMaxConnections)
 	}
+	// Its shared memory segments are files in its directory, which a crash
+	// leaves there, to go with it, and not in /dev/shm.
+	var dsm string
+	if err := connect(t, ctx, srv.DSN()).QueryRow(ctx, "SHOW dynamic_shared_memory_type").Scan(&dsm); err != nil {
+		t.Fatal(err)
+	}
+	if dsm != "mmap" {
+		t.Errorf("dynamic_shared_memory_type %s, want mmap", dsm)
+	}
 
 	crashAndRecover(t, ctx, srv, func() string { return c.logSince(0) }, nil)
 
