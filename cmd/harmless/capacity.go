@@ -7,15 +7,16 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/harmless-dev/harmless/internal/harness"
 	"github.com/harmless-dev/harmless/internal/provision"
 )
 
-// harnessConns is the least number of connections harmless itself holds
-// on the server during a run: its keeper, and one of its admin pool (the
-// ledger's counts, the holds, the schemas). It may hold more; the check
-// below counts only what it surely needs, so that it refuses only a run
-// that surely cannot fit.
-const harnessConns = 2
+// harnessConns is the number of connections harmless itself holds on the
+// server from a run's start to its end: its keeper and its admin pool (the
+// ledger's counts, the holds, the schemas), all opened at the start. A
+// play may open more; the check below counts only what surely is needed,
+// so that it refuses only a run that surely cannot fit.
+const harnessConns = harness.OwnConnections
 
 // capacityTimeout bounds the check of a server's free connections, as
 // provision bounds its own check of a DSN.

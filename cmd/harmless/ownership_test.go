@@ -62,7 +62,7 @@ func wantPartialOnADSN(t *testing.T, cert certificate.Certificate) {
 // -v. The leftover of a dead harmless run is dropped, and the run leaves
 // none of its own schemas behind.
 func TestCertifyOnADSNDropsOnlyWhatHarmlessCreated(t *testing.T) {
-	t.Parallel()
+	besideOthers(t)
 	bin := binary(t)
 	other := pgtest.NewRole(t)
 	dsn := pgtest.NewDatabase(t)
@@ -144,7 +144,7 @@ INSERT INTO %[1]s.invoices VALUES (1, 42.50)`, schema, sql))
 // on its schema public. Every rule runs and passes but those that crash the
 // server, which a DSN never allows; and the role owns nothing afterwards.
 func TestCertifyAsALeastPrivilegedRole(t *testing.T) {
-	t.Parallel()
+	besideOthers(t)
 	bin := binary(t)
 	role := pgtest.NewRole(t)
 	dsn := pgtest.NewDatabase(t)

@@ -127,9 +127,13 @@ func Start(ctx context.Context, opts Options) (_ *Run, err error) {
 	}
 	adminCfg.BeforeConnect = r.toCurrentServer
 	// Plays run side by side, and each reads the ledger at every
-	// acknowledgement and polls the activity of its instances.
-	adminCfg.MaxConns = max(adminCfg.MaxConns, adminConns)
+	// acknowledgement and polls the activity of its instances. The pool
+	// opens all its connections now and keeps them (see openAll).
+	adminCfg.MaxConns, adminCfg.MinConns = adminConns, adminConns
 	if r.admin, err = pgxpool.NewWithConfig(ctx, adminCfg); err != nil {
+		return nil, fmt.Errorf("connect to %s database: %w", r.server.Kind, err)
+	}
+	if err := openAll(ctx, r.admin); err != nil {
 		return nil, fmt.Errorf("connect to %s database: %w", r.server.Kind, err)
 	}
 	if err := r.canCreateSchemas(ctx); err != nil {
@@ -139,6 +143,34 @@ func Start(ctx context.Context, opts Options) (_ *Run, err error) {
 		return nil, err
 	}
 	return r, nil
+}
+
+// openAll opens every connection pool may hold, before any play runs, and
+// returns once they are open. A server named by a DSN is often shared:
+// other runs, other tests, the application itself take its connections
+// too, and one that has none left refuses a login ("sorry, too many
+// clients already"). A pool that connected lazily would meet that refusal
+// in the middle of a play, reading a ledger or counting a fault's
+// firings, where it would end the play for a reason that is none of the
+// implementation's; opened now, the run holds what it needs from its
+// start, and a server that cannot give it says so before anything runs.
+// The pool keeps them: its MinConns is its MaxConns, so none is closed for
+// being idle.
+func openAll(ctx context.Context, pool *pgxpool.Pool) error {
+	conns := make([]*pgxpool.Conn, 0, pool.Config().MaxConns)
+	defer func() {
+		for _, c := range conns {
+			c.Release()
+		}
+	}()
+	for range pool.Config().MaxConns {
+		c, err := pool.Acquire(ctx)
+		if err != nil {
+			return fmt.Errorf("open the harness's %d connections: %w", pool.Config().MaxConns, err)
+		}
+		conns = append(conns, c)
+	}
+	return nil
 }
 
 // canCreateSchemas checks the one privilege the harness needs beyond
@@ -484,10 +516,14 @@ func (r *Run) openPlays() []*Play {
 	return slices.Collect(maps.Keys(r.open))
 }
 
-// adminConns is the least size of the run's admin pool: enough for the
-// plays that run side by side to read the ledger and the server's activity
+// adminConns is the size of the run's admin pool: enough for the plays
+// that run side by side to read the ledger and the server's activity
 // without queueing behind one another.
 const adminConns = 8
+
+// OwnConnections is how many connections a run holds from its start to
+// its end, whatever it plays: its admin pool's and the keeper.
+const OwnConnections = adminConns + 1
 
 // FreeConnections is how many more connections the server accepts from the
 // run's role now: its max_connections, less the slots reserved for

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/harmless-dev/harmless/internal/harness"
@@ -114,22 +115,37 @@ const (
 	connectionsPerPlay = 8
 )
 
-// playsAtOnce is how many plays the run runs side by side: the option's,
-// else maxPlaysAtOnce, fewer when the server has too few free
-// connections for them.
+// playsAtOnce is how many plays the run runs side by side at most: the
+// option's, else maxPlaysAtOnce. Fewer run when the server has too few
+// free connections for another (see roomForAPlay).
 func (s *state) playsAtOnce() int {
-	n := maxPlaysAtOnce
 	if s.cfg.playsAtOnce > 0 {
-		n = s.cfg.playsAtOnce
+		return s.cfg.playsAtOnce
 	}
+	return maxPlaysAtOnce
+}
+
+// connectionsPerPlay is how many connections one play may open: its
+// concurrent-delivery round's contenders and the pools' spares.
+func (s *state) connectionsPerPlay() int {
+	return s.cfg.concurrent.contenders + connectionsPerPlay
+}
+
+// roomForAPlay reports whether the server has the free connections one
+// more play may open, asked before each play that would start beside
+// others: on a server it shares, another run, another test or the
+// application may take connections while the run goes on, and a play
+// that met a full server would see its instances refused for a reason
+// that is none of theirs. A server whose free connections cannot be read
+// has none.
+func (s *state) roomForAPlay() (free int, ok bool) {
 	ctx, cancel := context.WithTimeout(s.ctx, 10*time.Second)
 	defer cancel()
 	free, err := s.run.FreeConnections(ctx)
 	if err != nil {
-		return 1
+		return 0, false
 	}
-	per := s.cfg.concurrent.contenders + connectionsPerPlay
-	return max(1, min(n, free/per))
+	return free, free >= s.connectionsPerPlay()
 }
 
 // boolRank orders false before true.
@@ -158,6 +174,11 @@ func (s *state) dispatch(plays []*enginePlay, atOnce int) {
 	slots := make(chan struct{}, atOnce)
 	var running sync.WaitGroup
 	defer running.Wait()
+	// busy counts the plays running; each that ends says so on ended,
+	// which holds a place for every play, so that none waits to say it.
+	var busy atomic.Int32
+	ended := make(chan struct{}, len(plays))
+	heldBack := false
 	for i := 0; i < len(plays); i++ {
 		ep := plays[i]
 		if ep.pn.disrupts {
@@ -177,15 +198,36 @@ func (s *state) dispatch(plays []*enginePlay, atOnce int) {
 		case slots <- struct{}{}:
 		case <-s.ctx.Done():
 		}
+		// Beside other plays, a play starts only when the server has
+		// room for it; alone, it always does.
+		for s.ctx.Err() == nil && busy.Load() > 0 {
+			free, ok := s.roomForAPlay()
+			if ok {
+				break
+			}
+			if !heldBack {
+				heldBack = true
+				s.cfg.logf("the server has %d free connections, fewer than a play may open (%d): plays wait for one another to end", free, s.connectionsPerPlay())
+			}
+			select {
+			case <-ended:
+			case <-s.ctx.Done():
+			}
+		}
 		if s.ctx.Err() != nil {
 			close(ep.done)
 			continue
 		}
 		ep.started = true
 		running.Add(1)
+		busy.Add(1)
 		go func() {
 			defer running.Done()
 			defer func() { <-slots }()
+			defer func() {
+				busy.Add(-1)
+				ended <- struct{}{}
+			}()
 			defer close(ep.done)
 			ep.closeErr = s.playOne(ep.pn)
 		}()

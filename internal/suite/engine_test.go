@@ -3,6 +3,7 @@ package suite
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -13,7 +14,10 @@ import (
 	"github.com/harmless-dev/harmless/adapters/reference"
 	"github.com/harmless-dev/harmless/fixtures"
 	"github.com/harmless-dev/harmless/internal/harness"
+	"github.com/harmless-dev/harmless/internal/pgtest"
 	"github.com/harmless-dev/harmless/internal/provision"
+	"github.com/harmless-dev/harmless/suite/certificate"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // TestPlaysRunSideBySideAndCrashesAlone certifies the reference on a
@@ -77,6 +81,83 @@ func TestPlaysRunSideBySideAndCrashesAlone(t *testing.T) {
 	}
 	if n := cert.Faults["server:crash"]; n != 1 {
 		t.Errorf("the server crashed %d times; want once, for crash-recovery's three plays together", n)
+	}
+}
+
+// TestPlaysWaitForRoomOnTheServer takes the test server's connections
+// until fewer are left than one play may open, as another run or the
+// application would on a shared server, then certifies three short
+// fixtures on it: they play one after another, none beside another, and
+// the run says why; every rule passes all the same.
+func TestPlaysWaitForRoomOnTheServer(t *testing.T) {
+	if !pgtest.Owned(t) {
+		t.Skip("takes nearly all the test server's connections, which it shares with others here")
+	}
+	dsn := pgtest.NewDatabase(t)
+	db := pgtest.PoolOn(t, dsn)
+	var free int
+	if err := db.QueryRow(t.Context(), `SELECT current_setting('max_connections')::int
+	- (SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend')::int`).Scan(&free); err != nil {
+		t.Fatal(err)
+	}
+	// free counts db's connection as taken. The run opens its own (the
+	// admin pool and the keeper) before it counts; after them a play
+	// would need one more than is left.
+	per := DefaultContenders + connectionsPerPlay
+	taken := free - harness.OwnConnections - (per - 1)
+	if taken < 1 {
+		t.Skipf("the test server has %d free connections, too few to take some and leave room for one play", free)
+	}
+	cfg := db.Config().Copy()
+	cfg.MaxConns, cfg.MinConns = int32(taken), int32(taken)
+	hog, err := pgxpool.NewWithConfig(t.Context(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(hog.Close)
+	conns := make([]*pgxpool.Conn, 0, taken)
+	for range taken {
+		c, err := hog.Acquire(t.Context())
+		if err != nil {
+			t.Fatalf("take connection %d of %d: %v", len(conns)+1, taken, err)
+		}
+		conns = append(conns, c)
+	}
+	t.Cleanup(func() {
+		for _, c := range conns {
+			c.Release()
+		}
+	})
+
+	var progress []FixtureProgress
+	var log strings.Builder
+	var mu sync.Mutex
+	cert, err := Certify(t.Context(), reference.Adapter(), WithDSN(dsn),
+		WithFixtures(doubleDeliveryID, namespaceIsolationID, identityFidelityID),
+		WithFixtureProgress(func(p FixtureProgress) { progress = append(progress, p) }),
+		WithLogf(func(format string, args ...any) {
+			mu.Lock()
+			defer mu.Unlock()
+			fmt.Fprintf(&log, format+"\n", args...)
+		}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range cert.Rules {
+		if r.Verdict != certificate.VerdictPass && r.Verdict != certificate.VerdictSkipped {
+			t.Errorf("%s: %s: %s", r.ID, r.Verdict, r.Message)
+		}
+	}
+	for i, a := range progress {
+		for _, b := range progress[i+1:] {
+			if a.Started.Before(b.Started.Add(b.Duration)) && b.Started.Before(a.Started.Add(a.Duration)) {
+				t.Errorf("%s (%s for %s) and %s (%s for %s) played at the same time, with %d connections free for %d a play may open",
+					a.Fixture, a.Started.Format(time.StampMilli), a.Duration, b.Fixture, b.Started.Format(time.StampMilli), b.Duration, per-1, per)
+			}
+		}
+	}
+	if want := "plays wait for one another to end"; !strings.Contains(log.String(), want) {
+		t.Errorf("the run's log does not say %q:\n%s", want, log.String())
 	}
 }
 
