@@ -56,13 +56,18 @@ func (s *state) crashAndRestart(ctx context.Context) harness.Recovery {
 	return rec
 }
 
-// crashServer crashes the run's server and starts it again.
+// crashServer crashes the server of the plays that crash it (see
+// state.runFor) and starts it again.
 func (s *state) crashServer(ctx context.Context) (harness.Recovery, error) {
-	c, err := s.run.CrashServer(ctx)
+	run := s.run
+	if r := s.crashRunOrNil(); r != nil {
+		run = r
+	}
+	c, err := run.CrashServer(ctx)
 	if err != nil {
 		return harness.Recovery{}, fmt.Errorf("crash the server: %w", err)
 	}
-	rec, err := s.run.RestartServer(ctx, c)
+	rec, err := run.RestartServer(ctx, c)
 	if err != nil {
 		return rec, fmt.Errorf("restart the server after the crash: %w", err)
 	}

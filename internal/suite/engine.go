@@ -8,7 +8,6 @@ import (
 	"maps"
 	"runtime/debug"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -71,9 +70,20 @@ func (s *state) certify() error {
 		return cmp.Or(cmp.Compare(boolRank(a.pn.disrupts), boolRank(b.pn.disrupts)),
 			cmp.Compare(boolRank(!a.pn.long), boolRank(!b.pn.long)))
 	})
+	// The plays that crash the server run beside the others on a server
+	// of their own where one is cheap to start (see crash_server.go).
+	var apart []*enginePlay
+	if crashing := slices.DeleteFunc(slices.Clone(byTurn), func(ep *enginePlay) bool { return !ep.pn.sharesCrash }); s.wantsCrashRun(crashing) {
+		apart = crashing
+		byTurn = slices.DeleteFunc(byTurn, func(ep *enginePlay) bool { return ep.pn.sharesCrash })
+	}
 	dispatched := make(chan struct{})
 	go func() {
 		defer close(dispatched)
+		if len(apart) > 0 {
+			s.dispatchWithCrashRun(byTurn, apart, s.playsAtOnce())
+			return
+		}
 		s.dispatch(byTurn, s.playsAtOnce())
 	}()
 	for _, fx := range s.root.children {
@@ -238,13 +248,14 @@ func (s *state) dispatch(plays []*enginePlay, atOnce int) {
 }
 
 // crashTogether runs plays, which share their crash (see sharedCrash), side
-// by side, and returns once they have all ended.
+// by side, and returns once they have all ended. Where they run, alone on
+// the run's server or on one of their own, is the caller's.
 func (s *state) crashTogether(plays []*enginePlay) {
-	var names []string
-	for _, ep := range plays {
-		names = append(names, ep.pn.name)
+	where := "with no other"
+	if s.crashRunOrNil() != nil {
+		where = "on their own server"
 	}
-	s.cfg.logf("%d plays that crash the server start side by side, with no other, to share the crash: %s", len(plays), strings.Join(names, "; "))
+	s.cfg.logf("%d plays that crash the server start side by side, %s, to share the crash: %s", len(plays), where, playNames(plays))
 	var running sync.WaitGroup
 	for _, ep := range plays {
 		if s.ctx.Err() != nil {
@@ -444,7 +455,7 @@ func (s *state) closePlay(pn *playNode) error {
 // once pn's rules are judged, when the crashes of its instances are kept
 // for the certificate.
 func (s *state) newPlay(ctx context.Context, pn *playNode) *harness.Play {
-	play, err := s.run.NewPlayWith(ctx, s.adapter, harness.PlayOptions{Title: pn.name, DisruptsServer: pn.disrupts})
+	play, err := s.runFor(pn).NewPlayWith(ctx, s.adapter, harness.PlayOptions{Title: pn.name, DisruptsServer: pn.disrupts})
 	must(err, "create the play's environment")
 	pn.closers = append(pn.closers, func(ctx context.Context) error {
 		for _, n := range slices.Sorted(maps.Keys(play.CrashCounts())) {

@@ -43,9 +43,7 @@ func (s *state) certificate() certificate.Certificate {
 		cert.Duration = time.Since(s.started).Seconds()
 	}
 	cert.Redelivery.Patience = s.cfg.redeliveryPatience.Seconds()
-	if s.run != nil {
-		maps.Copy(cert.Faults, s.run.FaultsFired())
-	}
+	maps.Copy(cert.Faults, s.faultsFired())
 	switch {
 	case s.setupErr != nil:
 		cert.Error = s.setupErr.Error()

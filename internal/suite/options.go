@@ -1,6 +1,7 @@
 package suite
 
 import (
+	"context"
 	"slices"
 	"time"
 
@@ -37,6 +38,10 @@ type config struct {
 	// playsAtOnce, when set, bounds the plays Certify runs side by side
 	// (see WithPlaysAtOnce).
 	playsAtOnce int
+	// startCrashRun, when set, replaces state.startCrashRun: the suite's
+	// own tests make it fail, to see the plays that crash the server run
+	// alone on the run's.
+	startCrashRun func(context.Context) error
 }
 
 func newConfig(opts []Option) config {
