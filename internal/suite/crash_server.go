@@ -25,10 +25,11 @@ import (
 // when the second cluster cannot start, which the log says.
 
 // wantsCrashRun reports whether the run starts a server of their own for
-// plays, those of the run that crash the server: some are selected and
-// the run's server is a throwaway cluster, where a second is cheap.
+// plays, those of the run that crash the server: some are selected, the
+// run's server is a throwaway cluster, where a second is cheap, and the
+// run plays more than one play at a time.
 func (s *state) wantsCrashRun(plays []*enginePlay) bool {
-	return len(plays) > 0 && s.run != nil && s.run.Server().Kind == provision.KindCluster
+	return len(plays) > 0 && s.run != nil && s.run.Server().Kind == provision.KindCluster && s.playsAtOnce() > 1
 }
 
 // startCrashRun starts a harness run on a server of its own, of the kind

@@ -139,6 +139,38 @@ func TestCrashingPlaysHaveAServerOfTheirOwn(t *testing.T) {
 	}
 }
 
+// TestOnePlayAtATimeStartsNoSecondServer: with one play at a time, the
+// plays that crash the server run on the run's, after the others, and no
+// second cluster starts.
+func TestOnePlayAtATimeStartsNoSecondServer(t *testing.T) {
+	var log strings.Builder
+	var mu sync.Mutex
+	cert, err := Certify(t.Context(), reference.Adapter(), WithProvisioning(string(provision.KindCluster)), WithPlaysAtOnce(1),
+		WithFixtures(doubleDeliveryID, crashRecoveryID),
+		WithLogf(func(format string, args ...any) {
+			mu.Lock()
+			defer mu.Unlock()
+			fmt.Fprintf(&log, format+"\n", args...)
+		}))
+	if err != nil {
+		skipWithoutServer(t, provision.KindCluster, err.Error())
+		t.Fatal(err)
+	}
+	for _, r := range cert.Rules {
+		if r.Verdict == certificate.VerdictFail {
+			t.Errorf("%s: %s", r.ID, r.Message)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if n := strings.Count(log.String(), "starting throwaway cluster in"); n != 1 {
+		t.Errorf("%d throwaway clusters started; want 1:\n%s", n, log.String())
+	}
+	if want := "3 plays that crash the server start side by side, with no other"; !strings.Contains(log.String(), want) {
+		t.Errorf("the run's log does not say %q:\n%s", want, log.String())
+	}
+}
+
 // TestPlaysWaitForRoomOnTheServer takes the test server's connections
 // until fewer are left than one play may open, as another run or the
 // application would on a shared server, then certifies three short
