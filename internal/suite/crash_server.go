@@ -74,11 +74,18 @@ func (s *state) crashRunOrNil() *harness.Run {
 	return s.crashRun
 }
 
-// dispatchWithCrashRun runs plays as dispatch does, and apart, which
-// crash the server, beside them on a server of their own, started now;
-// when it cannot start, apart run after the others, alone, on the run's
-// server. It returns once every play is done.
-func (s *state) dispatchWithCrashRun(plays, apart []*enginePlay, atOnce int) {
+// dispatchWithCrashRun runs plays as dispatch does, with slots, and
+// apart, which crash the server, beside them on a server of their own,
+// started now; when it cannot start, apart run after the others, alone,
+// on the run's server. It returns once every play is done.
+//
+// apart take none of the slots: the gain is in running their chain of
+// waits (instances, holds, crash, restart, redeliveries) beside the
+// others, which fill the cores meanwhile. Counted against the bound, the
+// reference's certification took 4.3 s where the base took 4.1 s; held to
+// one slot, 4.0 s against 3.6 s uncounted (medians of 6, alternating, on
+// two cores).
+func (s *state) dispatchWithCrashRun(plays, apart []*enginePlay, slots chan struct{}) {
 	var onOwn sync.WaitGroup
 	ownServer := make(chan bool, 1)
 	onOwn.Go(func() {
@@ -99,7 +106,7 @@ func (s *state) dispatchWithCrashRun(plays, apart []*enginePlay, atOnce int) {
 		ownServer <- true
 		s.crashTogether(apart)
 	})
-	s.dispatch(plays, atOnce)
+	s.dispatch(plays, slots)
 	if !<-ownServer {
 		s.crashTogether(apart)
 	}

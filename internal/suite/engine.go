@@ -80,11 +80,12 @@ func (s *state) certify() error {
 	dispatched := make(chan struct{})
 	go func() {
 		defer close(dispatched)
+		slots := make(chan struct{}, s.playsAtOnce())
 		if len(apart) > 0 {
-			s.dispatchWithCrashRun(byTurn, apart, s.playsAtOnce())
+			s.dispatchWithCrashRun(byTurn, apart, slots)
 			return
 		}
-		s.dispatch(byTurn, s.playsAtOnce())
+		s.dispatch(byTurn, slots)
 	}()
 	for _, fx := range s.root.children {
 		for _, ep := range byFixture[fx] {
@@ -176,12 +177,12 @@ type enginePlay struct {
 	closeErr error
 }
 
-// dispatch runs plays, in their order, at most atOnce at a time; a play
-// that runs alone waits for those running to end, and the next waits for
-// it. Once s.ctx is done it starts no more: the rest are closed unstarted.
+// dispatch runs plays, in their order, each holding one of slots while
+// it runs, so that no more run at once than slots holds (and fewer when
+// another holds some of them); a play that runs alone waits for those
+// running to end, and the next waits for it. Once s.ctx is done it starts no more: the rest are closed unstarted.
 // It returns once every play it started is done.
-func (s *state) dispatch(plays []*enginePlay, atOnce int) {
-	slots := make(chan struct{}, atOnce)
+func (s *state) dispatch(plays []*enginePlay, slots chan struct{}) {
 	var running sync.WaitGroup
 	defer running.Wait()
 	// busy counts the plays running; each that ends says so on ended,
