@@ -1,4 +1,4 @@
-package broken_test
+package verdictmatrix
 
 import (
 	"context"
@@ -10,8 +10,6 @@ import (
 
 	"github.com/harmless-dev/harmless/internal/adapters/builtin"
 	"github.com/harmless-dev/harmless/internal/provision"
-	"github.com/harmless-dev/harmless/internal/verdictmatrix"
-	"github.com/harmless-dev/harmless/internal/verdictmatrix/matrixtest"
 	"github.com/harmless-dev/harmless/suite/certificate"
 )
 
@@ -39,8 +37,9 @@ func TestVerdictMatrixOnAFormation(t *testing.T) {
 	if testing.Short() {
 		t.Skip("certifies on replicated formations, which takes minutes")
 	}
-	// Beside the package's other tests, TestVerdictMatrix's among them: a
-	// formation's run is mostly waiting for its monitor and its failovers.
+	// Beside TestVerdictMatrix: a formation's run is mostly waiting for
+	// its monitor and its failovers, while the matrix's keep the cores
+	// busy.
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -54,8 +53,8 @@ func TestVerdictMatrixOnAFormation(t *testing.T) {
 		}
 		t.Skipf("no replicated formation can start here (%s): the failover fixture's verdicts are not checked", choice.Note)
 	}
-	bin := matrixtest.Build(t)
-	runs := make([]matrixtest.Run, len(formationAdapters))
+	bin := build(t)
+	runs := make([]run, len(formationAdapters))
 	// Two at a time: a formation is three servers and a monitor.
 	sem := make(chan struct{}, 2)
 	var wg sync.WaitGroup
@@ -67,15 +66,15 @@ func TestVerdictMatrixOnAFormation(t *testing.T) {
 			if a.fixture != "" {
 				args = append(args, "--fixture", a.fixture)
 			}
-			runs[i] = matrixtest.Certify(t, bin, a.name, args...)
+			runs[i] = certifyWith(t, bin, a.name, args...)
 		})
 	}
 	wg.Wait()
 	for i, a := range formationAdapters {
 		t.Run(a.name, func(t *testing.T) {
 			r := runs[i]
-			if r.Cert == nil {
-				t.Fatalf("no certificate (exit code %d, %v)\nstdout:\n%s\nstderr:\n%s", r.Code, r.Err, r.Stdout, r.Stderr)
+			if r.cert == nil {
+				t.Fatalf("no certificate (exit code %d, %v)\nstdout:\n%s\nstderr:\n%s", r.code, r.err, r.stdout, r.stderr)
 			}
 			entry, err := builtin.EntryOf(a.name)
 			if err != nil {
@@ -84,30 +83,30 @@ func TestVerdictMatrixOnAFormation(t *testing.T) {
 			if !entry.OnFormation {
 				t.Fatalf("the registry does not claim its verdicts on a formation (OnFormation)")
 			}
-			if r.Cert.DatabaseKind != string(provision.KindHA) {
-				t.Errorf("certified on a %s server; want a replicated formation", r.Cert.DatabaseKind)
+			if r.cert.DatabaseKind != string(provision.KindHA) {
+				t.Errorf("certified on a %s server; want a replicated formation", r.cert.DatabaseKind)
 			}
 			var only []string
 			if a.fixture != "" {
 				only = []string{a.fixture}
 			}
-			for _, diff := range verdictmatrix.Compare(*r.Cert, entry, only...) {
+			for _, diff := range Compare(*r.cert, entry, only...) {
 				t.Error(diff)
 			}
 			for _, kind := range []string{"server:failover@controlled", "server:failover@hard-kill", "server:replication-stall"} {
-				if r.Cert.Faults[kind] == 0 {
-					t.Errorf("no %s in the certificate's faults %v: the failover fixture did not fail the formation over as planned", kind, r.Cert.Faults)
+				if r.cert.Faults[kind] == 0 {
+					t.Errorf("no %s in the certificate's faults %v: the failover fixture did not fail the formation over as planned", kind, r.cert.Faults)
 				}
 			}
-			if !slices.ContainsFunc(r.Cert.Reports, func(rep certificate.Report) bool { return rep.Title == "async-replication" }) {
+			if !slices.ContainsFunc(r.cert.Reports, func(rep certificate.Report) bool { return rep.Title == "async-replication" }) {
 				t.Error("the certificate has no async-replication report: the asynchronous variant did not play")
 			}
-			if a.fixture == "" && (r.Cert.Status != certificate.StatusCertified || r.Code != matrixtest.ExitCertified) {
-				t.Errorf("status %s, exit code %d; want certified, 0", r.Cert.Status, r.Code)
+			if a.fixture == "" && (r.cert.Status != certificate.StatusCertified || r.code != exitCertified) {
+				t.Errorf("status %s, exit code %d; want certified, 0", r.cert.Status, r.code)
 			}
-			t.Logf("certified in %s: %s", r.Took.Round(100*time.Millisecond), r.Cert.Summary())
+			t.Logf("certified in %s: %s", r.took.Round(100*time.Millisecond), r.cert.Summary())
 			if t.Failed() {
-				t.Logf("stdout:\n%s", r.Stdout)
+				t.Logf("stdout:\n%s", r.stdout)
 			}
 		})
 	}
