@@ -204,7 +204,16 @@ func TestInterruptCleansUpAndSaysSo(t *testing.T) {
 		requireServerBinaries(t)
 		r := interruptCertify(t, bin, syscall.SIGTERM, "--provision", "cluster")
 		r.check(t, 143)
-		noClusterLeft(t, r.stderr)
+		m := clusterLine.FindStringSubmatch(r.stderr)
+		if m == nil {
+			t.Fatalf("the cluster's directory is not in the run's log:\n%s", r.stderr)
+		}
+		if _, err := os.Stat(m[1]); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("the interrupted run left its cluster directory %s (%v)", m[1], err)
+		}
+		if procs := processesMentioning(t, m[1]); len(procs) > 0 {
+			t.Errorf("the interrupted run left processes of its cluster: %v", procs)
+		}
 	})
 }
 
@@ -412,22 +421,18 @@ func noClusterLeft(t *testing.T, stderr string) {
 }
 
 // noServerLeft fails the test if the run whose log is stderr left the
-// directory of a server whose start started matches (a run may start two:
-// its own, and one for the plays that crash the server), or a process of
-// one.
+// directory of the server that started matches names, or a process of it.
 func noServerLeft(t *testing.T, stderr string, started *regexp.Regexp, what string) {
 	t.Helper()
-	ms := started.FindAllStringSubmatch(stderr, -1)
-	if ms == nil {
+	m := started.FindStringSubmatch(stderr)
+	if m == nil {
 		t.Fatalf("the %s's directory is not in the run's log:\n%s", what, stderr)
 	}
-	for _, m := range ms {
-		if _, err := os.Stat(m[1]); !errors.Is(err, os.ErrNotExist) {
-			t.Errorf("the run left its %s's directory %s (%v)", what, m[1], err)
-		}
-		if procs := processesMentioning(t, m[1]); len(procs) > 0 {
-			t.Errorf("the run left processes of its %s: %v", what, procs)
-		}
+	if _, err := os.Stat(m[1]); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the run left its %s's directory %s (%v)", what, m[1], err)
+	}
+	if procs := processesMentioning(t, m[1]); len(procs) > 0 {
+		t.Errorf("the run left processes of its %s: %v", what, procs)
 	}
 }
 
@@ -478,26 +483,20 @@ func TestASecondSignalAbandonsTheRunAtOnce(t *testing.T) {
 	if r.took > abandonLimit {
 		t.Errorf("the run took %s to end after the second signal; want at most %s", r.took, abandonLimit)
 	}
-	// Its own cluster, and the second it may have started for the plays
-	// that crash the server.
-	ms := clusterLine.FindAllStringSubmatch(r.stderr, -1)
-	if ms == nil {
+	m := clusterLine.FindStringSubmatch(r.stderr)
+	if m == nil {
 		t.Fatalf("the cluster's directory is not in the run's log:\n%s", r.stderr)
 	}
-	for _, m := range ms {
-		if procs := processesMentioning(t, m[1]); len(procs) > 0 {
-			t.Errorf("the abandoned run left processes of its cluster: %v", procs)
-		}
+	if procs := processesMentioning(t, m[1]); len(procs) > 0 {
+		t.Errorf("the abandoned run left processes of its cluster: %v", procs)
 	}
 	// One fixture: the rest of the MUST rules do not run (exit 3).
 	code, _, stderr := runCertify(t, bin, nil, "-v", "--adapter", "reference", "--provision", "cluster", "--fixture", "double-delivery")
 	if code != exitPartial {
 		t.Fatalf("the next run ended %d; want %d:\n%s", code, exitPartial, stderr)
 	}
-	for _, m := range ms {
-		if _, err := os.Stat(m[1]); !errors.Is(err, os.ErrNotExist) {
-			t.Errorf("the next run did not remove the directory %s the abandoned one left (%v):\n%s", m[1], err, stderr)
-		}
+	if _, err := os.Stat(m[1]); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the next run did not remove the directory %s the abandoned one left (%v):\n%s", m[1], err, stderr)
 	}
 }
 

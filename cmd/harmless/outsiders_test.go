@@ -97,14 +97,8 @@ func TestOutsidersThatNameTheirConnectionsAreCertified(t *testing.T) {
 			t.Parallel()
 			command := o.command(t)
 			path := filepath.Join(t.TempDir(), "c.json")
-			// The test is about whose connections the cuts reach, not
-			// about start-up time: beside the package's other
-			// certifications and the other packages of go test ./... on
-			// two cores, a JVM of crash-recovery's plays took more than
-			// the default delivery timeout (15 s) to answer its setup, and
-			// one took more to read a 16 MiB payload (seen once each).
 			code, stdout, stderr := runCertify(t, bin, unset("HARMLESS_DSN", "DATABASE_URL"),
-				"--exec", command, "--provision", string(provision.KindCluster), "--delivery-timeout", "45s", "--json", path)
+				"--exec", command, "--provision", string(provision.KindCluster), "--json", path)
 			if code == exitUsage && strings.Contains(stderr, provision.ErrNoDatabase.Error()) && strings.Contains(stderr, ": not found") {
 				t.Skipf("no PostgreSQL server binaries for a throwaway cluster:\n%s", stderr)
 			}

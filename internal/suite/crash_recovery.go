@@ -56,18 +56,13 @@ func (s *state) crashAndRestart(ctx context.Context) harness.Recovery {
 	return rec
 }
 
-// crashServer crashes the server of the plays that crash it (see
-// state.runFor) and starts it again.
+// crashServer crashes the run's server and starts it again.
 func (s *state) crashServer(ctx context.Context) (harness.Recovery, error) {
-	run := s.run
-	if r := s.crashRunOrNil(); r != nil {
-		run = r
-	}
-	c, err := run.CrashServer(ctx)
+	c, err := s.run.CrashServer(ctx)
 	if err != nil {
 		return harness.Recovery{}, fmt.Errorf("crash the server: %w", err)
 	}
-	rec, err := run.RestartServer(ctx, c)
+	rec, err := s.run.RestartServer(ctx, c)
 	if err != nil {
 		return rec, fmt.Errorf("restart the server after the crash: %w", err)
 	}

@@ -8,6 +8,7 @@ import (
 	"maps"
 	"runtime/debug"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -70,22 +71,10 @@ func (s *state) certify() error {
 		return cmp.Or(cmp.Compare(boolRank(a.pn.disrupts), boolRank(b.pn.disrupts)),
 			cmp.Compare(boolRank(!a.pn.long), boolRank(!b.pn.long)))
 	})
-	// The plays that crash the server run beside the others on a server
-	// of their own where one is cheap to start (see crash_server.go).
-	var apart []*enginePlay
-	if crashing := slices.DeleteFunc(slices.Clone(byTurn), func(ep *enginePlay) bool { return !ep.pn.sharesCrash }); s.wantsCrashRun(crashing) {
-		apart = crashing
-		byTurn = slices.DeleteFunc(byTurn, func(ep *enginePlay) bool { return ep.pn.sharesCrash })
-	}
 	dispatched := make(chan struct{})
 	go func() {
 		defer close(dispatched)
-		slots := make(chan struct{}, s.playsAtOnce())
-		if len(apart) > 0 {
-			s.dispatchWithCrashRun(byTurn, apart, slots)
-			return
-		}
-		s.dispatch(byTurn, slots)
+		s.dispatch(byTurn, s.playsAtOnce())
 	}()
 	for _, fx := range s.root.children {
 		for _, ep := range byFixture[fx] {
@@ -177,12 +166,12 @@ type enginePlay struct {
 	closeErr error
 }
 
-// dispatch runs plays, in their order, each holding one of slots while
-// it runs, so that no more run at once than slots holds (and fewer when
-// another holds some of them); a play that runs alone waits for those
-// running to end, and the next waits for it. Once s.ctx is done it starts no more: the rest are closed unstarted.
+// dispatch runs plays, in their order, at most atOnce at a time; a play
+// that runs alone waits for those running to end, and the next waits for
+// it. Once s.ctx is done it starts no more: the rest are closed unstarted.
 // It returns once every play it started is done.
-func (s *state) dispatch(plays []*enginePlay, slots chan struct{}) {
+func (s *state) dispatch(plays []*enginePlay, atOnce int) {
+	slots := make(chan struct{}, atOnce)
 	var running sync.WaitGroup
 	defer running.Wait()
 	// busy counts the plays running; each that ends says so on ended,
@@ -249,14 +238,13 @@ func (s *state) dispatch(plays []*enginePlay, slots chan struct{}) {
 }
 
 // crashTogether runs plays, which share their crash (see sharedCrash), side
-// by side, and returns once they have all ended. Where they run, alone on
-// the run's server or on one of their own, is the caller's.
+// by side, and returns once they have all ended.
 func (s *state) crashTogether(plays []*enginePlay) {
-	where := "with no other"
-	if s.crashRunOrNil() != nil {
-		where = "on their own server"
+	var names []string
+	for _, ep := range plays {
+		names = append(names, ep.pn.name)
 	}
-	s.cfg.logf("%d plays that crash the server start side by side, %s, to share the crash: %s", len(plays), where, playNames(plays))
+	s.cfg.logf("%d plays that crash the server start side by side, with no other, to share the crash: %s", len(plays), strings.Join(names, "; "))
 	var running sync.WaitGroup
 	for _, ep := range plays {
 		if s.ctx.Err() != nil {
@@ -456,7 +444,7 @@ func (s *state) closePlay(pn *playNode) error {
 // once pn's rules are judged, when the crashes of its instances are kept
 // for the certificate.
 func (s *state) newPlay(ctx context.Context, pn *playNode) *harness.Play {
-	play, err := s.runFor(pn).NewPlayWith(ctx, s.adapter, harness.PlayOptions{Title: pn.name, DisruptsServer: pn.disrupts})
+	play, err := s.run.NewPlayWith(ctx, s.adapter, harness.PlayOptions{Title: pn.name, DisruptsServer: pn.disrupts})
 	must(err, "create the play's environment")
 	pn.closers = append(pn.closers, func(ctx context.Context) error {
 		for _, n := range slices.Sorted(maps.Keys(play.CrashCounts())) {

@@ -43,7 +43,9 @@ func (s *state) certificate() certificate.Certificate {
 		cert.Duration = time.Since(s.started).Seconds()
 	}
 	cert.Redelivery.Patience = s.cfg.redeliveryPatience.Seconds()
-	maps.Copy(cert.Faults, s.faultsFired())
+	if s.run != nil {
+		maps.Copy(cert.Faults, s.run.FaultsFired())
+	}
 	switch {
 	case s.setupErr != nil:
 		cert.Error = s.setupErr.Error()

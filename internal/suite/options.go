@@ -1,7 +1,6 @@
 package suite
 
 import (
-	"context"
 	"slices"
 	"time"
 
@@ -38,10 +37,6 @@ type config struct {
 	// playsAtOnce, when set, bounds the plays Certify runs side by side
 	// (see WithPlaysAtOnce).
 	playsAtOnce int
-	// startCrashRun, when set, replaces state.startCrashRun: the suite's
-	// own tests make it fail, to see the plays that crash the server run
-	// alone on the run's.
-	startCrashRun func(context.Context) error
 }
 
 func newConfig(opts []Option) config {
@@ -68,8 +63,6 @@ const DefaultOverlapSleep = 250 * time.Millisecond
 // WithPlaysAtOnce bounds how many plays [Certify] runs side by side; 1
 // runs them one after another. The default is as many as the machine was
 // measured to gain from, fewer when the server has few free connections.
-// crash-recovery's plays count apart: on a throwaway cluster they run on
-// a server of their own, beside the others, unless n is 1.
 // Plays that crash, restart or fail over the server always run alone.
 // Register's specs run one after another whatever it says: Ginkgo runs
 // them.

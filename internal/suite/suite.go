@@ -32,13 +32,9 @@ const setupTimeout = 5 * time.Minute
 // state is one registration's run: its container's setup, specs and
 // records, and the certificate they make.
 type state struct {
-	adapter adapters.Adapter
-	cfg     config
-	run     *harness.Run
-	// crashRun, when set, is the run on a server of its own on which the
-	// plays that crash the server play (see crash_server.go); it is
-	// guarded by mu.
-	crashRun *harness.Run
+	adapter  adapters.Adapter
+	cfg      config
+	run      *harness.Run
 	database string
 	kind     string
 	setupErr error
@@ -162,13 +158,10 @@ func (s *state) finish(ctx context.Context) error {
 	errs := s.closeErrs
 	if s.run != nil {
 		if !s.cancelled && s.interrupted == "" {
-			s.reachErr = s.unreachableAnywhere()
+			s.reachErr = unreachable(s.run)
 		}
 		cctx, cancel := s.cleanupContext(ctx)
 		defer cancel()
-		if err := s.closeCrashRun(cctx); err != nil {
-			errs = append(errs, err)
-		}
 		if err := s.run.Close(cctx); err != nil {
 			errs = append(errs, fmt.Errorf("harmless: release the run's database: %w", err))
 		}
