@@ -180,7 +180,10 @@ func TestARunThatAnswersNothingIsNotWaitedFor(t *testing.T) {
 // harness injected into the effect is not.
 func TestCrashesOf(t *testing.T) {
 	t.Parallel()
-	run := brokerRun(t, shortPatience)
+	// No implementation here hangs, and the reference does real database
+	// work (its tables, in building an instance): shortTimeout was once
+	// too short for that on a loaded machine.
+	run := startRunOpts(t, harness.Options{DeliveryTimeout: ampleTimeout, RedeliveryPatience: shortPatience})
 	own := newPlay(t, run, delivering("panics", func(context.Context, adapters.Delivery) (adapters.Outcome, error) {
 		panic("the implementation's own bug")
 	}))
