@@ -11,13 +11,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/harmless-dev/harmless/adapters/reference"
 	"github.com/harmless-dev/harmless/fixtures"
 	"github.com/harmless-dev/harmless/internal/harness"
 	"github.com/harmless-dev/harmless/internal/pgtest"
 	"github.com/harmless-dev/harmless/internal/provision"
 	"github.com/harmless-dev/harmless/suite/certificate"
-	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // TestPlaysRunSideBySideAndCrashesAlone certifies the reference on a
