@@ -136,16 +136,15 @@ func (s *state) connectionsPerPlay() int {
 // others: on a server it shares, another run, another test or the
 // application may take connections while the run goes on, and a play
 // that met a full server would see its instances refused for a reason
-// that is none of theirs. A server whose free connections cannot be read
-// has none.
-func (s *state) roomForAPlay() (free int, ok bool) {
+// that is none of theirs. When the free connections cannot be read there
+// is no room, and the error says why.
+func (s *state) roomForAPlay() (free int, ok bool, err error) {
 	ctx, cancel := context.WithTimeout(s.ctx, 10*time.Second)
 	defer cancel()
-	free, err := s.run.FreeConnections(ctx)
-	if err != nil {
-		return 0, false
+	if free, err = s.run.FreeConnections(ctx); err != nil {
+		return 0, false, err
 	}
-	return free, free >= s.connectionsPerPlay()
+	return free, free >= s.connectionsPerPlay(), nil
 }
 
 // boolRank orders false before true.
@@ -201,13 +200,17 @@ func (s *state) dispatch(plays []*enginePlay, atOnce int) {
 		// Beside other plays, a play starts only when the server has
 		// room for it; alone, it always does.
 		for s.ctx.Err() == nil && busy.Load() > 0 {
-			free, ok := s.roomForAPlay()
+			free, ok, err := s.roomForAPlay()
 			if ok {
 				break
 			}
 			if !heldBack {
 				heldBack = true
-				s.cfg.logf("the server has %d free connections, fewer than a play may open (%d): plays wait for one another to end", free, s.connectionsPerPlay())
+				if err != nil {
+					s.cfg.logf("%v: plays wait for one another to end", err)
+				} else {
+					s.cfg.logf("the server has %d free connections, fewer than a play may open (%d): plays wait for one another to end", free, s.connectionsPerPlay())
+				}
 			}
 			select {
 			case <-ended:
